@@ -1,0 +1,276 @@
+"""The superstep loop: deliver -> compute -> combine -> exchange -> barrier.
+
+Two pure state machines, shared by every runtime:
+
+- ``Partition``: one worker's vertices. ``compute(begin)`` runs every active vertex (or one
+  with messages) once, in sorted id order, and returns the outgoing batches, one per worker,
+  combined sender-side, plus a ``Done`` report. ``deliver(batches)`` builds the next inbox in
+  the deterministic order (source vertex id, send order) and combines receiver-side.
+- ``Coordinator``: the master's side. ``next_begin()`` decides whether the job goes on (halt
+  conditions, ``max_supersteps``, master compute) and ``barrier(dones)`` reduces aggregates.
+
+``LocalRuntime`` drives N partitions in one process; the cluster runtime drives one partition
+per worker process and moves ``Begin``/``Done`` and the batches over ZeroMQ.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from ..errors import MarianaError, VertexError
+from .graph import Graph, MasterContext
+from .vertex import Context, Message
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Begin", "Done", "Partition", "Coordinator", "jsonable"]
+
+_by_src = attrgetter("src")
+
+
+@dataclass
+class Begin:
+    """Master -> workers: run superstep ``superstep`` with last superstep's aggregates."""
+
+    superstep: int
+    aggregates: dict[str, Any]
+    broadcasts: dict[str, Any]
+
+
+@dataclass
+class Done:
+    """Worker -> master at the barrier."""
+
+    superstep: int
+    worker: int
+    partials: dict[str, Any]
+    active: int
+    computed: int
+    sent: int
+    out_messages: list[int]
+    compute_s: float
+    slowest: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.out_messages)
+
+
+class UnknownVertex(MarianaError):
+    """A vertex sent a message to an id that is not in the graph."""
+
+
+class Partition:
+    """The vertices of one worker and everything the engine keeps about them."""
+
+    def __init__(self, graph: Graph, placement: Any, worker: int, slowest: int = 5) -> None:
+        self.worker = worker
+        self.num_workers = placement.num_workers
+        self.order = placement.vertices_of(worker)
+        self.vertices = {vid: graph.instantiate(vid) for vid in self.order}
+        self.devices = {vid: placement.device_of(vid) for vid in self.order}
+        self.owner = placement.worker
+        self.combiners = graph.combiners
+        self.aggregators = graph.aggregators
+        self.halted: set[str] = set()
+        self.inbox: dict[str, list[Message]] = {}
+        self.ctx = Context(self, len(placement.worker), worker, placement.num_workers)
+        self.keep_slowest = slowest
+        self._out: list[list[Message]] = [[] for _ in range(self.num_workers)]
+        self._partials: dict[str, Any] = {}
+        self._sent = 0
+
+    # -- called by Context while a vertex computes -------------------------------------------
+    def send(self, src: str, dst: str, tag: str | None, payload: Any) -> None:
+        try:
+            w = self.owner[dst]
+        except KeyError:
+            raise UnknownVertex(f"message to unknown vertex {dst!r}") from None
+        except TypeError:
+            raise UnknownVertex(f"message to a non-string vertex id {dst!r}") from None
+        self._out[w].append(Message(src, dst, tag, payload))
+        self._sent += 1
+
+    def halt(self, vertex_id: str) -> None:
+        self.halted.add(vertex_id)
+
+    def aggregate(self, vertex_id: str, name: str, value: Any) -> None:
+        agg = self.aggregators.get(name)
+        if agg is None:
+            known = ", ".join(sorted(self.aggregators)) or "none"
+            raise MarianaError(f"unknown aggregator {name!r} (registered: {known})")
+        acc = self._partials.get(name)
+        self._partials[name] = agg.add(agg.identity() if acc is None else acc, value)
+
+    # -- the superstep ------------------------------------------------------------------------
+    def compute(self, begin: Begin) -> tuple[list[list[Message]], Done]:
+        """Run one superstep; return one (combined) batch per worker and the barrier report."""
+        s = begin.superstep
+        ctx = self.ctx
+        ctx.superstep = s
+        ctx._aggregated = begin.aggregates
+        ctx.broadcasts = begin.broadcasts
+        inbox, self.inbox = self.inbox, {}
+        halted, vertices, devices = self.halted, self.vertices, self.devices
+        computed = 0
+        timings: list[tuple[float, str]] = []
+        clock = time.perf_counter
+        t_start = clock()
+        for vid in self.order:
+            msgs = inbox.get(vid)
+            if msgs is None:
+                if vid in halted:
+                    continue
+                msgs = []
+            elif vid in halted:
+                halted.discard(vid)
+            ctx._vertex_id = vid
+            ctx._device = devices[vid]
+            t0 = clock()
+            try:
+                vertices[vid].compute(ctx, msgs)
+            except Exception as exc:  # noqa: BLE001 - re-raised with the vertex and superstep named
+                raise VertexError(vid, s, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
+            timings.append((clock() - t0, vid))
+            computed += 1
+        compute_s = clock() - t_start
+        batches = [self._combine(batch) if self.combiners else batch for batch in self._out]
+        slowest = sorted(timings, reverse=True)[: self.keep_slowest]
+        done = Done(s, self.worker, self._partials, len(self.order) - len(halted), computed, self._sent,
+                    [len(b) for b in batches], compute_s, [(vid, t) for t, vid in slowest])
+        self._out = [[] for _ in range(self.num_workers)]
+        self._partials = {}
+        self._sent = 0
+        return batches, done
+
+    def _combine(self, batch: list[Message]) -> list[Message]:
+        """Sender-side combining per (dst, tag), keeping each group at its first position."""
+        combiners = self.combiners
+        out: list[Message] = []
+        index: dict[tuple[str, Any], int] = {}
+        for m in batch:
+            fn = combiners.get(m.tag)
+            if fn is None:
+                out.append(m)
+                continue
+            key = (m.dst, m.tag)
+            i = index.get(key)
+            if i is None:
+                index[key] = len(out)
+                out.append(m)
+            else:
+                prev = out[i]
+                out[i] = Message(prev.src, prev.dst, prev.tag, fn(prev.payload, m.payload))
+        return out
+
+    def deliver(self, batches: list[list[Message]]) -> None:
+        """Build the next inbox from one batch per source worker (in worker order)."""
+        inbox: dict[str, list[Message]] = {}
+        sources = 0
+        for batch in batches:
+            if not batch:
+                continue
+            sources += 1
+            for m in batch:
+                lst = inbox.get(m.dst)
+                if lst is None:
+                    inbox[m.dst] = [m]
+                else:
+                    lst.append(m)
+        if sources > 1:  # each batch is already in (src, seq) order; merge them stably by src
+            for lst in inbox.values():
+                if len(lst) > 1:
+                    lst.sort(key=_by_src)
+        if self.combiners:
+            for dst, lst in inbox.items():
+                if len(lst) > 1:
+                    inbox[dst] = self._combine(lst)
+        self.inbox = inbox
+
+
+class Coordinator:
+    """The master's view of the loop: halting, master compute and the aggregate barrier."""
+
+    def __init__(self, graph: Graph, num_vertices: int, max_supersteps: int | None = None) -> None:
+        self.graph = graph
+        self.num_vertices = num_vertices
+        limits = [m for m in (max_supersteps, graph.max_supersteps) if m is not None]
+        self.max_supersteps = min(limits) if limits else None
+        self.superstep = 0
+        self.aggregates: dict[str, Any] = {}
+        self.broadcasts: dict[str, Any] = {}
+        self.active = num_vertices
+        self.in_flight = 0
+        self.halt_reason = ""
+
+    def next_begin(self) -> Begin | None:
+        """The next superstep to run, or None when the job is over (``halt_reason`` says why)."""
+        s = self.superstep
+        if self.max_supersteps is not None and s >= self.max_supersteps:
+            self.halt_reason = f"max_supersteps={self.max_supersteps} reached"
+            return None
+        if s > 0 and self.active == 0 and self.in_flight == 0:
+            self.halt_reason = "all vertices halted and no message in flight"
+            return None
+        if self.graph.master_compute is not None:
+            mctx = MasterContext(s, self.aggregates, self.broadcasts, self.num_vertices)
+            try:
+                self.graph.master_compute(mctx)
+            except Exception as exc:  # noqa: BLE001
+                raise VertexError("<master>", s, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
+            if mctx.halted:
+                self.halt_reason = mctx.halt_reason
+                return None
+        return Begin(s, self.aggregates, dict(self.broadcasts))
+
+    def barrier(self, dones: list[Done], wall_s: float) -> dict[str, Any]:
+        """Reduce the workers' reports (in worker order); return the superstep's metrics line."""
+        dones = sorted(dones, key=attrgetter("worker"))
+        aggregates: dict[str, Any] = {}
+        for name, agg in self.graph.aggregators.items():
+            parts = [d.partials[name] for d in dones if name in d.partials]
+            if not parts:
+                continue
+            acc = agg.identity()
+            for p in parts:
+                acc = agg.merge(acc, p)
+            aggregates[name] = agg.result(acc)
+        s = self.superstep
+        self.aggregates = aggregates
+        self.active = sum(d.active for d in dones)
+        self.in_flight = sum(d.in_flight for d in dones)
+        self.superstep = s + 1
+        record: dict[str, Any] = {
+            "superstep": s, "wall_s": round(wall_s, 6), "active": self.active,
+            "computed": sum(d.computed for d in dones), "messages": sum(d.sent for d in dones),
+            "delivered": self.in_flight,
+        }
+        record.update({k: jsonable(v) for k, v in aggregates.items()})
+        record["workers"] = [{"worker": d.worker, "computed": d.computed, "messages_out": d.sent,
+                              "active": d.active, "compute_s": round(d.compute_s, 6)} for d in dones]
+        return record
+
+
+def jsonable(value: Any, max_items: int = 64) -> Any:
+    """A JSON-safe view of an aggregate: small arrays as lists, large ones summarised."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, np.ndarray):
+        if value.size <= max_items:
+            return [jsonable(x) for x in value.ravel().tolist()]
+        return {"shape": list(value.shape), "dtype": str(value.dtype), "norm": float(np.linalg.norm(value))}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value

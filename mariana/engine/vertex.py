@@ -1,0 +1,131 @@
+"""What a vertex program sees: ``Vertex``, ``Context`` and ``Message``.
+
+A vertex has an id (str), a ``value``, optional out-edges ``[(dst, edge_value), ...]`` and a
+``compute(ctx, messages)`` method. The engine calls ``compute`` exactly once per superstep for
+every vertex that is active or has messages; ``messages`` are those sent to it in the previous
+superstep, ordered by (source vertex id, send order within that source). Payload arrays are
+passed without copying, so treat received arrays as read-only (copy before modifying).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, NamedTuple
+
+import numpy as np
+
+__all__ = ["Vertex", "Context", "Message", "array_module"]
+
+
+class Message(NamedTuple):
+    """One message: ``src`` sent ``payload`` to ``dst`` under ``tag`` (None by default).
+
+    A message produced by a combiner carries the ``src`` of the first message it combined.
+    """
+
+    src: str
+    dst: str
+    tag: str | None
+    payload: Any
+
+
+class Vertex:
+    """Base class of vertex programs. Subclass it and override ``compute``.
+
+    ``result()`` is what the job collects at the end (default: ``value``).
+    ``size_hint()`` says how many graph items a block vertex holds (placement tables).
+    """
+
+    __slots__ = ("id", "value", "edges")
+
+    def __init__(self, id: str, value: Any = None, edges: Iterable[tuple[str, Any]] | None = None) -> None:
+        self.id = id
+        self.value = value
+        self.edges: list[tuple[str, Any]] = list(edges) if edges is not None else []
+
+    def compute(self, ctx: "Context", messages: list[Message]) -> None:
+        """Run one superstep of this vertex. The default halts at once."""
+        ctx.vote_to_halt()
+
+    def result(self) -> Any:
+        return self.value
+
+    def size_hint(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id!r})"
+
+
+def array_module(device: str) -> Any:
+    """numpy for ``cpu``; cupy for ``cuda:N`` (imported only when a vertex sits on a GPU)."""
+    if device == "cpu":
+        return np
+    if device.startswith("cuda"):
+        import cupy  # optional dependency: pip install 'mariana-bsp[gpu]'
+
+        return cupy
+    raise ValueError(f"unknown device {device!r} (expected 'cpu' or 'cuda:N')")
+
+
+class Context:
+    """The engine as seen from inside ``compute``. One instance per partition, re-bound per vertex.
+
+    Sends, halts and aggregates are recorded on the owning ``Partition``; nothing is delivered
+    before the next superstep.
+    """
+
+    __slots__ = (
+        "_partition", "_vertex_id", "_device", "superstep", "num_vertices",
+        "worker", "num_workers", "_aggregated", "broadcasts",
+    )
+
+    def __init__(self, partition: Any, num_vertices: int, worker: int, num_workers: int) -> None:
+        self._partition = partition
+        self._vertex_id = ""
+        self._device = "cpu"
+        self.superstep = 0
+        self.num_vertices = num_vertices
+        self.worker = worker
+        self.num_workers = num_workers
+        self._aggregated: dict[str, Any] = {}
+        self.broadcasts: dict[str, Any] = {}
+
+    @property
+    def vertex_id(self) -> str:
+        return self._vertex_id
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def xp(self) -> Any:
+        """numpy or cupy, matching this vertex's device."""
+        return array_module(self._device)
+
+    def send(self, dst: str, payload: Any, tag: str | None = None) -> None:
+        """Send ``payload`` to vertex ``dst``; it arrives in the next superstep."""
+        self._partition.send(self._vertex_id, dst, tag, payload)
+
+    def send_to_neighbors(self, payload: Any, tag: str | None = None, edges: Iterable[tuple[str, Any]] | None = None) -> None:
+        """Send the same payload along every out-edge (or along ``edges``)."""
+        send = self._partition.send
+        src = self._vertex_id
+        for dst, _ in edges if edges is not None else self._partition.vertices[src].edges:
+            send(src, dst, tag, payload)
+
+    def vote_to_halt(self) -> None:
+        """Become inactive until a message arrives."""
+        self._partition.halt(self._vertex_id)
+
+    def aggregate(self, name: str, value: Any) -> None:
+        """Contribute ``value`` to aggregator ``name``; the reduced value is visible next superstep."""
+        self._partition.aggregate(self._vertex_id, name, value)
+
+    def aggregated(self, name: str, default: Any = None) -> Any:
+        """The value of aggregator ``name`` reduced at the end of the previous superstep."""
+        return self._aggregated.get(name, default)
+
+    def broadcast(self, name: str, default: Any = None) -> Any:
+        """A value master compute broadcast (persists until master compute changes it)."""
+        return self.broadcasts.get(name, default)

@@ -1,0 +1,181 @@
+"""The ``mariana`` command. Errors are caught here, once: one line and exit 2 for bad input,
+exit 1 with the vertex, superstep and traceback when a vertex program raises."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import socket
+import sys
+import time
+import tomllib
+from typing import Any, Sequence
+
+from .. import __version__
+from ..engine import run as engine_run
+from ..errors import MarianaError, UsageError, VertexError
+from ..storage import RunDir, default_run_url
+from .registry import BUILTIN_JOBS, BuildContext, get_job, resolve_config
+
+log = logging.getLogger("mariana")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too; keep one line, no usage dump
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="mariana", description="Mariana-BSP: a Bulk Synchronous Parallel vertex/message engine")
+    p.add_argument("--version", action="version", version=f"mariana-bsp {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a job")
+    r.add_argument("job", help="a built-in job (see `mariana jobs`) or package.module:attribute")
+    r.add_argument("--config", metavar="FILE.toml", help="config keys (top level or a [JOB] table)")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key; VALUE is parsed as TOML, else taken as a string")
+    r.add_argument("--workers", type=int, default=1, help="number of partitions (default 1)")
+    r.add_argument("--runtime", choices=["local"], default=None,
+                   help="local: every partition in this process")
+    r.add_argument("--placement", choices=["hash", "range"], default=None, help="how vertices go to workers")
+    r.add_argument("--run-dir", metavar="URL", help="run directory (any fsspec URL); default runs/JOB-TIMESTAMP")
+    r.add_argument("--max-supersteps", type=int, default=None, metavar="N")
+    r.add_argument("--explain-placement", action="store_true", help="print the placement table and exit")
+    r.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
+
+    j = sub.add_parser("jobs", help="list the jobs and their config keys")
+    j.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if args.command == "jobs":
+            return cmd_jobs(args)
+        return cmd_run(args)
+    except VertexError as exc:
+        print(f"mariana: error: {exc}", file=sys.stderr)
+        if exc.traceback_text:
+            print(exc.traceback_text, file=sys.stderr, end="")
+        return 1
+    except MarianaError as exc:
+        print(f"mariana: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("mariana: interrupted", file=sys.stderr)
+        return 130
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    jobs = [get_job(name) for name in BUILTIN_JOBS]
+    if args.json:
+        print(json.dumps([{"name": j.name, "description": j.description,
+                           "keys": [{"name": k.name, "type": k.type, "default": k.default, "help": k.help,
+                                     **({"choices": list(k.choices)} if k.choices else {})} for k in j.keys]}
+                          for j in jobs], indent=2))
+        return 0
+    for j in jobs:
+        print(f"{j.name}: {j.description}")
+        for k in j.keys:
+            choices = f" (one of: {', '.join(map(str, k.choices))})" if k.choices else ""
+            print(f"    {k.name} = {json.dumps(k.default)}  [{k.type}]  {k.help}{choices}")
+    return 0
+
+
+def _load_toml(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _versions() -> dict[str, str]:
+    import fsspec
+    import msgpack
+    import numpy
+    import zmq
+
+    return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
+            "pyzmq": zmq.__version__, "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec.__version__}
+
+
+class Progress:
+    """One status line on stderr, rewritten each superstep; silent when stderr is not a TTY."""
+
+    def __init__(self, metric: str | None) -> None:
+        self.metric = metric
+        self.enabled = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def __call__(self, line: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        value = line.get(self.metric) if self.metric else None
+        shown = f"  {self.metric}={value:.4g}" if isinstance(value, (int, float)) else ""
+        sys.stderr.write(f"\rsuperstep {line['superstep']:>5}  {time.perf_counter() - self.t0:7.1f}s"
+                         f"  active={line['active']}{shown}\033[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    job = get_job(args.job)
+    config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.max_supersteps is not None and args.max_supersteps < 0:
+        raise UsageError(f"--max-supersteps must be >= 0, got {args.max_supersteps}")
+    runtime = args.runtime or "local"
+    graph = job.build(config, BuildContext(args.workers, args.placement))
+    placement = graph.place(args.workers)
+    if args.explain_placement:
+        print(placement.explain())
+        return 0
+    run_dir = RunDir(args.run_dir or default_run_url(job.name))
+    info = {"job": job.name, "config": config, "workers": args.workers, "runtime": runtime,
+            "graph": {"name": graph.name, "vertices": len(graph)}, "placement": placement.summary(),
+            "versions": _versions(), "host": socket.gethostname(), "pid": os.getpid(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
+    run_dir.write_json("job.json", info)
+    log.info("run directory: %s", run_dir.url)
+    progress = Progress(job.progress_metric)
+    try:
+        result = engine_run(graph, workers=args.workers, runtime=runtime, placement=placement,
+                            max_supersteps=args.max_supersteps, run_dir=run_dir, on_superstep=progress)
+    except MarianaError as exc:
+        info.update(status="failed", error=str(exc))
+        run_dir.write_json("job.json", info)
+        raise
+    finally:
+        progress.close()
+    text, summary = job.finish(result, config) if job.finish else ("", {})
+    info.update(status="finished", supersteps=result.supersteps, halt_reason=result.halt_reason,
+                wall_s=round(result.wall_s, 6))
+    run_dir.write_json("job.json", info)
+    if args.json:
+        print(json.dumps({"job": job.name, "run_dir": run_dir.url, "supersteps": result.supersteps,
+                          "halt_reason": result.halt_reason, "wall_s": result.wall_s, **summary}, default=str))
+    else:
+        print(text)
+        print(f"run directory: {run_dir.url}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Jobs: a name, a typed config schema, a graph builder and a finisher.
+
+A job reaches every process by name only (a built-in name or ``package.module:attribute``);
+each process imports it and builds its own graph from the resolved config. Nothing executable
+travels between processes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..engine import Graph, RunResult
+from ..errors import UsageError
+
+__all__ = ["Key", "Job", "BuildContext", "BUILTIN_JOBS", "get_job", "resolve_config", "parse_set"]
+
+BUILTIN_JOBS: dict[str, str] = {
+    "pagerank": "mariana.jobs.pagerank:JOB",
+    "sssp": "mariana.jobs.sssp:JOB",
+    "wcc": "mariana.jobs.wcc:JOB",
+}
+
+_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+                                       "list": (list,), "dict": (dict,)}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: name, default, type name (int, float, str, bool, list), help, choices."""
+
+    name: str
+    default: Any
+    type: str
+    help: str
+    choices: tuple[Any, ...] | None = None
+
+    def check(self, value: Any, where: str) -> Any:
+        """The value converted to this key's type, or a ``UsageError``."""
+        if value is None and self.default is None:
+            return None
+        ok = isinstance(value, _TYPES[self.type]) and not (self.type in ("int", "float") and isinstance(value, bool))
+        if not ok:
+            raise UsageError(f"{where}config key '{self.name}' expects {self.type}, got {type(value).__name__} {value!r}")
+        if self.type == "float":
+            value = float(value)
+        if self.choices is not None and value not in self.choices:
+            raise UsageError(f"{where}config key '{self.name}' must be one of {', '.join(map(str, self.choices))}; got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a job's builder knows besides its config: the worker count and placement strategy."""
+
+    workers: int = 1
+    placement: str | None = None
+
+
+@dataclass
+class Job:
+    """``build(config, ctx) -> Graph``; ``finish(result, config) -> (text, summary)`` writes outputs."""
+
+    name: str
+    description: str
+    keys: tuple[Key, ...]
+    build: Callable[[dict[str, Any], BuildContext], Graph]
+    finish: Callable[[RunResult, dict[str, Any]], tuple[str, dict[str, Any]]] | None = None
+    progress_metric: str | None = None
+    key_index: dict[str, Key] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.key_index = {k.name: k for k in self.keys}
+
+    def defaults(self) -> dict[str, Any]:
+        return {k.name: k.default for k in self.keys}
+
+
+def get_job(name: str) -> Job:
+    """A built-in job by name, or ``package.module:attribute`` (a ``Job``)."""
+    target = BUILTIN_JOBS.get(name)
+    if target is None and ":" not in name:
+        hint = difflib.get_close_matches(name, BUILTIN_JOBS, n=1)
+        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise UsageError(f"unknown job '{name}'{extra}; jobs: {', '.join(BUILTIN_JOBS)}, or package.module:attribute")
+    module_name, _, attr = (target or name).partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import job module '{module_name}': {exc}") from None
+    job = getattr(module, attr, None)
+    if not isinstance(job, Job):
+        raise UsageError(f"'{name}' is not a mariana Job (found {type(job).__name__} at {module_name}:{attr})")
+    return job
+
+
+def parse_set(item: str) -> tuple[str, Any, str]:
+    """``KEY=VALUE`` -> (key, TOML-parsed value or the plain string, raw text)."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value, raw
+
+
+def resolve_config(job: Job, file_config: dict[str, Any] | None = None, sets: list[str] = (),
+                   file_name: str = "") -> dict[str, Any]:
+    """Defaults, then the TOML file (top level or a ``[JOB]`` table), then ``--set`` items."""
+    config = job.defaults()
+    items: list[tuple[str, Any, str | None, str]] = []
+    if file_config:
+        table = file_config.get(job.name, file_config) if isinstance(file_config.get(job.name), dict) else file_config
+        items += [(k, v, None, f"{file_name}: ") for k, v in table.items()]
+    items += [(*parse_set(s)[:2], parse_set(s)[2], "--set: ") for s in sets]
+    for name, value, raw, where in items:
+        key = job.key_index.get(name)
+        if key is None:
+            hint = difflib.get_close_matches(name, job.key_index, n=1)
+            extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+            raise UsageError(f"{where}unknown config key '{name}' for job {job.name}{extra}; "
+                             f"valid keys: {', '.join(job.key_index)}")
+        if key.type == "str" and raw is not None and not isinstance(value, str):
+            value = raw.strip()  # --set source=1 means the vertex id "1"
+        config[name] = key.check(value, where)
+    return config

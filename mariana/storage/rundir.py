@@ -1,0 +1,156 @@
+"""The run directory on any fsspec URL, and reading user files. The only module importing fsspec.
+
+Layout (DESIGN section 6)::
+
+    RUN/job.json          resolved config, graph summary, placement, versions
+    RUN/metrics.jsonl     one line per superstep
+    RUN/trace/            per-worker superstep traces
+    RUN/checkpoints/      checkpoints (manifest.json written last)
+    RUN/params/           parameter snapshots
+
+JSON documents are written whole (temp file + ``os.replace`` on a local disk, a single PUT on
+object stores). JSON-lines files are appended where the filesystem can append (local, memory)
+and rewritten whole elsewhere, so a reader never sees a half-written document.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import time
+import uuid
+from typing import Any, Iterable
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
+
+from ..errors import StorageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RunDir", "read_text", "write_text", "default_run_url"]
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as exc:
+        raise StorageError(f"cannot open {url!r}: {exc}") from exc
+
+
+def read_text(url: str) -> str:
+    """The whole text of a file at a path or fsspec URL (UTF-8)."""
+    fs, path = _fs(url)
+    try:
+        with fs.open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise StorageError(f"{url}: no such file") from None
+    except IsADirectoryError:
+        raise StorageError(f"{url}: is a directory, not a file") from None
+    except OSError as exc:
+        raise StorageError(f"{url}: cannot read: {exc}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StorageError(f"{url}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def default_run_url(job: str, root: str = "runs") -> str:
+    """``runs/JOB-YYYYmmdd-HHMMSS-xxxx``: unique even for runs started in the same second."""
+    return f"{root}/{job}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+class RunDir:
+    """A run directory at ``url`` (a path or any fsspec URL)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.fs, self.root = _fs(url)
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create run directory {url}: {exc}") from exc
+        self._can_append = isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))
+        self._lines: dict[str, list[str]] = {}
+
+    def path(self, rel: str) -> str:
+        return posixpath.join(self.root, rel)
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.path(rel))
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write a whole file so that readers see the old or the new content, never a mix."""
+        path = self.path(rel)
+        parent = posixpath.dirname(path)
+        try:
+            self.fs.makedirs(parent, exist_ok=True)
+            if isinstance(self.fs, LocalFileSystem):
+                tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            else:
+                self.fs.pipe_file(path, data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.url}/{rel}: {exc}") from exc
+
+    def read_bytes(self, rel: str) -> bytes:
+        try:
+            return self.fs.cat_file(self.path(rel))
+        except FileNotFoundError:
+            raise StorageError(f"{self.url}/{rel}: no such file") from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.url}/{rel}: {exc}") from exc
+
+    def write_json(self, rel: str, obj: Any) -> None:
+        self.write_bytes(rel, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.read_bytes(rel))
+
+    def append_jsonl(self, rel: str, records: Iterable[dict[str, Any]]) -> None:
+        """Append JSON lines to ``rel``."""
+        lines = [json.dumps(r, default=str) + "\n" for r in records]
+        if not lines:
+            return
+        path = self.path(rel)
+        try:
+            if self._can_append:
+                self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+                with self.fs.open(path, "ab") as f:
+                    f.write("".join(lines).encode())
+            else:  # object stores cannot append: keep what we wrote and rewrite the object
+                kept = self._lines.setdefault(rel, [])
+                kept.extend(lines)
+                self.fs.pipe_file(path, "".join(kept).encode())
+        except OSError as exc:
+            raise StorageError(f"cannot append to {self.url}/{rel}: {exc}") from exc
+
+    def read_jsonl(self, rel: str) -> list[dict[str, Any]]:
+        text = self.read_bytes(rel).decode()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def write_text(url: str, text: str) -> None:
+    """Write a whole text file at a path or fsspec URL (temp file + rename on a local disk)."""
+    fs, path = _fs(url)
+    parent = posixpath.dirname(path)
+    try:
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        if isinstance(fs, LocalFileSystem):
+            tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        else:
+            fs.pipe_file(path, text.encode())
+    except OSError as exc:
+        raise StorageError(f"cannot write {url}: {exc}") from exc

@@ -1,0 +1,21 @@
+"""Shared fixtures: the runtime every contract test runs on, and helpers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+# contract_jobs.py is importable as a job module ("contract_jobs:NAME") in this process and,
+# through PYTHONPATH, in worker processes the cluster runtime starts.
+sys.path.insert(0, str(TESTS / "engine"))
+
+RUNTIMES = ["local"]
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request) -> str:
+    """Each test that takes ``runtime`` runs once per runtime."""
+    return request.param

@@ -1,0 +1,220 @@
+"""Small jobs that pin down each point of the superstep contract (DESIGN section 2).
+
+They are ``Job`` objects reachable as ``contract_jobs:NAME`` so that every runtime, including
+one whose workers are separate processes, builds the same graph from the same name and config.
+Each vertex logs what it saw; ``result()`` returns the log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mariana import Graph, Vertex
+from mariana.jobs import BuildContext, Job, Key
+
+
+class Logger(Vertex):
+    def __init__(self, id: str, edges=None) -> None:
+        super().__init__(id, [], edges)
+
+
+# -- 1. delivery in s+1 and out-edge values ----------------------------------------------------
+class Relay(Logger):
+    def compute(self, ctx, messages):
+        for m in messages:
+            self.value.append([ctx.superstep, m.src, m.payload])
+        if ctx.superstep == 0 and self.id == "a":
+            for dst, w in self.edges:
+                ctx.send(dst, w)
+        elif messages:
+            for dst, w in self.edges:
+                ctx.send(dst, messages[0].payload + w)
+        ctx.vote_to_halt()
+
+
+def build_delivery(config, bctx: BuildContext) -> Graph:
+    g = Graph("delivery")
+    g.add_vertices([Relay("a", [("b", 1)]), Relay("b", [("c", 10)]), Relay("c", [("a", 100)])])
+    g.max_supersteps = 3
+    return g
+
+
+# -- 2. deterministic order: by (source id, send order), never by arrival ------------------------
+class Sender(Logger):
+    def compute(self, ctx, messages):
+        if ctx.superstep == 0:
+            for seq in range(3):
+                ctx.send("sink", [self.id, seq])
+        ctx.vote_to_halt()
+
+
+class Sink(Logger):
+    def compute(self, ctx, messages):
+        self.value.extend([m.src, m.payload[1]] for m in messages)
+        ctx.vote_to_halt()
+
+
+def build_ordering(config, bctx: BuildContext) -> Graph:
+    g = Graph("ordering")
+    g.add_vertex(Sink("sink"))
+    g.add_vertices(Sender(f"s{i:02d}") for i in range(config["senders"]))
+    g.placement = bctx.placement
+    return g
+
+
+# -- 3. halting and waking ----------------------------------------------------------------------
+class Sleeper(Logger):
+    def compute(self, ctx, messages):
+        self.value.append(ctx.superstep)
+        if self.id == "alarm" and ctx.superstep < 4:
+            if ctx.superstep == 3:
+                ctx.send("sleeper", "wake up")
+            return  # stays active until superstep 4
+        ctx.vote_to_halt()
+
+
+def build_halting(config, bctx: BuildContext) -> Graph:
+    g = Graph("halting")
+    g.add_vertices([Sleeper("alarm"), Sleeper("sleeper"), Sleeper("idle")])
+    g.placement = bctx.placement
+    return g
+
+
+# -- 4. combiners per tag ----------------------------------------------------------------------
+def merge_sorted(a, b):
+    return sorted(a + b)  # user-defined; like every combiner, associative and commutative
+
+
+class Emitter(Logger):
+    def compute(self, ctx, messages):
+        if ctx.superstep == 0:
+            k = int(self.id[1:])
+            ctx.send("sink", k, tag="sum")
+            ctx.send("sink", 10 - k, tag="min")
+            ctx.send("sink", k * k, tag="max")
+            ctx.send("sink", [self.id], tag="custom")
+            ctx.send("sink", np.full(3, float(k)), tag="vec")
+            ctx.send("sink", k, tag="plain")
+        ctx.vote_to_halt()
+
+
+class TagSink(Logger):
+    def compute(self, ctx, messages):
+        for m in messages:
+            p = m.payload.tolist() if isinstance(m.payload, np.ndarray) else m.payload
+            self.value.append([m.tag, p])
+        ctx.vote_to_halt()
+
+
+def build_combiners(config, bctx: BuildContext) -> Graph:
+    g = Graph("combiners")
+    g.add_vertex(TagSink("sink"))
+    g.add_vertices(Emitter(f"e{k}") for k in range(1, 7))
+    for tag in ("sum", "min", "max"):
+        g.add_combiner(tag, tag=tag)
+    g.add_combiner("sum", tag="vec")
+    g.add_combiner(merge_sorted, tag="custom")
+    g.placement = bctx.placement
+    return g
+
+
+# -- 5. aggregators, visible in the next superstep -----------------------------------------------
+def longest(a, b):
+    return a if (len(a), a) >= (len(b), b) else b
+
+
+class Contributor(Logger):
+    def compute(self, ctx, messages):
+        k = int(self.id[1:])
+        self.value.append([ctx.superstep, {name: ctx.aggregated(name) for name in
+                                           ("sum", "min", "max", "mean", "count", "fsum", "longest")}])
+        if ctx.superstep < 2:
+            for name in ("sum", "min", "max", "mean", "count"):
+                ctx.aggregate(name, k + 10 * ctx.superstep)
+            ctx.aggregate("fsum", 0.1 * k)
+            ctx.aggregate("longest", self.id * k)
+        else:
+            ctx.vote_to_halt()
+
+
+def build_aggregators(config, bctx: BuildContext) -> Graph:
+    g = Graph("aggregators")
+    g.add_vertices(Contributor(f"c{k}") for k in range(1, 5))
+    for name in ("sum", "min", "max", "mean", "count", "fsum"):
+        g.add_aggregator(name, name)
+    g.add_aggregator("longest", longest)
+    g.placement = bctx.placement
+    return g
+
+
+# -- 6. master compute: broadcast and halt -------------------------------------------------------
+class Listener(Logger):
+    def compute(self, ctx, messages):
+        self.value.append([ctx.superstep, ctx.broadcast("phase"), ctx.aggregated("n")])
+        ctx.aggregate("n", 1)
+
+
+def master(mctx) -> None:
+    mctx.broadcast("phase", f"phase-{mctx.superstep}")
+    if mctx.superstep == 3:
+        mctx.halt("master says stop")
+
+
+def build_master(config, bctx: BuildContext) -> Graph:
+    g = Graph("master")
+    g.add_vertices(Listener(f"l{k}") for k in range(3))
+    g.add_aggregator("n", "count")
+    g.master_compute = master
+    g.placement = bctx.placement
+    return g
+
+
+# -- 7. max_supersteps, num_vertices, superstep ------------------------------------------------
+class Forever(Logger):
+    def compute(self, ctx, messages):
+        self.value.append([ctx.superstep, ctx.num_vertices])
+
+
+def build_forever(config, bctx: BuildContext) -> Graph:
+    g = Graph("forever")
+    g.add_vertices(Forever(f"f{k}") for k in range(4))
+    g.max_supersteps = config["max_supersteps"]
+    g.placement = bctx.placement
+    return g
+
+
+# -- 8. a vertex that raises, a send to an unknown vertex -------------------------------------
+class Faulty(Logger):
+    def compute(self, ctx, messages):
+        if ctx.superstep == 2 and self.id == "boom":
+            if ctx.broadcast("how") == "raise":
+                raise ZeroDivisionError("deliberate")
+            ctx.send("nobody", 1)
+
+
+def build_faulty(config, bctx: BuildContext) -> Graph:
+    g = Graph("faulty")
+    g.add_vertices([Faulty("boom"), Faulty("calm")])
+    g.master_compute = lambda m: m.broadcast("how", config["how"])
+    g.placement = bctx.placement
+    return g
+
+
+def _job(name: str, build, *keys: Key) -> Job:
+    return Job(name=name, description=f"contract test: {name}", keys=tuple(keys), build=build)
+
+
+delivery = _job("delivery", build_delivery)
+ordering = _job("ordering", build_ordering, Key("senders", 12, "int", "number of senders"))
+halting = _job("halting", build_halting)
+combiners = _job("combiners", build_combiners)
+aggregators = _job("aggregators", build_aggregators)
+master_job = _job("master", build_master)
+forever = _job("forever", build_forever, Key("max_supersteps", 5, "int", "limit"))
+faulty = _job("faulty", build_faulty, Key("how", "raise", "str", "raise or unknown"))
+
+
+def values(result) -> dict[str, Any]:
+    return result.values

@@ -31,6 +31,7 @@ class VertexError(MarianaError):
         super().__init__(f"vertex {vertex_id!r} failed at superstep {superstep}: {message}")
         self.vertex_id = vertex_id
         self.superstep = superstep
+        self.detail = message
         self.traceback_text = traceback_text
 
 

@@ -12,7 +12,7 @@ TESTS = Path(__file__).resolve().parent
 # through PYTHONPATH, in worker processes the cluster runtime starts.
 sys.path.insert(0, str(TESTS / "engine"))
 
-RUNTIMES = ["local"]
+RUNTIMES = ["local", "cluster"]
 
 
 @pytest.fixture(params=RUNTIMES)

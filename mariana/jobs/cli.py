@@ -35,22 +35,40 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     r = sub.add_parser("run", help="run a job")
-    r.add_argument("job", help="a built-in job (see `mariana jobs`) or package.module:attribute")
-    r.add_argument("--config", metavar="FILE.toml", help="config keys (top level or a [JOB] table)")
-    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key; VALUE is parsed as TOML, else taken as a string")
-    r.add_argument("--workers", type=int, default=1, help="number of partitions (default 1)")
-    r.add_argument("--runtime", choices=["local"], default=None,
-                   help="local: every partition in this process")
-    r.add_argument("--placement", choices=["hash", "range"], default=None, help="how vertices go to workers")
-    r.add_argument("--run-dir", metavar="URL", help="run directory (any fsspec URL); default runs/JOB-TIMESTAMP")
-    r.add_argument("--max-supersteps", type=int, default=None, metavar="N")
+    _job_args(r)
+    r.add_argument("--runtime", choices=["local", "cluster"], default=None,
+                   help="local: every partition in this process; cluster: one process per worker "
+                        "(default: local for 1 worker, cluster for more)")
     r.add_argument("--explain-placement", action="store_true", help="print the placement table and exit")
-    r.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
+
+    m = sub.add_parser("master", help="run a job's master; workers join from any host")
+    _job_args(m)
+    m.add_argument("--bind", default="tcp://127.0.0.1:0", metavar="tcp://HOST:PORT",
+                   help="control endpoint (default: loopback, random port)")
+
+    w = sub.add_parser("worker", help="join a master as one worker")
+    w.add_argument("--master", required=True, metavar="tcp://HOST:PORT")
+    w.add_argument("--host", default="127.0.0.1", help="address to bind this worker's data socket on")
+    w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
 
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
     return p
+
+
+def _job_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="a built-in job (see `mariana jobs`) or package.module:attribute")
+    p.add_argument("--config", metavar="FILE.toml", help="config keys (top level or a [JOB] table)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key; VALUE is parsed as TOML, else taken as a string")
+    p.add_argument("--workers", type=int, default=1, help="number of partitions (default 1)")
+    p.add_argument("--placement", choices=["hash", "range"], default=None, help="how vertices go to workers")
+    p.add_argument("--run-dir", metavar="URL", help="run directory (any fsspec URL); default runs/JOB-TIMESTAMP")
+    p.add_argument("--max-supersteps", type=int, default=None, metavar="N")
+    p.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S", help="cluster heartbeat period")
+    p.add_argument("--worker-timeout", type=float, default=10.0, metavar="S",
+                   help="a worker silent this long fails the job (cluster)")
+    p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         if args.command == "jobs":
             return cmd_jobs(args)
+        if args.command == "worker":
+            from ..engine.worker import Worker
+
+            return Worker(args.master, args.host, args.connect_timeout).run()
         return cmd_run(args)
     except VertexError as exc:
         print(f"mariana: error: {exc}", file=sys.stderr)
@@ -141,23 +163,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if args.max_supersteps is not None and args.max_supersteps < 0:
         raise UsageError(f"--max-supersteps must be >= 0, got {args.max_supersteps}")
-    runtime = args.runtime or "local"
+    if args.command == "master":
+        runtime = "cluster"
+    else:
+        runtime = args.runtime or ("cluster" if args.workers > 1 else "local")
     graph = job.build(config, BuildContext(args.workers, args.placement))
     placement = graph.place(args.workers)
-    if args.explain_placement:
+    if getattr(args, "explain_placement", False):
         print(placement.explain())
         return 0
     run_dir = RunDir(args.run_dir or default_run_url(job.name))
-    info = {"job": job.name, "config": config, "workers": args.workers, "runtime": runtime,
+    info = {"job": args.job, "config": config, "workers": args.workers, "runtime": runtime,
             "graph": {"name": graph.name, "vertices": len(graph)}, "placement": placement.summary(),
             "versions": _versions(), "host": socket.gethostname(), "pid": os.getpid(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
     run_dir.write_json("job.json", info)
     log.info("run directory: %s", run_dir.url)
     progress = Progress(job.progress_metric)
+
+    def record(line: dict[str, Any]) -> None:
+        run_dir.append_jsonl("metrics.jsonl", [line])
+        progress(line)
+
     try:
-        result = engine_run(graph, workers=args.workers, runtime=runtime, placement=placement,
-                            max_supersteps=args.max_supersteps, run_dir=run_dir, on_superstep=progress)
+        if runtime == "local":
+            result = engine_run(graph, workers=args.workers, placement=placement,
+                                max_supersteps=args.max_supersteps, on_superstep=record)
+        else:
+            result = _run_cluster(args, job, config, graph, record)
     except MarianaError as exc:
         info.update(status="failed", error=str(exc))
         run_dir.write_json("job.json", info)
@@ -176,6 +209,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run directory: {run_dir.url}", file=sys.stderr)
     return 0
 
+
+def _run_cluster(args: argparse.Namespace, job: Any, config: dict[str, Any], graph: Any, record: Any) -> Any:
+    """``run --workers N``: spawn local workers; ``master``: wait for workers from anywhere."""
+    from ..engine.cluster import run_cluster
+    from ..engine.master import Master
+    from ..engine.transport import is_loopback, parse_endpoint
+
+    options = dict(workers=args.workers, placement=args.placement, max_supersteps=args.max_supersteps,
+                   on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout)
+    if args.command == "run":
+        return run_cluster(args.job, config, graph, **options)
+    host, _ = parse_endpoint(args.bind)
+    master = Master(args.job, config, graph, bind=args.bind, **options)
+    try:
+        endpoint = master.start()
+        where = "" if is_loopback(host) else " (reachable from other hosts)"
+        print(f"mariana master: waiting for {args.workers} worker(s) at {endpoint}{where}; on each worker host run:\n"
+              f"    mariana worker --master {endpoint}", file=sys.stderr, flush=True)
+        return master.run()
+    finally:
+        master.close()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,262 @@
+"""Cluster master: control plane, barrier, aggregates and failure detection.
+
+The master binds one ROUTER. Workers join with HELLO; once ``workers`` have joined it sends
+each a WELCOME (its index, the job by name plus resolved config, every peer's data endpoint),
+waits for READY, and then drives the same ``Coordinator`` as ``LocalRuntime``: BEGIN to all,
+DONE from all (the barrier), reduce aggregates, repeat; at the end FINISH, RESULT, BYE.
+
+Liveness: every message from a worker (and its heartbeat socket) refreshes its last-seen time;
+a worker silent for ``worker_timeout`` seconds, or a spawned worker process that exits, fails
+the job with one error naming the worker, its host and the superstep. Every other worker is
+sent ABORT. Nothing else is fatal: malformed messages are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .. import __version__
+from ..errors import MarianaError, ProtocolError, VertexError
+from ..messages.kinds import Kind
+from .result import RunResult
+from .superstep import Coordinator, Done
+from .transport import Again, Transport, Unreachable, poller, recv, send
+from .worker import DropCounter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Master", "WorkerLost"]
+
+
+class WorkerLost(MarianaError):
+    """A worker died or stopped answering."""
+
+
+@dataclass
+class WorkerInfo:
+    index: int
+    identity: bytes
+    host: str
+    pid: int
+    data: str
+    last_seen: float = field(default_factory=time.monotonic)
+
+    def describe(self) -> str:
+        return f"worker {self.index} (host {self.host}, pid {self.pid})"
+
+
+class Master:
+    """The master of one cluster job. ``start()`` binds, ``run()`` drives the job to its end."""
+
+    def __init__(self, job_name: str, config: dict[str, Any], graph: Any, *, workers: int,
+                 placement: str | None = None, bind: str = "tcp://127.0.0.1:0", heartbeat_interval: float = 0.5,
+                 worker_timeout: float = 10.0, join_timeout: float = 120.0, max_supersteps: int | None = None,
+                 on_superstep: Callable[[dict[str, Any]], None] | None = None,
+                 max_message_bytes: int = 1 << 30) -> None:
+        self.job_name, self.config, self.graph = job_name, config, graph
+        self.workers, self.placement = workers, placement
+        self.bind = bind
+        self.heartbeat_interval, self.worker_timeout, self.join_timeout = heartbeat_interval, worker_timeout, join_timeout
+        self.max_supersteps = max_supersteps
+        self.on_superstep = on_superstep
+        self.job_id = uuid.uuid4().hex
+        self.transport = Transport(max_message_bytes)
+        self.drops = DropCounter("master")
+        self.joined: dict[bytes, WorkerInfo] = {}
+        self.by_index: list[WorkerInfo] = []
+        self.children: Sequence[Any] = ()
+        self.superstep = -1
+        self.phase = "joining"
+        self.endpoint = ""
+        self._ready: set[int] = set()
+        self._dones: dict[int, dict[str, Any]] = {}
+        self._results: dict[int, dict[str, Any]] = {}
+        self._next_hb = 0.0
+
+    def start(self) -> str:
+        """Bind the control socket; returns the endpoint workers connect to."""
+        self.sock, self.endpoint = self.transport.router(self.bind)
+        self.poll = poller(self.sock)
+        return self.endpoint
+
+    def close(self) -> None:
+        self.transport.close()
+
+    # -- the job ----------------------------------------------------------------------------
+    def run(self, children: Sequence[Any] = ()) -> RunResult:
+        """Wait for the workers, run every superstep, collect results. Aborts workers on failure."""
+        self.children = children
+        started = time.perf_counter()
+        try:
+            self._wait(lambda: len(self.joined) == self.workers, self.join_timeout,
+                       f"{self.workers} workers to join {self.endpoint}")
+            peers = [w.data for w in self.by_index]
+            for w in self.by_index:
+                self._send(w, {"kind": Kind.WELCOME, "index": w.index, "workers": self.workers, "job_name": self.job_name,
+                               "config": self.config, "placement": self.placement, "peers": peers,
+                               "heartbeat_interval": self.heartbeat_interval, "worker_timeout": self.worker_timeout})
+            self.phase = "starting"
+            self._wait(lambda: len(self._ready) == self.workers, None, "workers to build their partitions")
+            self.phase = "running"
+            coord = Coordinator(self.graph, len(self.graph), self.max_supersteps)
+            metrics: list[dict[str, Any]] = []
+            while (begin := coord.next_begin()) is not None:
+                t0 = time.perf_counter()
+                self.superstep, self._dones = begin.superstep, {}
+                for w in self.by_index:
+                    self._send(w, {"kind": Kind.BEGIN, "ss": begin.superstep, "aggregates": begin.aggregates,
+                                   "broadcasts": begin.broadcasts})
+                self._wait(lambda: len(self._dones) == self.workers, None, f"the barrier of superstep {begin.superstep}")
+                dones = [self._done(i, h) for i, h in sorted(self._dones.items())]
+                record = coord.barrier(dones, time.perf_counter() - t0)
+                stats = [self._dones[i].get("stats", {}) for i in range(self.workers)]
+                record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
+                record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
+                metrics.append(record)
+                if self.on_superstep is not None:
+                    self.on_superstep(record)
+            self.phase = "finishing"
+            for w in self.by_index:
+                self._send(w, {"kind": Kind.FINISH})
+            self._wait(lambda: len(self._results) == self.workers, None, "the workers' results")
+            values: dict[str, Any] = {}
+            for i in range(self.workers):
+                values.update(self._results[i]["values"])
+            self.dropped = {**self.drops.counts}
+            for i in range(self.workers):
+                for kind, n in (self._results[i].get("dropped") or {}).items():
+                    self.dropped[kind] = self.dropped.get(kind, 0) + n
+            for w in self.by_index:
+                self._send(w, {"kind": Kind.BYE})
+            self.phase = "done"
+            log.info("job %s ended after %d supersteps: %s", self.job_name, coord.superstep, coord.halt_reason)
+            return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, metrics,
+                             time.perf_counter() - started, self.graph.place(self.workers, None))
+        except BaseException as exc:
+            self._abort(str(exc) or type(exc).__name__)
+            raise
+
+    @staticmethod
+    def _done(index: int, h: dict[str, Any]) -> Done:
+        return Done(h["ss"], index, h["partials"], h["active"], h["computed"], h["sent"], h["out_messages"],
+                    h["compute_s"], [tuple(x) for x in h.get("slowest", [])])
+
+    def _abort(self, reason: str) -> None:
+        for w in self.by_index:
+            try:
+                self._send(w, {"kind": Kind.ABORT, "reason": reason})
+            except Exception:  # noqa: BLE001 - best effort: the worker may be gone
+                pass
+
+    # -- the event loop ---------------------------------------------------------------------
+    def _send(self, w: WorkerInfo, header: dict[str, Any]) -> None:
+        header.setdefault("job", self.job_id)
+        try:
+            send(self.sock, header, w.identity)
+        except Unreachable:
+            raise WorkerLost(f"{w.describe()} is unreachable at superstep {self.superstep}") from None
+
+    def _wait(self, condition: Callable[[], bool], timeout: float | None, what: str) -> None:
+        """Handle messages until ``condition()``; check liveness all along."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not condition():
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkerLost(f"timed out after {timeout:.0f}s waiting for {what} "
+                                 f"({len(self.joined)} of {self.workers} joined)")
+            if self.poll.poll(int(min(self.heartbeat_interval, 0.2) * 1000)):
+                self._drain()
+            self._liveness()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                identity, header, _ = recv(self.sock, router=True)
+            except Again:
+                return
+            except ProtocolError as exc:
+                self.drops.drop(exc.kind, exc.detail)
+                continue
+            self._handle(identity, header)
+
+    def _handle(self, identity: bytes, header: dict[str, Any]) -> None:
+        kind = header["kind"]
+        if identity.startswith(b"hb:"):
+            w = self.joined.get(identity[3:])
+            if w is None or header.get("job") != self.job_id:
+                self.drops.drop("sender", f"heartbeat from unknown identity {identity[:40]!r}")
+            else:
+                w.last_seen = time.monotonic()
+            return
+        if kind == Kind.HELLO:
+            self._hello(identity, header)
+            return
+        w = self.joined.get(identity)
+        if w is None:
+            self.drops.drop("sender", f"message from unknown identity {identity[:40]!r}")
+            return
+        if header.get("job") != self.job_id:
+            self.drops.drop("job", f"message for job {header.get('job')!r} from {w.describe()}")
+            return
+        w.last_seen = time.monotonic()
+        if kind == Kind.READY:
+            self._ready.add(w.index)
+        elif kind == Kind.DONE and header.get("ss") == self.superstep and self.phase == "running":
+            self._dones[w.index] = header
+        elif kind == Kind.RESULT and self.phase == "finishing":
+            self._results[w.index] = header
+        elif kind == Kind.ERROR:
+            self._worker_error(w, header)
+        elif kind != Kind.HEARTBEAT:
+            self.drops.drop("kind", f"unexpected {kind} from {w.describe()} in phase {self.phase}")
+
+    def _hello(self, identity: bytes, h: dict[str, Any]) -> None:
+        if identity in self.joined:
+            return  # a resent HELLO; the WELCOME is on its way
+        host = str(h.get("host", "?"))
+        if h.get("version") != __version__:
+            reason = f"worker runs mariana {h.get('version')!r} but the master runs {__version__!r}"
+        elif self.phase != "joining":
+            reason = f"the job already has its {self.workers} workers"
+        elif not isinstance(h.get("data"), str) or not isinstance(h.get("pid"), int):
+            self.drops.drop("header", "HELLO without data endpoint or pid")
+            return
+        else:
+            w = WorkerInfo(len(self.by_index), identity, host, h["pid"], h["data"])
+            self.joined[identity] = w
+            self.by_index.append(w)
+            log.info("%s joined from %s (%d of %d)", w.describe(), w.data, len(self.joined), self.workers)
+            return
+        log.warning("refused a worker from host %s: %s", host, reason)
+        try:
+            send(self.sock, {"kind": Kind.REFUSE, "job": self.job_id, "reason": reason}, identity)
+        except Unreachable:
+            pass
+
+    def _worker_error(self, w: WorkerInfo, h: dict[str, Any]) -> None:
+        if h.get("where") == "compute":
+            raise VertexError(str(h.get("vertex")), int(h.get("ss", self.superstep)),
+                              f"{h.get('message')} (on {w.describe()})", str(h.get("traceback", "")))
+        raise MarianaError(f"{w.describe()} cannot run job {self.job_name}: {h.get('message')}")
+
+    def _liveness(self) -> None:
+        now = time.monotonic()
+        for i, child in enumerate(self.children):
+            code = child.poll()
+            if code is not None and self.phase != "done":
+                who = next((w.describe() for w in self.by_index if w.pid == child.pid), f"worker process {child.pid}")
+                raise WorkerLost(f"{who} exited with code {code} at superstep {self.superstep}")
+        for w in self.by_index:
+            if now - w.last_seen > self.worker_timeout:
+                raise WorkerLost(f"{w.describe()} stopped answering at superstep {self.superstep} "
+                                 f"(no message for {now - w.last_seen:.1f}s, timeout {self.worker_timeout:g}s)")
+        if now >= self._next_hb:
+            self._next_hb = now + self.heartbeat_interval
+            for w in self.by_index:
+                try:
+                    send(self.sock, {"kind": Kind.HEARTBEAT, "job": self.job_id, "t": time.time()}, b"hb:" + w.identity)
+                except Unreachable:
+                    pass  # its heartbeat socket is not connected yet

@@ -1,0 +1,144 @@
+"""ZeroMQ sockets and framing: the only module that imports zmq.
+
+Every socket is created with ``linger=0`` (closing never blocks on unsent data) and an explicit
+``MAXMSGSIZE`` (a peer sending a larger frame is disconnected by libzmq). High-water marks are
+0 (unbounded) on purpose: within a superstep every worker sends one batch to every peer before
+it reads, and a bounded queue would make those blocking sends deadlock each other once batches
+outgrow it. Memory is bounded by what one superstep sends, which the job holds anyway. Routers
+that send (the master) set ``ROUTER_MANDATORY``, so a message to a vanished worker raises
+instead of disappearing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from typing import Any
+
+import zmq
+
+from ..errors import ProtocolError, UsageError
+from ..messages import codec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Transport", "parse_endpoint", "is_loopback", "Again", "Unreachable"]
+
+Again = zmq.Again
+_ENDPOINT = re.compile(r"^tcp://(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d+|\*)$")
+
+
+class Unreachable(Exception):
+    """A ROUTER_MANDATORY send to an identity that is not connected."""
+
+
+def parse_endpoint(url: str) -> tuple[str, int | None]:
+    """``tcp://HOST:PORT`` -> (host, port); port ``0`` or ``*`` -> None (pick a free one)."""
+    m = _ENDPOINT.match(url or "")
+    if not m:
+        raise UsageError(f"bad endpoint {url!r}: expected tcp://HOST:PORT")
+    port = m["port"]
+    return m["host"].strip("[]"), None if port in ("*", "0") else int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Transport:
+    """A zmq context plus the sockets one process uses; ``close()`` closes them all."""
+
+    def __init__(self, max_message_bytes: int = 1 << 30) -> None:
+        self.ctx = zmq.Context()
+        self.max_message_bytes = max_message_bytes
+        self.sockets: list[zmq.Socket] = []
+
+    def socket(self, kind: int, identity: bytes | None = None, mandatory: bool = False) -> zmq.Socket:
+        s = self.ctx.socket(kind)
+        s.linger = 0
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        s.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        s.setsockopt(zmq.RECONNECT_IVL, 50)
+        s.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        if identity is not None:
+            s.setsockopt(zmq.IDENTITY, identity)
+        if mandatory:
+            s.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sockets.append(s)
+        return s
+
+    def router(self, bind: str, mandatory: bool = True) -> tuple[zmq.Socket, str]:
+        """A bound ROUTER; returns it and the actual endpoint (random port when 0 or *)."""
+        host, port = parse_endpoint(bind)
+        s = self.socket(zmq.ROUTER, mandatory=mandatory)
+        if ":" in host:
+            s.setsockopt(zmq.IPV6, 1)
+        addr = f"[{host}]" if ":" in host else host
+        try:
+            if port is None:
+                port = s.bind_to_random_port(f"tcp://{addr}")
+            else:
+                s.bind(f"tcp://{addr}:{port}")
+        except zmq.ZMQError as exc:
+            raise UsageError(f"cannot bind tcp://{addr}:{port or '*'}: {exc}") from None
+        return s, f"tcp://{addr}:{port}"
+
+    def dealer(self, connect: str, identity: bytes) -> zmq.Socket:
+        s = self.socket(zmq.DEALER, identity=identity)
+        if "[" in connect:
+            s.setsockopt(zmq.IPV6, 1)
+        s.connect(connect)
+        return s
+
+    def close(self) -> None:
+        for s in self.sockets:
+            s.close(linger=0)
+        self.sockets.clear()
+        self.ctx.term()
+
+
+def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None) -> int:
+    """Encode ``header`` (arrays become zero-copy frames) and send it; returns bytes sent."""
+    frames = codec.encode(header)
+    try:
+        if identity is not None:
+            sock.send_multipart([identity, *frames], copy=False)
+        else:
+            sock.send_multipart(frames, copy=False)
+    except zmq.ZMQError as exc:
+        if exc.errno == zmq.EHOSTUNREACH:
+            raise Unreachable(identity) from None
+        raise
+    return codec.nbytes(frames)
+
+
+def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LIMITS) -> tuple[bytes | None, dict[str, Any], int]:
+    """Receive one message without blocking: (sender identity or None, header, bytes).
+
+    Raises ``Again`` when nothing is waiting and ``ProtocolError`` when it is malformed.
+    """
+    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+    identity = None
+    if router:
+        identity = frames[0].bytes
+        frames = frames[1:]
+    size = sum(len(f) for f in frames)
+    header = codec.decode(frames, limits=limits)
+    kind = header.get("kind")
+    if not isinstance(kind, int):
+        raise ProtocolError("header", f"no message kind in header ({size} bytes)")
+    return identity, header, size
+
+
+def poller(*sockets: zmq.Socket) -> zmq.Poller:
+    p = zmq.Poller()
+    for s in sockets:
+        p.register(s, zmq.POLLIN)
+    return p

@@ -1,0 +1,292 @@
+"""Cluster worker: owns one partition, talks to the master (control) and to peers (data).
+
+Life of a worker: HELLO to the master (resent with backoff until answered, so workers may start
+before the master) -> WELCOME (index, job name and config, peers) -> import the job by name and
+build only its own vertices -> READY -> for each BEGIN: compute, send one BATCH to every peer,
+wait for one BATCH from every peer, deliver, DONE -> FINISH: RESULT -> BYE.
+
+A heartbeat thread (its own socket) tells the master this worker is alive even during a long
+compute, and ends the process if the master goes silent for ``worker_timeout`` seconds.
+Malformed or unexpected messages are dropped and counted per kind, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import zmq
+
+from .. import __version__
+from ..errors import MarianaError, ProtocolError, VertexError
+from ..messages.kinds import Kind
+from .superstep import Begin, Partition
+from .transport import Again, Transport, poller, recv, send
+from .vertex import Message
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Worker", "DropCounter", "EXIT_MASTER_LOST"]
+
+EXIT_MASTER_LOST = 3
+
+
+class DropCounter:
+    """Counts dropped messages per kind and logs the first of each kind."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.counts: dict[str, int] = {}
+
+    def drop(self, kind: str, detail: str) -> None:
+        n = self.counts.get(kind, 0)
+        self.counts[kind] = n + 1
+        if n == 0:
+            log.warning("%s: dropped a malformed message (%s: %s); further drops of this kind are only counted",
+                        self.who, kind, detail)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class Worker:
+    """One worker process of the cluster runtime."""
+
+    def __init__(self, master: str, host: str = "127.0.0.1", connect_timeout: float = 60.0,
+                 max_message_bytes: int = 1 << 30) -> None:
+        self.master = master
+        self.host = host
+        self.connect_timeout = connect_timeout
+        self.transport = Transport(max_message_bytes)
+        self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
+        self.drops = DropCounter(f"worker {self.identity.decode()}")
+        self.index = -1
+        self.current = -1
+        self._inbound: dict[int, dict[int, list[Message]]] = {}
+        self._bytes_in = 0
+        self._stop = threading.Event()
+        self._hb_thread: threading.Thread | None = None
+
+    # -- setup ------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until the job ends; returns the process exit code."""
+        t = self.transport
+        try:
+            self.ctl = t.dealer(self.master, self.identity)
+            self.data, data_ep = t.router(f"tcp://{self.host}:0", mandatory=False)
+            welcome = self._join(data_ep)
+            if welcome is None:
+                return 2
+            return self._serve(welcome)
+        finally:
+            self._stop.set()
+            if self._hb_thread is not None:
+                self._hb_thread.join(timeout=5)
+            t.close()
+
+    def _join(self, data_ep: str) -> dict[str, Any] | None:
+        hello = {"kind": Kind.HELLO, "version": __version__, "host": socket.gethostname(), "pid": os.getpid(),
+                 "data": data_ep}
+        deadline = time.monotonic() + self.connect_timeout
+        wait = 0.1
+        while time.monotonic() < deadline:
+            send(self.ctl, hello)
+            if self.ctl.poll(int(wait * 1000)):
+                try:
+                    _, header, _ = recv(self.ctl, router=False)
+                except ProtocolError as exc:
+                    self.drops.drop(exc.kind, exc.detail)
+                    continue
+                except Again:
+                    continue
+                if header["kind"] == Kind.WELCOME:
+                    return header
+                if header["kind"] == Kind.REFUSE:
+                    log.error("the master at %s refused this worker: %s", self.master, header.get("reason"))
+                    return None
+            wait = min(wait * 2, 2.0)
+            log.info("waiting for the master at %s ...", self.master)
+        log.error("no master answered at %s within %.0fs", self.master, self.connect_timeout)
+        return None
+
+    def _build(self, welcome: dict[str, Any]) -> Partition:
+        from ..jobs.registry import BuildContext, get_job, resolve_config
+
+        job = get_job(welcome["job_name"])
+        config = resolve_config(job, welcome["config"])
+        n = welcome["workers"]
+        graph = job.build(config, BuildContext(n, welcome["placement"]))
+        return Partition(graph, graph.place(n), self.index)
+
+    def _serve(self, welcome: dict[str, Any]) -> int:
+        self.index, self.job_id, n = welcome["index"], welcome["job"], welcome["workers"]
+        self.drops.who = f"worker {self.index}"
+        try:
+            self.partition = self._build(welcome)
+        except Exception as exc:  # noqa: BLE001 - reported to the master, then we exit
+            msg = str(exc) if isinstance(exc, MarianaError) else f"{type(exc).__name__}: {exc}"
+            log.error("worker %d cannot run job %s: %s", self.index, welcome["job_name"], msg)
+            self._send_ctl({"kind": Kind.ERROR, "where": "setup", "message": msg})
+            return 2
+        my_id = f"{self.job_id}/{self.index}".encode()
+        self.peers = {p: self.transport.dealer(ep, my_id) for p, ep in enumerate(welcome["peers"]) if p != self.index}
+        self.peer_ids = {f"{self.job_id}/{p}".encode(): p for p in self.peers}
+        self._hb_thread = threading.Thread(target=self._heartbeat, name="mariana-heartbeat", daemon=True,
+                                           args=(welcome["heartbeat_interval"], welcome["worker_timeout"]))
+        self._hb_thread.start()
+        self._send_ctl({"kind": Kind.READY})
+        log.info("worker %d of %d ready: %d vertices", self.index, n, len(self.partition.order))
+        poll = poller(self.ctl, self.data)
+        while True:
+            events = dict(poll.poll(200))
+            if self.data in events:
+                self._drain_data()
+            if self.ctl not in events:
+                continue
+            while True:
+                try:
+                    _, header, _ = recv(self.ctl, router=False)
+                except Again:
+                    break
+                except ProtocolError as exc:
+                    self.drops.drop(exc.kind, exc.detail)
+                    continue
+                code = self._control(header)
+                if code is not None:
+                    return code
+
+    # -- control plane ----------------------------------------------------------------------
+    def _send_ctl(self, header: dict[str, Any]) -> None:
+        header.setdefault("job", getattr(self, "job_id", ""))
+        header.setdefault("src", self.index)
+        send(self.ctl, header)
+
+    def _control(self, header: dict[str, Any]) -> int | None:
+        kind = header["kind"]
+        if header.get("job") != self.job_id:
+            self.drops.drop("job", f"control message for job {header.get('job')!r}")
+            return None
+        if kind == Kind.BEGIN:
+            return self._superstep(header)
+        if kind == Kind.FINISH:
+            values = {vid: v.result() for vid, v in self.partition.vertices.items()}
+            self._drain_data()
+            self._send_ctl({"kind": Kind.RESULT, "values": values, "dropped": self.drops.counts})
+            return None
+        if kind == Kind.BYE:
+            log.info("worker %d: job finished", self.index)
+            return 0
+        if kind == Kind.ABORT:
+            log.info("worker %d: master aborted the job: %s", self.index, header.get("reason", ""))
+            return 1
+        if kind != Kind.HEARTBEAT:
+            self.drops.drop("kind", f"unexpected control message kind {kind}")
+        return None
+
+    def _superstep(self, header: dict[str, Any]) -> int | None:
+        s = header["ss"]
+        if s != self.current + 1:
+            self.drops.drop("superstep", f"BEGIN {s} while at {self.current}")
+            return None
+        self.current = s
+        begin = Begin(s, header["aggregates"], header["broadcasts"])
+        try:
+            batches, done = self.partition.compute(begin)
+        except VertexError as exc:
+            self._send_ctl({"kind": Kind.ERROR, "where": "compute", "vertex": exc.vertex_id, "ss": exc.superstep,
+                            "message": exc.detail, "traceback": exc.traceback_text})
+            return 1
+        t0 = time.perf_counter()
+        bytes_out = [0] * self.partition.num_workers
+        for p, sock in self.peers.items():
+            msgs = [[m.src, m.dst, m.tag, m.payload] for m in batches[p]]
+            bytes_out[p] = send(sock, {"kind": Kind.BATCH, "job": self.job_id, "ss": s, "src": self.index, "msgs": msgs})
+        send_s = time.perf_counter() - t0
+        self._bytes_in = 0
+        while len(self._inbound.get(s, ())) < len(self.peers):
+            if not self.data.poll(100):
+                continue
+            self._drain_data()
+        wait_s = time.perf_counter() - t0 - send_s
+        inbound = self._inbound.pop(s, {})
+        self.partition.deliver([batches[w] if w == self.index else inbound[w] for w in range(len(batches))])
+        self._send_ctl({"kind": Kind.DONE, "ss": s, "partials": done.partials, "active": done.active,
+                        "computed": done.computed, "sent": done.sent, "out_messages": done.out_messages,
+                        "compute_s": done.compute_s, "slowest": done.slowest,
+                        "stats": {"bytes_out": bytes_out, "bytes_in": self._bytes_in, "send_s": send_s,
+                                  "wait_s": wait_s, "dropped": dict(self.drops.counts)}})
+        return None
+
+    # -- data plane -------------------------------------------------------------------------
+    def _drain_data(self) -> None:
+        """Receive every waiting batch; keep the valid ones for their superstep, drop the rest."""
+        while True:
+            try:
+                identity, header, size = recv(self.data, router=True)
+            except Again:
+                return
+            except ProtocolError as exc:
+                self.drops.drop(exc.kind, exc.detail)
+                continue
+            peer = self.peer_ids.get(identity)
+            if peer is None:
+                self.drops.drop("sender", f"batch from unknown identity {identity[:40]!r}")
+            elif header.get("kind") != Kind.BATCH:
+                self.drops.drop("kind", f"kind {header.get('kind')} on the data plane")
+            elif header.get("job") != self.job_id:
+                self.drops.drop("job", f"batch for job {header.get('job')!r}")
+            elif header.get("src") != peer:
+                self.drops.drop("sender", f"batch claims src {header.get('src')!r} from peer {peer}")
+            elif header.get("ss") not in (self.current, self.current + 1):
+                self.drops.drop("superstep", f"batch for superstep {header.get('ss')!r} while at {self.current}")
+            elif peer in self._inbound.get(header["ss"], {}):
+                self.drops.drop("duplicate", f"second batch from peer {peer} for superstep {header['ss']}")
+            else:
+                msgs = _messages(header.get("msgs"))
+                if msgs is None:
+                    self.drops.drop("batch", f"malformed message list from peer {peer}")
+                else:
+                    self._inbound.setdefault(header["ss"], {})[peer] = msgs
+                    self._bytes_in += size
+
+    # -- liveness ---------------------------------------------------------------------------
+    def _heartbeat(self, interval: float, timeout: float) -> None:
+        hb = self.transport.ctx.socket(zmq.DEALER)
+        hb.linger = 0
+        hb.setsockopt(zmq.IDENTITY, b"hb:" + self.identity)
+        hb.connect(self.master)
+        last = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                send(hb, {"kind": Kind.HEARTBEAT, "job": self.job_id, "src": self.index, "t": time.time()})
+                if hb.poll(int(interval * 1000)):
+                    while hb.poll(0):
+                        hb.recv_multipart()
+                    last = time.monotonic()
+                if time.monotonic() - last > timeout:
+                    log.error("worker %d: the master at %s has been silent for %.1fs; exiting",
+                              self.index, self.master, time.monotonic() - last)
+                    os._exit(EXIT_MASTER_LOST)
+        finally:
+            hb.close(linger=0)
+
+
+def _messages(raw: Any) -> list[Message] | None:
+    """Wire ``[[src, dst, tag, payload], ...]`` -> ``Message`` tuples, or None if malformed."""
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for m in raw:
+        if not (isinstance(m, list) and len(m) == 4 and isinstance(m[0], str) and isinstance(m[1], str)
+                and (m[2] is None or isinstance(m[2], str))):
+            return None
+        out.append(Message(m[0], m[1], m[2], m[3]))
+    return out
+
+

@@ -231,6 +231,7 @@ class Master:
             log.info("%s joined from %s (%d of %d)", w.describe(), w.data, len(self.joined), self.workers)
             return
         log.warning("refused a worker from host %s: %s", host, reason)
+        self.drops.counts["refused"] = self.drops.counts.get("refused", 0) + 1
         try:
             send(self.sock, {"kind": Kind.REFUSE, "job": self.job_id, "reason": reason}, identity)
         except Unreachable:

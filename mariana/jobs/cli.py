@@ -154,6 +154,7 @@ class Progress:
     def close(self) -> None:
         if self.enabled:
             sys.stderr.write("\n")
+            self.enabled = False
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -191,13 +192,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 max_supersteps=args.max_supersteps, on_superstep=record)
         else:
             result = _run_cluster(args, job, config, graph, record)
+        progress.close()
+        text, summary = job.finish(result, config) if job.finish else ("", {})
     except MarianaError as exc:
+        progress.close()
         info.update(status="failed", error=str(exc))
         run_dir.write_json("job.json", info)
         raise
-    finally:
-        progress.close()
-    text, summary = job.finish(result, config) if job.finish else ("", {})
     info.update(status="finished", supersteps=result.supersteps, halt_reason=result.halt_reason,
                 wall_s=round(result.wall_s, 6))
     run_dir.write_json("job.json", info)

@@ -103,6 +103,8 @@ def example_graph_url() -> str:
 
 def load_edges(url: str | None) -> EdgeList:
     """Read and parse the edge list at ``url`` (path or fsspec URL); None: the shipped example."""
+    if url == "":
+        raise UsageError("config key 'graph' is empty: give an edge-list path or URL, or leave it out for the example")
     url = url or example_graph_url()
     try:
         text = read_text(url)

@@ -39,7 +39,8 @@ def build_graph(name: str, edges: EdgeList, bctx: BuildContext, mode: str,
         return g
     for b, sub in enumerate(block_subgraphs(edges, bctx.workers, bctx.placement, f"{name}-block-")):
         g.add_lazy(sub.blocks[b], lambda bid=sub.blocks[b], sub=sub: make_block(bid, sub), size_hint=len(sub.own))
-    g.placement = ExplicitStrategy(lambda vid: int(vid.rsplit("-", 1)[1]))
+    # block b lives on worker b; the strategy the user chose placed the graph vertices into blocks
+    g.placement = ExplicitStrategy(lambda vid: int(vid.rsplit("-", 1)[1]), name=bctx.placement or "hash")
     return g
 
 

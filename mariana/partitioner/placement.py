@@ -66,8 +66,9 @@ class RangeStrategy(Strategy):
 class ExplicitStrategy(Strategy):
     name = "explicit"
 
-    def __init__(self, mapping: Mapping[str, int] | Callable[[str], int]) -> None:
+    def __init__(self, mapping: Mapping[str, int] | Callable[[str], int], name: str = "explicit") -> None:
         self.mapping = mapping
+        self.name = name
 
     def assign(self, ids: list[str], num_workers: int) -> list[int]:
         if callable(self.mapping):

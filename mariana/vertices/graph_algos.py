@@ -196,7 +196,7 @@ class PageRankBlock(Vertex):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex``."""
 
     def __init__(self, id: str, sub: Subgraph, damping: float = 0.85, iterations: int = 100) -> None:
-        super().__init__(id, None)
+        super().__init__(id, np.zeros(len(sub.own)))  # 0.0 before superstep 0, as PageRankVertex
         self.sub = sub
         self.damping = damping
         self.iterations = iterations
@@ -216,6 +216,9 @@ class PageRankBlock(Vertex):
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         sub, n, s = self.sub, self.sub.n, ctx.superstep
+        if n == 0:
+            ctx.vote_to_halt()
+            return
         if s == 0:
             self.value = np.full(len(sub.own), 1.0 / n)
         else:

@@ -1,0 +1,261 @@
+"""Unit tests of the edge-list reader (mariana.jobs.edgelist)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import fsspec
+import numpy as np
+import pytest
+
+from mariana.errors import UsageError
+from mariana.jobs.edgelist import EdgeList, block_subgraphs, example_graph_url, load_edges, parse_edges
+
+pytestmark = pytest.mark.timeout(120)
+
+URL = "mem://test.e"
+
+
+def edges_of(el: EdgeList) -> list[tuple[str, str, float]]:
+    """The parsed edges as (src id, dst id, weight) in file order."""
+    return [(el.ids[s], el.ids[d], w) for s, d, w in zip(el.src.tolist(), el.dst.tolist(), el.weight.tolist())]
+
+
+def unique_memory_url(name: str = "g.e") -> str:
+    return f"memory://mariana-test-edgelist-{uuid.uuid4().hex}/{name}"
+
+
+# ----------------------------------------------------------------------------------------------
+# parse_edges
+# ----------------------------------------------------------------------------------------------
+def test_two_and_three_fields_and_default_weight():
+    el = parse_edges("a b\nb c 2.5\nc a -1\n", URL)
+    assert el.ids == ["a", "b", "c"]
+    assert edges_of(el) == [("a", "b", 1.0), ("b", "c", 2.5), ("c", "a", -1.0)]
+    assert el.n == 3
+    assert el.src.dtype == np.int64 and el.dst.dtype == np.int64 and el.weight.dtype == np.float64
+    assert el.lineno.tolist() == [1, 2, 3]
+    assert el.url == URL
+
+
+def test_full_line_and_trailing_comments_and_blank_lines():
+    text = (
+        "# header comment\n"
+        "\n"
+        "   # indented comment\n"
+        "a b 3   # trailing comment with 4 5 6 fields\n"
+        "   \t  \n"
+        "b c#comment right after a token\n"
+        "#c d\n"
+        "c d 7#x\n"
+        "\n"
+    )
+    el = parse_edges(text, URL)
+    assert edges_of(el) == [("a", "b", 3.0), ("b", "c", 1.0), ("c", "d", 7.0)]
+    assert el.lineno.tolist() == [4, 6, 8]  # line numbers count comments and blank lines
+    assert el.ids == ["a", "b", "c", "d"]
+
+
+def test_tabs_mixed_whitespace_and_crlf():
+    el = parse_edges("a\tb\t2\r\n  b   \t c  \r\nc\ta\t 0.5\t\r\n", URL)
+    assert edges_of(el) == [("a", "b", 2.0), ("b", "c", 1.0), ("c", "a", 0.5)]
+    assert el.lineno.tolist() == [1, 2, 3]
+
+
+def test_ids_sorted_in_string_order_and_dst_only_vertices_exist():
+    el = parse_edges("10 9\n9 2\n2 100\nv17 v2\n", URL)
+    assert el.ids == sorted(["10", "9", "2", "100", "v17", "v2"])
+    assert el.ids == ["10", "100", "2", "9", "v17", "v2"]  # string order, not numeric
+    assert "100" in el.ids and "v2" in el.ids  # only ever destinations
+    assert edges_of(el) == [("10", "9", 1.0), ("9", "2", 1.0), ("2", "100", 1.0), ("v17", "v2", 1.0)]
+
+
+def test_ids_are_strings_not_numbers():
+    el = parse_edges("1 01\n1.0 1\n", URL)
+    assert el.ids == ["01", "1", "1.0"]  # three distinct vertices
+    assert all(isinstance(v, str) for v in el.ids)
+
+
+def test_self_loops_and_parallel_edges_are_kept():
+    el = parse_edges("a a\na b\na b 2\n", URL)
+    assert edges_of(el) == [("a", "a", 1.0), ("a", "b", 1.0), ("a", "b", 2.0)]
+
+
+def test_empty_and_comment_only_text():
+    for text in ("", "\n\n", "# only a comment\n   \n"):
+        el = parse_edges(text, URL)
+        assert el.ids == [] and el.n == 0
+        assert el.src.shape == el.dst.shape == el.weight.shape == el.lineno.shape == (0,)
+
+
+@pytest.mark.parametrize("weight", ["abc", "1.2.3", "1,5", "0x10", "--1", "1e"])
+def test_bad_weight(weight):
+    with pytest.raises(UsageError) as info:
+        parse_edges(f"# c\na b 1\nb c {weight}\n", URL)
+    msg = str(info.value)
+    assert f"{URL}:3" in msg
+    assert weight in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("weight", ["nan", "NaN", "inf", "-inf", "Infinity", "1e400"])
+def test_non_finite_weight(weight):
+    with pytest.raises(UsageError) as info:
+        parse_edges(f"a b\n\nb c {weight}\n", URL)
+    msg = str(info.value)
+    assert f"{URL}:3" in msg
+    assert "finite" in msg
+
+
+def test_too_many_fields():
+    with pytest.raises(UsageError) as info:
+        parse_edges("a b\nb c 1 2\n", URL)
+    msg = str(info.value)
+    assert f"{URL}:2" in msg
+    assert "4 fields" in msg
+
+
+def test_too_many_fields_ignores_comment():
+    with pytest.raises(UsageError) as info:
+        parse_edges("a b c d e # a b\n", URL)
+    assert f"{URL}:1" in str(info.value) and "5 fields" in str(info.value)
+
+
+def test_one_field():
+    with pytest.raises(UsageError) as info:
+        parse_edges("a b\n\n\nlonely   # x y\n", URL)
+    msg = str(info.value)
+    assert f"{URL}:4" in msg
+    assert "one field" in msg
+    assert "lonely" in msg
+
+
+def test_first_bad_line_is_reported():
+    with pytest.raises(UsageError) as info:
+        parse_edges("a\nb c d e\n", URL)
+    assert f"{URL}:1:" in str(info.value)
+
+
+def test_random_round_trip():
+    rnd = random.Random(1234)
+    ids = [f"v{i}" for i in range(30)] + [str(i) for i in range(30)]
+    expected = []
+    lines = []
+    for _ in range(300):
+        s, d = rnd.choice(ids), rnd.choice(ids)
+        if rnd.random() < 0.5:
+            w = round(rnd.uniform(0, 10), 3)
+            sep = rnd.choice([" ", "\t", "  "])
+            lines.append(f"{s}{sep}{d} {w!r}")
+            expected.append((s, d, w))
+        else:
+            lines.append(f"{s}\t{d}")
+            expected.append((s, d, 1.0))
+        if rnd.random() < 0.1:
+            lines.append(rnd.choice(["", "# comment", "   "]))
+    el = parse_edges("\n".join(lines) + "\n", URL)
+    assert edges_of(el) == expected
+    assert el.ids == sorted({v for e in expected for v in e[:2]})
+
+
+def test_where_and_undirected():
+    el = parse_edges("# c\na b 2\nb b 3\nc a\n", URL)
+    assert el.where(0) == f"{URL}:2"
+    assert el.where(2) == f"{URL}:4"
+    u = el.undirected()
+    got = sorted(edges_of(u))
+    # every edge both ways, the self-loop once
+    assert got == sorted([("a", "b", 2.0), ("b", "a", 2.0), ("b", "b", 3.0), ("c", "a", 1.0), ("a", "c", 1.0)])
+    assert u.ids == el.ids
+
+
+def test_adjacency_in_file_order():
+    el = parse_edges("b a 2\na c\na b 3\na c 4\n", URL)
+    adj = el.adjacency()
+    assert adj[el.ids.index("a")] == [("c", 1.0), ("b", 3.0), ("c", 4.0)]
+    assert adj[el.ids.index("b")] == [("a", 2.0)]
+    assert adj[el.ids.index("c")] == []
+
+
+@pytest.mark.parametrize("placement", ["hash", "range"])
+@pytest.mark.parametrize("workers", [1, 2, 3, 7])
+def test_block_subgraphs_partition_the_graph(placement, workers):
+    rnd = random.Random(workers)
+    ids = [f"v{i}" for i in range(20)] + [str(i) for i in range(12)]
+    text = "\n".join(f"{rnd.choice(ids)} {rnd.choice(ids)} {rnd.randint(0, 9)}" for _ in range(80))
+    el = parse_edges(text, URL)
+    subs = block_subgraphs(el, workers, placement, "x-")
+    assert len(subs) == workers
+    owned = np.concatenate([s.own for s in subs])
+    assert sorted(owned.tolist()) == list(range(el.n))  # every vertex in exactly one block
+    got = []
+    for s in subs:
+        assert s.blocks == [f"x-{b:04d}" for b in range(workers)]
+        assert s.ids == [el.ids[i] for i in s.own.tolist()]
+        for row, g in enumerate(s.own.tolist()):
+            for e in range(s.indptr[row], s.indptr[row + 1]):
+                got.append((g, int(s.dst[e]), float(s.weight[e])))
+    want = list(zip(el.src.tolist(), el.dst.tolist(), el.weight.tolist()))
+    assert sorted(got) == sorted(want)
+
+
+# ----------------------------------------------------------------------------------------------
+# load_edges
+# ----------------------------------------------------------------------------------------------
+def test_load_edges_from_memory_url():
+    url = unique_memory_url()
+    fs = fsspec.filesystem("memory")
+    fs.pipe(url, b"# g\n1 2 0.5\n2 10\n")
+    try:
+        el = load_edges(url)
+        assert el.url == url
+        assert el.ids == ["1", "10", "2"]
+        assert edges_of(el) == [("1", "2", 0.5), ("2", "10", 1.0)]
+    finally:
+        fs.rm(url)
+
+
+def test_load_edges_error_names_memory_url_and_line():
+    url = unique_memory_url()
+    fs = fsspec.filesystem("memory")
+    fs.pipe(url, b"a b\na b c\n")
+    try:
+        with pytest.raises(UsageError) as info:
+            load_edges(url)
+        assert f"{url}:2" in str(info.value)
+    finally:
+        fs.rm(url)
+
+
+def test_load_edges_local_path(tmp_path):
+    p = tmp_path / "g.e"
+    p.write_text("x y 3\n")
+    el = load_edges(str(p))
+    assert edges_of(el) == [("x", "y", 3.0)]
+
+
+def test_load_edges_missing_file(tmp_path):
+    for url in (str(tmp_path / "nope.e"), unique_memory_url("missing.e")):
+        with pytest.raises(UsageError) as info:
+            load_edges(url)
+        assert url in str(info.value)
+
+
+def test_load_edges_directory_non_utf8_and_unknown_protocol(tmp_path):
+    with pytest.raises(UsageError):
+        load_edges(str(tmp_path))
+    bad = tmp_path / "bad.e"
+    bad.write_bytes(b"\xff\xfe a b\n")
+    with pytest.raises(UsageError):
+        load_edges(str(bad))
+    with pytest.raises(UsageError):
+        load_edges("nosuchprotocol-xyz://g.e")
+
+
+def test_load_edges_default_is_the_shipped_example():
+    el = load_edges(None)
+    assert el.url == example_graph_url()
+    assert el.n > 0
+    assert el.ids == sorted(el.ids)
+    assert "amsterdam" in el.ids  # sssp's default source

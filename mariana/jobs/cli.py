@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--master", required=True, metavar="tcp://HOST:PORT")
     w.add_argument("--host", default="127.0.0.1", help="address to bind this worker's data socket on")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
+    w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
 
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
@@ -68,6 +69,8 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S", help="cluster heartbeat period")
     p.add_argument("--worker-timeout", type=float, default=10.0, metavar="S",
                    help="a worker silent this long fails the job (cluster)")
+    p.add_argument("--max-message-mb", type=int, default=1024, metavar="MB",
+                   help="largest frame a socket accepts (ZMQ MAXMSGSIZE); arrays travel in 4 MB frames")
     p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
 
 
@@ -81,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "worker":
             from ..engine.worker import Worker
 
-            return Worker(args.master, args.host, args.connect_timeout).run()
+            return Worker(args.master, args.host, args.connect_timeout, args.max_message_mb << 20).run()
         return cmd_run(args)
     except VertexError as exc:
         print(f"mariana: error: {exc}", file=sys.stderr)
@@ -218,7 +221,8 @@ def _run_cluster(args: argparse.Namespace, job: Any, config: dict[str, Any], gra
     from ..engine.transport import is_loopback, parse_endpoint
 
     options = dict(workers=args.workers, placement=args.placement, max_supersteps=args.max_supersteps,
-                   on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout)
+                   on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
+                   max_message_bytes=args.max_message_mb << 20)
     if args.command == "run":
         return run_cluster(args.job, config, graph, **options)
     host, _ = parse_endpoint(args.bind)

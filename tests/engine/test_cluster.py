@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -306,3 +307,64 @@ def test_fuzzed_traffic_is_dropped_counted_and_harmless():
     dropped = state["master"].dropped
     assert sum(dropped.values()) == 2000, dropped
     assert {"header", "frame_count", "version", "dtype", "sender"} <= set(dropped)
+
+
+# -- two hosts in network namespaces joined by a veth pair ---------------------------------------
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
+
+
+@pytest.fixture
+def two_namespaces():
+    """Namespaces A (10.231.N.1) and B (10.231.N.2) joined by a veth pair; removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    tag = f"mt{os.getpid() % 100000}"
+    a, b, subnet = f"{tag}a", f"{tag}b", f"10.231.{os.getpid() % 250}"
+    probe = _ip("netns", "add", a) if shutil.which("ip") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip(f"`ip netns` does not work here: {probe.stderr.strip() if probe else 'no ip command'}")
+    try:
+        steps = [("netns", "add", b), ("link", "add", f"{tag}va", "type", "veth", "peer", "name", f"{tag}vb"),
+                 ("link", "set", f"{tag}va", "netns", a), ("link", "set", f"{tag}vb", "netns", b),
+                 ("-n", a, "addr", "add", f"{subnet}.1/24", "dev", f"{tag}va"),
+                 ("-n", b, "addr", "add", f"{subnet}.2/24", "dev", f"{tag}vb"),
+                 ("-n", a, "link", "set", f"{tag}va", "up"), ("-n", b, "link", "set", f"{tag}vb", "up"),
+                 ("-n", a, "link", "set", "lo", "up"), ("-n", b, "link", "set", "lo", "up")]
+        for step in steps:
+            r = _ip(*step)
+            if r.returncode != 0:
+                pytest.skip(f"cannot set up the veth pair (ip {' '.join(step)}): {r.stderr.strip()}")
+        yield a, b, f"{subnet}.1", f"{subnet}.2"
+    finally:
+        _ip("netns", "del", a)
+        _ip("netns", "del", b)
+
+
+def test_two_hosts_in_network_namespaces(two_namespaces, tmp_path):
+    a, b, addr_a, addr_b = two_namespaces
+    out = tmp_path / "pr.tsv"
+    py = [sys.executable, "-m", "mariana"]
+    master = subprocess.Popen(
+        ["ip", "netns", "exec", a, *py, "master", "pagerank", "--bind", f"tcp://{addr_a}:0", "--workers", "2",
+         "--set", f"graph={GRAPH}", "--set", f"output={out}", "--run-dir", str(tmp_path / "run")],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    workers = []
+    try:
+        wait_for(lambda: master.stderr.readline(), 30, "the master's endpoint")
+        endpoint = master.stderr.readline().split()[-1]
+        assert endpoint.startswith(f"tcp://{addr_a}:")
+        for ns, host in ((a, addr_a), (b, addr_b)):
+            workers.append(subprocess.Popen(["ip", "netns", "exec", ns, *py, "worker", "--master", endpoint,
+                                             "--host", host]))
+        assert master.wait(timeout=60) == 0
+        assert [w.wait(timeout=30) for w in workers] == [0, 0]
+    finally:
+        for p in [master, *workers]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    local = tmp_path / "local.tsv"
+    assert main(["run", "pagerank", "--set", f"graph={GRAPH}", "--set", f"output={local}",
+                 "--run-dir", str(tmp_path / "l")]) == 0
+    assert out.read_bytes() == local.read_bytes()

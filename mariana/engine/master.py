@@ -132,6 +132,7 @@ class Master:
                     self.dropped[kind] = self.dropped.get(kind, 0) + n
             for w in self.by_index:
                 self._send(w, {"kind": Kind.BYE})
+                log.info("%s left: job finished", w.describe())
             self.phase = "done"
             log.info("job %s ended after %d supersteps: %s", self.job_name, coord.superstep, coord.halt_reason)
             return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, metrics,

@@ -31,7 +31,7 @@ from .vertex import Message
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Worker", "DropCounter", "EXIT_MASTER_LOST"]
+__all__ = ["Worker", "DropCounter", "check_batch", "EXIT_MASTER_LOST"]
 
 EXIT_MASTER_LOST = 3
 
@@ -234,26 +234,13 @@ class Worker:
             except ProtocolError as exc:
                 self.drops.drop(exc.kind, exc.detail)
                 continue
-            peer = self.peer_ids.get(identity)
-            if peer is None:
-                self.drops.drop("sender", f"batch from unknown identity {identity[:40]!r}")
-            elif header.get("kind") != Kind.BATCH:
-                self.drops.drop("kind", f"kind {header.get('kind')} on the data plane")
-            elif header.get("job") != self.job_id:
-                self.drops.drop("job", f"batch for job {header.get('job')!r}")
-            elif header.get("src") != peer:
-                self.drops.drop("sender", f"batch claims src {header.get('src')!r} from peer {peer}")
-            elif header.get("ss") not in (self.current, self.current + 1):
-                self.drops.drop("superstep", f"batch for superstep {header.get('ss')!r} while at {self.current}")
-            elif peer in self._inbound.get(header["ss"], {}):
-                self.drops.drop("duplicate", f"second batch from peer {peer} for superstep {header['ss']}")
-            else:
-                msgs = _messages(header.get("msgs"))
-                if msgs is None:
-                    self.drops.drop("batch", f"malformed message list from peer {peer}")
-                else:
-                    self._inbound.setdefault(header["ss"], {})[peer] = msgs
-                    self._bytes_in += size
+            try:
+                msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound)
+            except ProtocolError as exc:
+                self.drops.drop(exc.kind, f"{exc.detail} (from {identity[:40]!r})")
+                continue
+            self._inbound.setdefault(header["ss"], {})[header["src"]] = msgs
+            self._bytes_in += size
 
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:
@@ -277,6 +264,32 @@ class Worker:
             hb.close(linger=0)
 
 
+def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: int,
+                inbound: dict[int, dict[int, Any]]) -> list[Message]:
+    """The messages of a valid data-plane batch; ``ProtocolError(kind, detail)`` otherwise.
+
+    ``peer`` is the index the sending socket's identity maps to (None: unknown identity);
+    ``current`` the last superstep this worker began; batches for it and the next are valid.
+    """
+    if peer is None:
+        raise ProtocolError("sender", "batch from an unknown identity")
+    if header.get("kind") != Kind.BATCH:
+        raise ProtocolError("kind", f"kind {header.get('kind')!r} on the data plane")
+    if header.get("job") != job_id:
+        raise ProtocolError("job", f"batch for job {header.get('job')!r}")
+    if header.get("src") != peer:
+        raise ProtocolError("sender", f"batch claims src {header.get('src')!r} from peer {peer}")
+    ss = header.get("ss")
+    if not isinstance(ss, int) or isinstance(ss, bool) or ss not in (current, current + 1):
+        raise ProtocolError("superstep", f"batch for superstep {ss!r} while at {current}")
+    if peer in inbound.get(ss, {}):
+        raise ProtocolError("duplicate", f"second batch from peer {peer} for superstep {ss}")
+    msgs = _messages(header.get("msgs"))
+    if msgs is None:
+        raise ProtocolError("batch", f"malformed message list from peer {peer}")
+    return msgs
+
+
 def _messages(raw: Any) -> list[Message] | None:
     """Wire ``[[src, dst, tag, payload], ...]`` -> ``Message`` tuples, or None if malformed."""
     if not isinstance(raw, list):
@@ -288,5 +301,3 @@ def _messages(raw: Any) -> list[Message] | None:
             return None
         out.append(Message(m[0], m[1], m[2], m[3]))
     return out
-
-

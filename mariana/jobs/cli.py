@@ -77,7 +77,8 @@ def _job_args(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), stream=sys.stderr,
+        base = logging.INFO if args.command in ("master", "worker") else logging.WARNING  # joins and leaves
+        logging.basicConfig(level=base - 10 * min(args.verbose, 2), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         if args.command == "jobs":
             return cmd_jobs(args)

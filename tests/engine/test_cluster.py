@@ -55,6 +55,14 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def worker_hint(master: subprocess.Popen) -> str:
+    """The endpoint from the line the master prints for other hosts: `mariana worker --master URL`."""
+    for line in master.stderr:  # ends if the master exits
+        if line.strip().startswith("mariana worker --master"):
+            return line.split()[-1]
+    raise AssertionError(f"the master exited ({master.wait()}) without printing the worker command")
+
+
 def env_with_tests() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
@@ -96,11 +104,8 @@ def test_two_hosts_on_loopback(tmp_path):
         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     workers = []
     try:
-        line = wait_for(lambda: master.stderr.readline(), 30, "the master's endpoint")
-        assert "127.0.0.2" in line
-        hint = master.stderr.readline().strip()
-        assert hint.startswith("mariana worker --master tcp://127.0.0.2:")
-        endpoint = hint.split()[-1]
+        endpoint = worker_hint(master)
+        assert endpoint.startswith("tcp://127.0.0.2:")
         for host in ("127.0.0.3", "127.0.0.4"):
             workers.append(subprocess.Popen([sys.executable, "-m", "mariana", "worker", "--master", endpoint,
                                              "--host", host]))
@@ -351,8 +356,7 @@ def test_two_hosts_in_network_namespaces(two_namespaces, tmp_path):
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     workers = []
     try:
-        wait_for(lambda: master.stderr.readline(), 30, "the master's endpoint")
-        endpoint = master.stderr.readline().split()[-1]
+        endpoint = worker_hint(master)
         assert endpoint.startswith(f"tcp://{addr_a}:")
         for ns, host in ((a, addr_a), (b, addr_b)):
             workers.append(subprocess.Popen(["ip", "netns", "exec", ns, *py, "worker", "--master", endpoint,

@@ -79,6 +79,11 @@ def _mean_result(acc: list) -> Any:
     return acc[0] / acc[1] if acc[1] else None
 
 
+def _wmean_add(acc: list, value: Any) -> list:
+    total, weight = value
+    return [acc[0] + total, acc[1] + weight]
+
+
 AGGREGATORS: dict[str, Aggregator] = {
     "sum": Aggregator("sum", lambda: 0, lambda a, v: a + v, lambda a, b: a + b),
     "min": Aggregator("min", lambda: None, _none_min, _none_min),
@@ -86,6 +91,8 @@ AGGREGATORS: dict[str, Aggregator] = {
     "count": Aggregator("count", lambda: 0, lambda a, v: a + 1, lambda a, b: a + b),
     "mean": Aggregator("mean", lambda: [0, 0], _mean_add, lambda a, b: [a[0] + b[0], a[1] + b[1]], _mean_result),
     "fsum": Aggregator("fsum", list, _fsum_add, lambda a, b: a + b, _fsum_result),
+    # weighted mean: aggregate (sum of values, weight) pairs, e.g. (loss * batch, batch)
+    "wmean": Aggregator("wmean", lambda: [0, 0], _wmean_add, lambda a, b: [a[0] + b[0], a[1] + b[1]], _mean_result),
 }
 
 

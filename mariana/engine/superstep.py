@@ -15,6 +15,7 @@ per worker process and moves ``Begin``/``Done`` and the batches over ZeroMQ.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -113,6 +114,10 @@ class Partition:
     # -- the superstep ------------------------------------------------------------------------
     def compute(self, begin: Begin) -> tuple[list[list[Message]], Done]:
         """Run one superstep; return one (combined) batch per worker and the barrier report."""
+        with gc_paused():
+            return self._compute(begin)
+
+    def _compute(self, begin: Begin) -> tuple[list[list[Message]], Done]:
         s = begin.superstep
         ctx = self.ctx
         ctx.superstep = s
@@ -173,6 +178,10 @@ class Partition:
 
     def deliver(self, batches: list[list[Message]]) -> None:
         """Build the next inbox from one batch per source worker (in worker order)."""
+        with gc_paused():
+            self._deliver(batches)
+
+    def _deliver(self, batches: list[list[Message]]) -> None:
         inbox: dict[str, list[Message]] = {}
         sources = 0
         for batch in batches:
@@ -257,6 +266,24 @@ class Coordinator:
         record["workers"] = [{"worker": d.worker, "computed": d.computed, "messages_out": d.sent,
                               "active": d.active, "compute_s": round(d.compute_s, 6)} for d in dones]
         return record
+
+
+class gc_paused:
+    """Pause the cyclic garbage collector for one phase of a superstep.
+
+    A superstep allocates millions of short-lived message tuples that are never part of a
+    cycle; generation-0 collections over them cost 35-45% of a vertex-mode PageRank run
+    (bench/graph_local.py). Reference counting still frees everything at once; the collector
+    resumes after the phase.
+    """
+
+    def __enter__(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.was_enabled:
+            gc.enable()
 
 
 def jsonable(value: Any, max_items: int = 64) -> Any:

@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="mariana", description="Mariana-BSP: a Bulk Synchronous Parallel vertex/message engine")
     p.add_argument("--version", action="version", version=f"mariana-bsp {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     r = sub.add_parser("run", help="run a job")
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--host", default="127.0.0.1", help="address to bind this worker's data socket on")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
+
+    pa = sub.add_parser("params", help="read the model parameters of a run")
+    psub = pa.add_subparsers(dest="params_command", required=True, parser_class=_Parser)
+    pe = psub.add_parser("export", help="write RUN/params as one .npz of named arrays (0.W, 0.b, ...)")
+    pe.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")
+    pe.add_argument("--to", required=True, metavar="FILE.npz")
 
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
@@ -77,11 +84,14 @@ def _job_args(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        base = logging.INFO if args.command in ("master", "worker") else logging.WARNING  # joins and leaves
+        chatty = args.command in ("master", "worker") and not args.quiet  # joins and leaves
+        base = logging.INFO if chatty else logging.WARNING
         logging.basicConfig(level=base - 10 * min(args.verbose, 2), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         if args.command == "jobs":
             return cmd_jobs(args)
+        if args.command == "params":
+            return cmd_params(args)
         if args.command == "worker":
             from ..engine.worker import Worker
 
@@ -113,6 +123,24 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         for k in j.keys:
             choices = f" (one of: {', '.join(map(str, k.choices))})" if k.choices else ""
             print(f"    {k.name} = {json.dumps(k.default)}  [{k.type}]  {k.help}{choices}")
+    return 0
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    import io
+
+    import numpy as np
+
+    from ..storage import load_params, write_bytes
+
+    try:
+        named = load_params(RunDir(args.run))
+    except MarianaError as exc:
+        raise UsageError(str(exc)) from None
+    buf = io.BytesIO()
+    np.savez(buf, **dict(named))
+    write_bytes(args.to, buf.getvalue())
+    print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) to {args.to}")
     return 0
 
 
@@ -197,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             result = _run_cluster(args, job, config, graph, record)
         progress.close()
-        text, summary = job.finish(result, config) if job.finish else ("", {})
+        text, summary = job.finish(result, config, run_dir) if job.finish else ("", {})
     except MarianaError as exc:
         progress.close()
         info.update(status="failed", error=str(exc))

@@ -15,18 +15,18 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     check_range(config, "damping", 0.0, 1.0)
     check_range(config, "iterations", 0)
     check_range(config, "tol", 0.0)
-    d, it = config["damping"], config["iterations"]
+    d, it, l1 = config["damping"], config["iterations"], config["tol"] > 0
     edges = load_edges(config["graph"])
     g = build_graph("pagerank", edges, bctx, config["mode"],
-                    lambda vid, adj: PageRankVertex(vid, adj, d, it),
-                    lambda bid, sub: PageRankBlock(bid, sub, d, it))
+                    lambda vid, adj: PageRankVertex(vid, adj, d, it, l1),
+                    lambda bid, sub: PageRankBlock(bid, sub, d, it, l1))
     g.add_aggregator("dangling", "fsum")
     g.add_aggregator("l1", "fsum")
     g.master_compute = pagerank_master(config["tol"])
     return g
 
 
-def finish(result: RunResult, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     rows = collect(result)
     write_output(config["output"], rows, fmt_float)
     top = sorted(rows, key=lambda r: (-r[1], r[0]))[: config["top"]]

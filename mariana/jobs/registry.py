@@ -19,6 +19,7 @@ from ..errors import UsageError
 __all__ = ["Key", "Job", "BuildContext", "BUILTIN_JOBS", "get_job", "resolve_config", "parse_set"]
 
 BUILTIN_JOBS: dict[str, str] = {
+    "dnn-dp": "mariana.jobs.dnn_data_parallel:JOB",
     "pagerank": "mariana.jobs.pagerank:JOB",
     "sssp": "mariana.jobs.sssp:JOB",
     "wcc": "mariana.jobs.wcc:JOB",
@@ -62,13 +63,14 @@ class BuildContext:
 
 @dataclass
 class Job:
-    """``build(config, ctx) -> Graph``; ``finish(result, config) -> (text, summary)`` writes outputs."""
+    """``build(config, ctx) -> Graph``; ``finish(result, config, run_dir) -> (text, summary)`` writes
+    the job's outputs (files, the run directory's ``params/``) and returns what to print."""
 
     name: str
     description: str
     keys: tuple[Key, ...]
     build: Callable[[dict[str, Any], BuildContext], Graph]
-    finish: Callable[[RunResult, dict[str, Any]], tuple[str, dict[str, Any]]] | None = None
+    finish: Callable[[RunResult, dict[str, Any], Any], tuple[str, dict[str, Any]]] | None = None
     progress_metric: str | None = None
     key_index: dict[str, Key] = field(init=False, repr=False)
 

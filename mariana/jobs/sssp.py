@@ -50,7 +50,7 @@ def _bisect(ids: list[str], v: str) -> int:
     raise ValueError(v)
 
 
-def finish(result: RunResult, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     rows = collect(result)
     write_output(config["output"], rows, fmt_float)
     reached = sorted((r for r in rows if r[1] != float("inf")), key=lambda r: (r[1], r[0]))

@@ -20,7 +20,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     return g
 
 
-def finish(result: RunResult, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     rows = collect(result)
     if rows and not isinstance(rows[0][1], str):  # block mode labels are global indices
         ids = [vid for vid, _ in rows]

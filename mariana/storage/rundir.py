@@ -31,7 +31,7 @@ from ..errors import StorageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunDir", "read_text", "write_text", "default_run_url"]
+__all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_bytes", "default_run_url"]
 
 
 def _fs(url: str) -> tuple[Any, str]:
@@ -85,19 +85,8 @@ class RunDir:
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a whole file so that readers see the old or the new content, never a mix."""
-        path = self.path(rel)
-        parent = posixpath.dirname(path)
         try:
-            self.fs.makedirs(parent, exist_ok=True)
-            if isinstance(self.fs, LocalFileSystem):
-                tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            else:
-                self.fs.pipe_file(path, data)
+            _write_whole(self.fs, self.path(rel), data, fsync=True)
         except OSError as exc:
             raise StorageError(f"cannot write {self.url}/{rel}: {exc}") from exc
 
@@ -140,17 +129,47 @@ class RunDir:
 
 def write_text(url: str, text: str) -> None:
     """Write a whole text file at a path or fsspec URL (temp file + rename on a local disk)."""
+    write_bytes(url, text.encode("utf-8"))
+
+
+def write_bytes(url: str, data: bytes) -> None:
+    """Write a whole file at a path or fsspec URL (temp file + rename on a local disk)."""
     fs, path = _fs(url)
-    parent = posixpath.dirname(path)
     try:
-        if parent:
-            fs.makedirs(parent, exist_ok=True)
-        if isinstance(fs, LocalFileSystem):
-            tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        else:
-            fs.pipe_file(path, text.encode())
+        _write_whole(fs, path, data, fsync=False)
     except OSError as exc:
         raise StorageError(f"cannot write {url}: {exc}") from exc
+
+
+def _write_whole(fs: Any, path: str, data: bytes, fsync: bool) -> None:
+    """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one PUT."""
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    if not isinstance(fs, LocalFileSystem):
+        fs.pipe_file(path, data)
+        return
+    tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_bytes(url: str) -> bytes:
+    """The whole content of a file at a path or fsspec URL."""
+    fs, path = _fs(url)
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        raise StorageError(f"{url}: no such file") from None
+    except IsADirectoryError:
+        raise StorageError(f"{url}: is a directory, not a file") from None
+    except OSError as exc:
+        raise StorageError(f"{url}: cannot read: {exc}") from exc

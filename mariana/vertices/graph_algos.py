@@ -6,7 +6,8 @@ Each algorithm comes in two forms that give bit-identical results:
   vertex per graph vertex, the clearest statement of the algorithm;
 - a block vertex (``PageRankBlock``, ``SSSPBlock``, ``WCCBlock``): one engine vertex per
   partition holding its graph vertices as numpy arrays (the block-centric extension of Pregel),
-  which exchanges one array message per neighbouring block and is 50-100x faster in Python.
+  which exchanges one array message per neighbouring block and is ~250x faster in Python
+  (bench/graph_local.py).
 
 Determinism: PageRank sums incoming contributions in ascending source order in both forms
 (the block form sorts once, then reuses the permutation) and reduces the dangling mass and the
@@ -40,15 +41,18 @@ class PageRankVertex(Vertex):
     """PageRank as in networkx / LDBC Graphalytics: start at 1/N, spread dangling rank uniformly.
 
     Edge values are ignored; parallel edges each carry a share. Needs aggregators ``dangling``
-    and ``l1`` (both ``fsum``) and ``pagerank_master`` for the ``tol`` stop.
+    and ``l1`` (both ``fsum``) and ``pagerank_master`` for the ``tol`` stop; ``track_l1=False``
+    (used when ``tol=0``, which never stops early) skips the exact L1 reduction.
     """
 
-    __slots__ = ("damping", "iterations")
+    __slots__ = ("damping", "iterations", "track_l1")
 
-    def __init__(self, id: str, edges: list[tuple[str, Any]], damping: float = 0.85, iterations: int = 100) -> None:
+    def __init__(self, id: str, edges: list[tuple[str, Any]], damping: float = 0.85, iterations: int = 100,
+                 track_l1: bool = True) -> None:
         super().__init__(id, 0.0, edges)
         self.damping = damping
         self.iterations = iterations
+        self.track_l1 = track_l1
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         n = ctx.num_vertices
@@ -61,7 +65,8 @@ class PageRankVertex(Vertex):
             dangling = ctx.aggregated("dangling", 0.0)
             d = self.damping
             new = (1.0 - d) / n + d * (incoming + dangling / n)
-            ctx.aggregate("l1", abs(new - self.value))
+            if self.track_l1:
+                ctx.aggregate("l1", abs(new - self.value))
             self.value = new
         if ctx.superstep >= self.iterations:
             ctx.vote_to_halt()
@@ -195,8 +200,10 @@ def _send_min(ctx: Context, sub: Subgraph, dst: np.ndarray, val: np.ndarray, key
 class PageRankBlock(Vertex):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex``."""
 
-    def __init__(self, id: str, sub: Subgraph, damping: float = 0.85, iterations: int = 100) -> None:
+    def __init__(self, id: str, sub: Subgraph, damping: float = 0.85, iterations: int = 100,
+                 track_l1: bool = True) -> None:
         super().__init__(id, np.zeros(len(sub.own)))  # 0.0 before superstep 0, as PageRankVertex
+        self.track_l1 = track_l1
         self.sub = sub
         self.damping = damping
         self.iterations = iterations
@@ -207,8 +214,10 @@ class PageRankBlock(Vertex):
         self.routes = []
         for b in np.unique(blk):
             sel = np.flatnonzero(blk == b)
+            src = sub.own[src_local[sel]]
+            sel = sel[np.lexsort((src, sub.dst[sel]))]  # in the receiver's summation order already
             self.routes.append((sub.blocks[b], src_local[sel], sub.dst[sel], sub.own[src_local[sel]]))
-        self.perm: np.ndarray | None = None
+        self.perm: np.ndarray | None = None  # None after setup: contributions arrive in order
         self.dpos: np.ndarray | None = None
 
     def size_hint(self) -> int:
@@ -222,17 +231,22 @@ class PageRankBlock(Vertex):
         if s == 0:
             self.value = np.full(len(sub.own), 1.0 / n)
         else:
-            if self.perm is None:  # first contributions carry the structure: fix the sum order once
+            if self.dpos is None:  # first contributions carry the structure: fix the sum order once
                 dst = _concat(messages, "dst", np.int64)
                 src = _concat(messages, "src", np.int64)
-                self.perm = np.lexsort((src, dst))
-                self.dpos = sub.local(dst[self.perm])
-            vals = _concat(messages, "val", np.float64)[self.perm]
+                perm = np.lexsort((src, dst))
+                self.dpos = sub.local(dst[perm])
+                # one source block (or sorted runs that happen to merge in place): no gather needed
+                self.perm = None if np.array_equal(perm, np.arange(perm.size)) else perm
+            vals = _concat(messages, "val", np.float64)
+            if self.perm is not None:
+                vals = vals[self.perm]
             incoming = np.bincount(self.dpos, weights=vals, minlength=len(sub.own))
             dangling = ctx.aggregated("dangling", 0.0)
             d = self.damping
             new = (1.0 - d) / n + d * (incoming + dangling / n)
-            ctx.aggregate("l1", np.abs(new - self.value))
+            if self.track_l1:
+                ctx.aggregate("l1", np.abs(new - self.value))
             self.value = new
         if s >= self.iterations:
             ctx.vote_to_halt()

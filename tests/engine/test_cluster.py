@@ -168,9 +168,10 @@ def test_a_worker_that_stops_answering_is_detected_by_heartbeat():
             os.kill(procs[0].pid, signal.SIGSTOP)
 
     t0 = time.monotonic()
-    with pytest.raises(WorkerLost, match=r"worker 0 \(host .*\) stopped answering at superstep 4"):
+    with pytest.raises(WorkerLost) as info:
         run_job("contract_jobs:forever", **_forever_job(on_superstep=stop_at_3, worker_timeout=1.5,
                                                           heartbeat_interval=0.2, on_start=lambda m, p: procs.extend(p)))
+    assert f"pid {procs[0].pid}) stopped answering at superstep 4" in str(info.value)
     assert 1.5 < time.monotonic() - t0 < 30
     assert not any(alive(p.pid) for p in procs)
 

@@ -1,0 +1,135 @@
+"""``mariana run dnn-dp``: DNN data parallelism (Mariana framework 1) as a vertex graph.
+
+N replica vertices each hold the whole model and train on their slice of every global batch;
+parameter-shard vertices own slices of the flat parameter vector and apply the optimizer.
+Replica ``r``, its reader and shard ``r`` are placed on worker ``r mod workers``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine import Graph, RunResult
+from ..errors import UsageError
+from ..partitioner import GroupStrategy
+from ..storage import save_params
+from ..vertices.model import build_model
+from ..vertices.optim import OPTIMIZERS, make_optimizer
+from ..vertices.training import DataReader, ParameterShardVertex, ReplicaVertex, load_dataset, shard_ranges
+from .registry import BuildContext, Job, Key
+
+DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
+
+
+def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
+    """Everything the graph and the finisher need, validated (one UsageError per mistake)."""
+    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
+    replicas = config["replicas"] or bctx.workers
+    B = config["batch_size"]
+    if replicas < 1:
+        raise UsageError(f"config key 'replicas' must be >= 1, got {replicas}")
+    if B < 1 or B % replicas:
+        raise UsageError(f"batch_size {B} is not divisible by replicas {replicas}: each replica needs an equal share")
+    if B > len(ds.x_train):
+        raise UsageError(f"batch_size {B} is larger than the training set ({len(ds.x_train)} samples)")
+    spe = len(ds.x_train) // B
+    total = config["steps"] or config["epochs"] * spe
+    model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
+    opt = make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
+                         config["eps"], config["adagrad_block"])
+    init = np.concatenate([p.ravel() for _, p in model.named_params()]).astype(np.float32)
+    exchange = config["exchange"]
+    if exchange == "linear":
+        shards = [(f"shard-{i:03d}", lo, hi) for i, (lo, hi) in enumerate(shard_ranges(len(init), replicas))]
+    elif exchange == "ps":
+        shards = [(f"ps-{i:03d}", lo, hi) for i, (lo, hi) in enumerate(shard_ranges(len(init), config["ps_shards"]))]
+    else:
+        shards = [("shard-000", 0, len(init))]
+    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, shards=shards)
+
+
+def _group(vid: str) -> tuple[int, int]:
+    """Replica r, its reader and shard r share group r; parameter servers live with group 0."""
+    return (0, 0) if vid.startswith("ps-") else (int(vid.rsplit("-", 1)[1]), 0)
+
+
+def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
+    plan = _plan(config, bctx)
+    ds, n = plan["ds"], plan["replicas"]
+    replica_ids = [f"replica-{r:03d}" for r in range(n)]
+    g = Graph(name="dnn-dp", placement=GroupStrategy(_group, parts=1))
+    spec, seed, classes = config["model"], config["seed"], ds.classes
+    for r, rid in enumerate(replica_ids):
+        reader = f"reader-{r:03d}"
+        g.add_lazy(reader, lambda r=r, rid=rid, reader=reader: DataReader(
+            reader, rid, ds.x_train, ds.y_train, config["batch_size"], n, r, seed, plan["total"]))
+        g.add_lazy(rid, lambda r=r, rid=rid, reader=reader: ReplicaVertex(
+            rid, r, n, lambda: build_model(spec, ds.input_shape, classes, seed), reader, plan["shards"],
+            config["exchange"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
+            ds.x_test[r::n], ds.y_test[r::n], replica_ids))
+    for sid, lo, hi in plan["shards"]:
+        g.add_lazy(sid, lambda sid=sid, lo=lo, hi=hi: ParameterShardVertex(
+            sid, lo, hi, plan["init"], plan["opt"], replica_ids), size_hint=hi - lo)
+    for name in ("loss", "test_loss", "test_accuracy"):
+        g.add_aggregator(name, "wmean")
+    g.add_aggregator("epoch", "max")
+    return g
+
+
+def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The trained model as named arrays (``0.W``, ``0.b``, ...) from the shards' results."""
+    slices = sorted((v["lo"], v["p"]) for vid, v in result.values.items() if vid.startswith(("shard-", "ps-")))
+    flat = np.concatenate([np.asarray(p) for _, p in slices]) if slices else np.zeros(0, np.float32)
+    out, offset = [], 0
+    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
+    for name, p in build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).named_params():
+        out.append((name, flat[offset:offset + p.size].reshape(p.shape).copy()))
+        offset += p.size
+    return out
+
+
+def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
+    params = final_params(result, config)
+    if run_dir is not None:
+        save_params(run_dir, params, job="dnn-dp", supersteps=result.supersteps)
+    evals = [m for m in result.metrics if "test_accuracy" in m]
+    last = evals[-1] if evals else {}
+    steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith("replica-")), default=0)
+    acc, loss = last.get("test_accuracy"), last.get("test_loss")
+    text = (f"dnn-dp: {steps} steps on {sum(k.startswith('replica-') for k in result.values)} replica(s), "
+            f"exchange={config['exchange']}, optimizer={config['optimizer']}, {result.supersteps} supersteps, "
+            f"{result.wall_s:.1f}s\n")
+    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
+    return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss,
+                  "params": {name: list(p.shape) for name, p in params}}
+
+
+JOB = Job(
+    name="dnn-dp",
+    description="DNN data parallelism: replicas + parameter shards, synchronous SGD (Mariana framework 1)",
+    keys=(
+        Key("data", "digits", "str", "'digits' (bundled 8x8 handwritten digits) or an .npz with arrays x and y at any URL"),
+        Key("model", DEFAULT_MODEL, "list", "layers: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], maxpool:K, "
+                                            "flatten, dropout:P, relu|tanh|sigmoid; softmax cross-entropy is appended"),
+        Key("replicas", 0, "int", "model replicas (0: one per worker)"),
+        Key("exchange", "linear", "str", "gradient exchange topology", choices=("linear", "tree", "ps")),
+        Key("ps_shards", 1, "int", "parameter-server vertices for exchange=ps (all on worker 0)"),
+        Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
+        Key("lr", 0.05, "float", "learning rate"),
+        Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
+        Key("weight_decay", 0.0, "float", "L2 weight decay"),
+        Key("eps", 1e-8, "float", "AdaGrad epsilon"),
+        Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
+        Key("batch_size", 64, "int", "global batch size (split equally over replicas)"),
+        Key("epochs", 20, "int", "passes over the training set"),
+        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
+        Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
+        Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
+        Key("classes", 0, "int", "number of classes (0: max label + 1)"),
+    ),
+    build=build,
+    finish=finish,
+    progress_metric="loss",
+)

@@ -47,7 +47,21 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
         shards = [(f"ps-{i:03d}", lo, hi) for i, (lo, hi) in enumerate(shard_ranges(len(init), config["ps_shards"]))]
     else:
         shards = [("shard-000", 0, len(init))]
-    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, shards=shards)
+    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, shards=shards,
+                devices=_devices(config["device"], replicas))
+
+
+def _devices(kind: str, replicas: int) -> list[str]:
+    """Replica r's device: cpu, or GPU r mod (number of GPUs) with device=cuda."""
+    if kind == "cpu":
+        return ["cpu"] * replicas
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - no cupy, no driver, no device: one clear message
+        raise UsageError(f"device=cuda needs cupy and a CUDA device: {exc}") from None
+    return [f"cuda:{r % count}" for r in range(replicas)]
 
 
 def _group(vid: str) -> tuple[int, int]:
@@ -59,7 +73,8 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     plan = _plan(config, bctx)
     ds, n = plan["ds"], plan["replicas"]
     replica_ids = [f"replica-{r:03d}" for r in range(n)]
-    g = Graph(name="dnn-dp", placement=GroupStrategy(_group, parts=1))
+    devices = {f"replica-{r:03d}": d for r, d in enumerate(plan["devices"])}
+    g = Graph(name="dnn-dp", placement=GroupStrategy(_group, parts=1), devices=devices)
     spec, seed, classes = config["model"], config["seed"], ds.classes
     for r, rid in enumerate(replica_ids):
         reader = f"reader-{r:03d}"
@@ -68,7 +83,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         g.add_lazy(rid, lambda r=r, rid=rid, reader=reader: ReplicaVertex(
             rid, r, n, lambda: build_model(spec, ds.input_shape, classes, seed), reader, plan["shards"],
             config["exchange"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
-            ds.x_test[r::n], ds.y_test[r::n], replica_ids))
+            ds.x_test[r::n], ds.y_test[r::n], replica_ids, plan["devices"][r]))
     for sid, lo, hi in plan["shards"]:
         g.add_lazy(sid, lambda sid=sid, lo=lo, hi=hi: ParameterShardVertex(
             sid, lo, hi, plan["init"], plan["opt"], replica_ids), size_hint=hi - lo)
@@ -128,6 +143,8 @@ JOB = Job(
         Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
         Key("classes", 0, "int", "number of classes (0: max label + 1)"),
+        Key("device", "cpu", "str", "where replicas compute: cpu, or cuda (replica r on GPU r mod #GPUs; needs cupy)",
+            choices=("cpu", "cuda")),
     ),
     build=build,
     finish=finish,

@@ -20,6 +20,7 @@ views. Sums run in a fixed order, never by arrival: results do not depend on pla
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import logging
@@ -30,8 +31,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..engine import Context, Message, Vertex
+from ..engine.vertex import array_module
 from ..errors import StorageError, UsageError
 from ..storage import read_bytes
+from .layers import to_module
 from .optim import Optimizer, replica_stats
 
 log = logging.getLogger(__name__)
@@ -141,10 +144,20 @@ class DataReader(Vertex):
 
 
 # -- exchange layout ---------------------------------------------------------------------------------
-def shard_ranges(num_params: int, shards: int) -> list[tuple[int, int]]:
-    """``shards`` contiguous, near-equal ranges covering ``[0, num_params)``."""
-    bounds = [num_params * i // shards for i in range(shards + 1)]
+def shard_ranges(num_params: int, shards: int, align: int = 16) -> list[tuple[int, int]]:
+    """``shards`` contiguous, near-equal ranges covering ``[0, num_params)``, cut at multiples of
+    ``align`` so that per-block statistics (``adagrad_approx``) see the same blocks whatever the
+    number of shards or the exchange topology."""
+    blocks = -(-num_params // align)
+    bounds = [min(num_params, blocks * i // shards * align) for i in range(shards + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def on_device(device: str) -> Any:
+    """A context that makes ``device`` current: a no-op on the CPU, ``cupy.cuda.Device(n)`` on a GPU."""
+    if device == "cpu":
+        return contextlib.nullcontext()
+    return array_module(device).cuda.Device(int(device.partition(":")[2] or 0))
 
 
 def tree_children(rank: int, n: int) -> list[int]:
@@ -168,16 +181,18 @@ class ReplicaVertex(Vertex):
     def __init__(self, id: str, rank: int, replicas: int, make_model: Callable[[], Any], reader: str,
                  shards: list[tuple[str, int, int]], topology: str, optimizer: Optimizer, scale: float,
                  total_steps: int, steps_per_epoch: int, x_test: np.ndarray, y_test: np.ndarray,
-                 replica_ids: list[str]) -> None:
+                 replica_ids: list[str], device: str = "cpu") -> None:
         super().__init__(id, None)
+        self.device, self.xp = device, array_module(device)
         self.rank, self.replicas, self.reader, self.shards, self.topology = rank, replicas, reader, shards, topology
         self.stats_kind, self.block, self.scale = optimizer.stats, optimizer.block, scale
         self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
         self.x_test, self.y_test = x_test, y_test
-        self.model = make_model()
-        self.flat = np.zeros(self.model.num_params, dtype=np.float32)
-        self.grad = np.zeros_like(self.flat)
-        self.model.bind_flat(self.flat, self.grad)
+        with on_device(device):
+            self.model = make_model().to(self.xp)
+            self.flat = self.xp.zeros(self.model.num_params, dtype=np.float32)
+            self.grad = self.xp.zeros_like(self.flat)
+            self.model.bind_flat(self.flat, self.grad)
         self.step = 0
         self.batch: dict[str, Any] | None = None
         self.params_ready = True
@@ -187,19 +202,26 @@ class ReplicaVertex(Vertex):
         self.parent = replica_ids[tree_parent(rank)] if rank else None
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
+        with on_device(self.device):
+            self._compute(ctx, messages)
+        ctx.vote_to_halt()
+
+    def _compute(self, ctx: Context, messages: list[Message]) -> None:
+        """Messages arrive and leave as host (numpy) arrays; the model may live on a GPU."""
+        xp = self.xp
         for m in messages:
             if m.tag == "batch":
                 self.batch = m.payload
             elif m.tag == "param":
                 lo, p = m.payload["lo"], m.payload["p"]
-                self.flat[lo:lo + len(p)] = p
+                self.flat[lo:lo + len(p)] = xp.asarray(p)
                 self.pending_slices -= 1
                 if self.pending_slices == 0:
                     self.params_ready = True
                     if self.step == self.total_steps or self.step % self.steps_per_epoch == 0:
                         self.evaluate(ctx)
             elif m.tag == "tree":
-                np.add(self.grad, m.payload["g"], out=self.grad)
+                xp.add(self.grad, xp.asarray(m.payload["g"]), out=self.grad)
                 if self.stats is not None:
                     np.add(self.stats, m.payload["s"], out=self.stats)
                 self.children.remove(m.payload["rank"])
@@ -207,12 +229,11 @@ class ReplicaVertex(Vertex):
                     self.send_tree(ctx)
         if self.params_ready and self.batch is not None and self.step < self.total_steps:
             self.train_step(ctx)
-        ctx.vote_to_halt()
 
     def train_step(self, ctx: Context) -> None:
         batch, self.batch = self.batch, None
         assert batch["step"] == self.step, (batch["step"], self.step)
-        loss = self.model.loss_and_grad(batch["x"], batch["y"])
+        loss = self.model.loss_and_grad(batch["x"], self.xp.asarray(batch["y"]))
         if self.scale != 1.0:
             self.grad *= self.scale
         ctx.aggregate("loss", (loss * len(batch["y"]), len(batch["y"])))
@@ -222,13 +243,13 @@ class ReplicaVertex(Vertex):
         if self.step < self.total_steps:
             ctx.send(self.reader, self.step, tag="next")
         if self.topology == "tree":
-            self.stats = replica_stats(self.stats_kind, self.grad, self.block)
+            self.stats = replica_stats(self.stats_kind, to_module(self.grad, np), self.block)
             self.children = tree_children(self.rank, self.replicas)
             if not self.children:
                 self.send_tree(ctx)
             return
         for sid, lo, hi in self.shards:
-            g = self.grad[lo:hi]
+            g = to_module(self.grad[lo:hi], np)  # a view on the CPU, a host copy from a GPU
             payload = {"g": g}
             if self.stats_kind is not None:
                 payload["s"] = replica_stats(self.stats_kind, g, self.block)
@@ -236,7 +257,7 @@ class ReplicaVertex(Vertex):
 
     def send_tree(self, ctx: Context) -> None:
         """The whole subtree's gradient is here: pass it up, or to the shard from the root."""
-        payload = {"g": self.grad, "rank": self.rank}
+        payload = {"g": to_module(self.grad, np), "rank": self.rank}
         if self.stats is not None:
             payload["s"] = self.stats
         if self.parent is not None:
@@ -248,7 +269,7 @@ class ReplicaVertex(Vertex):
         """Test loss and accuracy of this replica's share of the test set (weighted-mean aggregates)."""
         if len(self.y_test) == 0:
             return
-        logits = np.asarray(self.model.predict(self.x_test), dtype=np.float64)
+        logits = to_module(self.model.predict(self.x_test), np).astype(np.float64)
         shifted = logits - logits.max(axis=1, keepdims=True)
         logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         n = len(self.y_test)

@@ -1,0 +1,172 @@
+"""dnn-dp: synchronous data parallelism is exact, runtimes agree bit for bit, approximate
+AdaGrad saves exchange at no accuracy cost, the main job trains, bad input is refused."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from mariana.jobs import get_job, resolve_config
+from mariana.jobs.cli import main
+from mariana.jobs.dnn_data_parallel import final_params
+from mariana.jobs.launch import run_job
+
+pytestmark = pytest.mark.timeout(180)
+
+JOB = get_job("dnn-dp")
+SMALL = ['model=["dense:32:relu", "dense:10"]', "steps=6", "batch_size=64"]
+
+
+def train(sets, workers=1, runtime="local", **kw):
+    config = resolve_config(JOB, None, sets)
+    result = run_job(JOB, config, workers=workers, runtime=runtime, **kw)
+    return dict(final_params(result, config)), result
+
+
+def max_diff(a, b):
+    assert a.keys() == b.keys()
+    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
+
+
+# Four replicas sum four float32 gradient slices where one replica has one gradient: the only
+# difference is float32 summation order, a few ulps of values ~1e-2 after 6 steps (measured
+# max 3e-8 for sgd/momentum, 2e-7 for adagrad, whose 1/sqrt(G) amplifies the first steps).
+SUMMATION_TOL = 1e-6
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad"])
+@pytest.mark.parametrize("exchange", ["linear", "tree", "ps"])
+def test_four_replicas_equal_one_replica_with_the_same_global_batch(exchange, optimizer):
+    one, _ = train(SMALL + [f"optimizer={optimizer}", "replicas=1"])
+    four, _ = train(SMALL + [f"optimizer={optimizer}", "replicas=4", f"exchange={exchange}", "ps_shards=3"])
+    assert max_diff(one, four) < SUMMATION_TOL
+    assert max_diff(one, dict(final_params(run_job(JOB, resolve_config(JOB, None, SMALL + ["steps=0", "epochs=0"])),
+                                                resolve_config(JOB, None, SMALL)))) > 1e-3  # training moved them
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad_dp", "adagrad_approx"])
+def test_per_replica_adagrad_variants_agree_across_topologies(optimizer):
+    """These accumulate each replica's own squared gradient, so by definition they depend on how
+    the batch is split; they must not depend on how the gradients travel."""
+    runs = [train(SMALL + [f"optimizer={optimizer}", "replicas=4", f"exchange={ex}", "ps_shards=3"])[0]
+            for ex in ("linear", "tree", "ps")]
+    assert max_diff(runs[0], runs[1]) < SUMMATION_TOL and max_diff(runs[0], runs[2]) < SUMMATION_TOL
+
+
+@pytest.mark.parametrize("sets", [["replicas=2"], ["replicas=4", "exchange=tree"], ["replicas=4", "exchange=ps", "ps_shards=3"],
+                                  ["replicas=2", "optimizer=adagrad_approx"]])
+def test_local_and_cluster_runtimes_give_bit_identical_parameters(sets):
+    local, _ = train(SMALL + sets, workers=2, runtime="local")
+    cluster, _ = train(SMALL + sets, workers=2, runtime="cluster")
+    one_worker, _ = train(SMALL + sets, workers=1, runtime="local")
+    for name in local:
+        assert local[name].tobytes() == cluster[name].tobytes() == one_worker[name].tobytes(), name
+
+
+def test_approximate_adagrad_matches_exact_accuracy_and_exchanges_far_less():
+    sets = ["replicas=2", "epochs=8", "lr=0.02"]
+    runs = {}
+    for opt in ("sgd", "adagrad_dp", "adagrad_approx"):
+        lines = []
+        _, result = train(sets + [f"optimizer={opt}"], workers=2, runtime="cluster", on_superstep=lines.append)
+        steps = max(v["step"] for k, v in result.values.items() if k.startswith("replica-"))
+        accuracy = [m for m in lines if "test_accuracy" in m][-1]["test_accuracy"]
+        runs[opt] = (sum(m["bytes"] for m in lines) / steps, accuracy)  # bytes the engine counted on the wire
+    (sgd_b, _), (dp_b, dp_acc), (ap_b, ap_acc) = runs["sgd"], runs["adagrad_dp"], runs["adagrad_approx"]
+    assert dp_acc > 0.9 and abs(ap_acc - dp_acc) <= 0.01
+    assert 0.9 < (dp_b - sgd_b) / sgd_b * 2 < 1.1  # exact: the gradient half of the exchange doubles
+    assert (dp_b - sgd_b) / (ap_b - sgd_b) > 10  # approximate: >10x less extra data (block 16)
+
+
+def test_the_main_job_trains_digits_to_95_percent(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["run", "dnn-dp", "--run-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    accuracy = float(out.split("test accuracy ")[1].split(",")[0])
+    assert accuracy >= 0.95, out
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = 20 * (1438 // 64)  # 20 epochs of the training split: 1797 digits less 359 held out
+    assert sum("loss" in m for m in lines) == steps and all(0 < m["loss"] < 3 for m in lines if "loss" in m)
+    evals = [m for m in lines if "test_accuracy" in m]
+    assert len(evals) == 20 and evals[-1]["epoch"] == 20  # one evaluation per epoch, top-level keys
+    assert (run / "params" / "index.json").exists()
+
+    export = tmp_path / "params.npz"
+    assert main(["params", "export", str(run), "--to", str(export)]) == 0
+    with np.load(export) as npz:
+        assert npz.files == ["0.W", "0.b", "1.W", "1.b", "2.W", "2.b"]
+        assert npz["0.W"].shape == (64, 256) and npz["2.b"].shape == (10,)
+
+
+def _npz(tmp_path, **arrays):
+    path = tmp_path / "data.npz"
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+@pytest.mark.parametrize("case,needle", [
+    (["model=[\"dense:32:relu\", \"spline:3\"]"], "unknown layer type"),
+    (["model=[\"conv:4:3\", \"dense:10\"]"], "needs NCHW input"),
+    (["model=[\"dense:32:relu\", \"dense:5\"]"], "10 classes"),
+    (["batch_size=30", "replicas=4"], "not divisible by replicas"),
+    (["optimizer=adam"], "must be one of"),
+    (["data=/nonexistent/data.npz"], "cannot read data"),
+])
+def test_bad_configuration_is_one_clear_line_and_exit_2(tmp_path, capsys, case, needle):
+    run = tmp_path / "run"
+    argv = ["run", "dnn-dp", "--run-dir", str(run)] + [a for c in case for a in ("--set", c)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mariana: error:") and needle in err and "\n" not in err, err
+    assert not run.exists() or sorted(p.name for p in run.iterdir()) == ["job.json"]
+
+
+@pytest.mark.parametrize("arrays,needle", [
+    ({"x": np.zeros((10, 4))}, "no array 'y'"),
+    ({"features": np.zeros((10, 4)), "labels": np.zeros(10)}, "no array 'x' or 'y'"),
+    ({"x": np.zeros((10, 4)), "y": np.array([0, 1, 2, 3, -1, 0, 1, 2, 3, 0])}, "labels must be integers >= 0"),
+    ({"x": np.zeros((10, 4)), "y": np.arange(10)}, "out of range for 5 classes"),
+    ({"x": np.where(np.eye(10, 4) > 0, np.nan, 0.0), "y": np.zeros(10, int)}, "NaN or Inf"),
+])
+def test_bad_data_files_are_refused(tmp_path, capsys, arrays, needle):
+    path = _npz(tmp_path, **arrays)
+    argv = ["run", "dnn-dp", "--run-dir", str(tmp_path / "run"), "--set", f"data={path}",
+            "--set", "batch_size=4", "--set", 'model=["dense:5"]']
+    if "classes" in needle:
+        argv += ["--set", "classes=5"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_data_from_an_fsspec_url(tmp_path):
+    import fsspec
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(200, 6)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    buf = io.BytesIO()
+    np.savez(buf, x=x, y=y)
+    fsspec.filesystem("memory").pipe("/dnn-test/data.npz", buf.getvalue())
+    _, result = train(["data=memory://dnn-test/data.npz", 'model=["dense:16:relu", "dense:2"]', "epochs=15",
+                       "batch_size=20", "replicas=2", "optimizer=sgd", "lr=0.2"])
+    acc = [m for m in result.metrics if "test_accuracy" in m][-1]["test_accuracy"]
+    assert acc > 0.9
+
+
+@pytest.mark.gpu
+def test_data_parallel_equivalence_on_gpu():
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no usable CUDA device: {exc}")
+    cpu, _ = train(SMALL + ["replicas=2"])
+    gpu, _ = train(SMALL + ["replicas=2", "device=cuda"])
+    assert max_diff(cpu, gpu) < 1e-4

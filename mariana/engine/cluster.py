@@ -60,22 +60,32 @@ def stop_processes(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
             p.wait()
 
 
-def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, *, workers: int, placement: str | None = None,
-                max_supersteps: int | None = None, on_superstep: Callable[[dict[str, Any]], None] | None = None,
-                bind: str = "tcp://127.0.0.1:0", heartbeat_interval: float = 0.5, worker_timeout: float = 10.0,
-                max_message_bytes: int = 1 << 30, on_start: Callable[[Master, list[subprocess.Popen]], None] | None = None) -> RunResult:
-    """Run a job by name on ``workers`` local worker processes and return its result."""
-    master = Master(job_name, config, graph, workers=workers, placement=placement, bind=bind,
-                    heartbeat_interval=heartbeat_interval, worker_timeout=worker_timeout,
-                    max_supersteps=max_supersteps, on_superstep=on_superstep, max_message_bytes=max_message_bytes)
+def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, *, workers: int,
+                on_start: Callable[[Master, list[subprocess.Popen]], None] | None = None,
+                **master_options: Any) -> RunResult:
+    """Run a job by name on ``workers`` local worker processes and return its result.
+
+    ``master_options`` go to ``Master`` (placement, max_supersteps, on_superstep, bind,
+    heartbeat_interval, worker_timeout, max_message_bytes, run_dir, checkpoint_every,
+    keep_checkpoints, resume, max_restarts, rejoin_timeout). A lost worker is respawned here.
+    """
+    master = Master(job_name, config, graph, workers=workers, **master_options)
     procs: list[subprocess.Popen] = []
     try:
         endpoint = master.start()
-        procs = spawn_workers(endpoint, workers, parse_endpoint(endpoint)[0],
-                              ["--max-message-mb", str(max(1, max_message_bytes >> 20))])
+        extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
+        host = parse_endpoint(endpoint)[0]
+        procs = spawn_workers(endpoint, workers, host, extra)
+
+        def respawn() -> subprocess.Popen:
+            proc = spawn_workers(endpoint, 1, host, extra)[0]
+            procs.append(proc)
+            return proc
+
+        master.respawn = respawn
         if on_start is not None:
             on_start(master, procs)
         return master.run(children=procs)
     finally:
-        stop_processes(procs, grace=max(3.0, 2 * heartbeat_interval))
+        stop_processes(procs, grace=max(3.0, 2 * master.heartbeat_interval))
         master.close()

@@ -31,11 +31,16 @@ class MasterContext:
     num_vertices: int
     halted: bool = False
     halt_reason: str = ""
+    checkpoint_requested: bool = False
 
     def halt(self, reason: str = "master compute halted the job") -> None:
         """End the job before this superstep runs."""
         self.halted = True
         self.halt_reason = reason
+
+    def checkpoint(self) -> None:
+        """Checkpoint the job at the end of this superstep (e.g. at the end of an epoch)."""
+        self.checkpoint_requested = True
 
     def broadcast(self, name: str, value: Any) -> None:
         """Make ``value`` visible to every vertex as ``ctx.broadcast(name)`` from this superstep on."""

@@ -22,6 +22,10 @@ from typing import Any, Callable, Sequence
 from .. import __version__
 from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages.kinds import Kind
+from ..errors import StorageError
+from ..storage import RunDir
+from ..storage.checkpoint import CheckpointInfo, Checkpoints
+from .local import write_checkpoint
 from .result import RunResult
 from .superstep import Coordinator, Done
 from .transport import Again, Transport, Unreachable, poller, recv, send
@@ -33,7 +37,11 @@ __all__ = ["Master", "WorkerLost"]
 
 
 class WorkerLost(MarianaError):
-    """A worker died or stopped answering."""
+    """A worker died or stopped answering; ``index`` says which (None: unknown)."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 @dataclass
@@ -50,30 +58,47 @@ class WorkerInfo:
 
 
 class Master:
-    """The master of one cluster job. ``start()`` binds, ``run()`` drives the job to its end."""
+    """The master of one cluster job. ``start()`` binds, ``run()`` drives the job to its end.
+
+    With a run directory it also takes checkpoints (every ``checkpoint_every`` supersteps or when
+    master compute asks), resumes from one (``resume``), and recovers from a lost worker by
+    rolling every worker back to the newest checkpoint, at most ``max_restarts`` times: a local
+    launch respawns the worker (``respawn``), otherwise any worker joining within
+    ``rejoin_timeout`` takes the lost partition.
+    """
 
     def __init__(self, job_name: str, config: dict[str, Any], graph: Any, *, workers: int,
                  placement: str | None = None, bind: str = "tcp://127.0.0.1:0", heartbeat_interval: float = 0.5,
                  worker_timeout: float = 10.0, join_timeout: float = 120.0, max_supersteps: int | None = None,
                  on_superstep: Callable[[dict[str, Any]], None] | None = None,
-                 max_message_bytes: int = 1 << 30) -> None:
+                 max_message_bytes: int = 1 << 30, run_dir: RunDir | None = None, checkpoint_every: int | None = None,
+                 keep_checkpoints: int = 3, resume: CheckpointInfo | None = None, max_restarts: int = 3,
+                 rejoin_timeout: float = 60.0, respawn: Callable[[], Any] | None = None) -> None:
         self.job_name, self.config, self.graph = job_name, config, graph
         self.workers, self.placement = workers, placement
         self.bind = bind
         self.heartbeat_interval, self.worker_timeout, self.join_timeout = heartbeat_interval, worker_timeout, join_timeout
         self.max_supersteps = max_supersteps
         self.on_superstep = on_superstep
+        self.run_dir = run_dir
+        self.checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
+        self.checkpoint_every, self.resume = checkpoint_every, resume
+        self.max_restarts, self.rejoin_timeout, self.respawn = max_restarts, rejoin_timeout, respawn
+        self.restarts = 0
+        self.gen = 0
         self.job_id = uuid.uuid4().hex
         self.transport = Transport(max_message_bytes)
         self.drops = DropCounter("master")
         self.joined: dict[bytes, WorkerInfo] = {}
-        self.by_index: list[WorkerInfo] = []
-        self.children: Sequence[Any] = ()
+        self.by_index: list[WorkerInfo | None] = []
+        self.children: list[Any] = []
         self.superstep = -1
         self.phase = "joining"
         self.endpoint = ""
+        self.dropped: dict[str, int] = {}
         self._ready: set[int] = set()
         self._dones: dict[int, dict[str, Any]] = {}
+        self._parts: dict[int, dict[str, Any]] = {}
         self._results: dict[int, dict[str, Any]] = {}
         self._next_hb = 0.0
 
@@ -89,57 +114,139 @@ class Master:
     # -- the job ----------------------------------------------------------------------------
     def run(self, children: Sequence[Any] = ()) -> RunResult:
         """Wait for the workers, run every superstep, collect results. Aborts workers on failure."""
-        self.children = children
+        self.children = list(children)
         started = time.perf_counter()
         try:
             self._wait(lambda: len(self.joined) == self.workers, self.join_timeout,
                        f"{self.workers} workers to join {self.endpoint}")
-            peers = [w.data for w in self.by_index]
+            coord = Coordinator(self.graph, len(self.graph), self.max_supersteps)
+            restore = None
+            if self.resume is not None:
+                restore = self.resume.superstep
+                coord.restore(self.checkpoints.read(restore, "master")["coordinator"])
             for w in self.by_index:
-                self._send(w, {"kind": Kind.WELCOME, "index": w.index, "workers": self.workers, "job_name": self.job_name,
-                               "config": self.config, "placement": self.placement, "peers": peers,
-                               "heartbeat_interval": self.heartbeat_interval, "worker_timeout": self.worker_timeout})
+                self._welcome(w, restore)
             self.phase = "starting"
             self._wait(lambda: len(self._ready) == self.workers, None, "workers to build their partitions")
             self.phase = "running"
-            coord = Coordinator(self.graph, len(self.graph), self.max_supersteps)
             metrics: list[dict[str, Any]] = []
-            while (begin := coord.next_begin()) is not None:
-                t0 = time.perf_counter()
-                self.superstep, self._dones = begin.superstep, {}
-                for w in self.by_index:
-                    self._send(w, {"kind": Kind.BEGIN, "ss": begin.superstep, "aggregates": begin.aggregates,
-                                   "broadcasts": begin.broadcasts})
-                self._wait(lambda: len(self._dones) == self.workers, None, f"the barrier of superstep {begin.superstep}")
-                dones = [self._done(i, h) for i, h in sorted(self._dones.items())]
-                record = coord.barrier(dones, time.perf_counter() - t0)
-                stats = [self._dones[i].get("stats", {}) for i in range(self.workers)]
-                record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
-                record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
-                metrics.append(record)
-                if self.on_superstep is not None:
-                    self.on_superstep(record)
-            self.phase = "finishing"
-            for w in self.by_index:
-                self._send(w, {"kind": Kind.FINISH})
-            self._wait(lambda: len(self._results) == self.workers, None, "the workers' results")
-            values: dict[str, Any] = {}
-            for i in range(self.workers):
-                values.update(self._results[i]["values"])
-            self.dropped = {**self.drops.counts}
-            for i in range(self.workers):
-                for kind, n in (self._results[i].get("dropped") or {}).items():
-                    self.dropped[kind] = self.dropped.get(kind, 0) + n
-            for w in self.by_index:
-                self._send(w, {"kind": Kind.BYE})
-                log.info("%s left: job finished", w.describe())
-            self.phase = "done"
+            while True:
+                try:
+                    if not self._supersteps(coord, metrics):
+                        break
+                except WorkerLost as lost:
+                    self._recover(lost, coord, metrics)
+            values = self._finish()
             log.info("job %s ended after %d supersteps: %s", self.job_name, coord.superstep, coord.halt_reason)
             return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, metrics,
                              time.perf_counter() - started, self.graph.place(self.workers, None))
         except BaseException as exc:
             self._abort(str(exc) or type(exc).__name__)
             raise
+
+    def _welcome(self, w: WorkerInfo, restore: int | None) -> None:
+        self._send(w, {"kind": Kind.WELCOME, "index": w.index, "workers": self.workers, "job_name": self.job_name,
+                       "config": self.config, "placement": self.placement, "peers": [x.data for x in self.by_index],
+                       "heartbeat_interval": self.heartbeat_interval, "worker_timeout": self.worker_timeout,
+                       "run_dir": self.run_dir.url if self.run_dir is not None else None, "restore": restore,
+                       "gen": self.gen})
+
+    def _supersteps(self, coord: Coordinator, metrics: list[dict[str, Any]]) -> bool:
+        """Run supersteps until the job ends (False); a lost worker raises ``WorkerLost``."""
+        while (begin := coord.next_begin()) is not None:
+            t0 = time.perf_counter()
+            self.superstep, self._dones = begin.superstep, {}
+            for w in self.by_index:
+                self._send(w, {"kind": Kind.BEGIN, "ss": begin.superstep, "gen": self.gen,
+                               "aggregates": begin.aggregates, "broadcasts": begin.broadcasts})
+            self._wait(lambda: len(self._dones) == self.workers, None, f"the barrier of superstep {begin.superstep}")
+            dones = [self._done(i, h) for i, h in sorted(self._dones.items())]
+            record = coord.barrier(dones, time.perf_counter() - t0)
+            stats = [self._dones[i].get("stats", {}) for i in range(self.workers)]
+            record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
+            record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
+            if self.restarts:
+                record["restarts"] = self.restarts
+            if self.checkpoints is not None and coord.checkpoint_due(self.checkpoint_every):
+                write_checkpoint(self.checkpoints, coord, lambda: self._worker_parts(coord.superstep), record)
+            metrics.append(record)
+            if self.run_dir is not None:
+                self.run_dir.append_jsonl("metrics.jsonl", [record])
+            if self.on_superstep is not None:
+                self.on_superstep(record)
+        return False
+
+    def _worker_parts(self, superstep: int) -> list[dict[str, Any]]:
+        """Ask every worker to write its part of the checkpoint; their manifest entries."""
+        self._parts = {}
+        for w in self.by_index:
+            self._send(w, {"kind": Kind.CHECKPOINT, "ss": superstep})
+        self._wait(lambda: len(self._parts) == self.workers, None, f"the checkpoint parts of superstep {superstep}")
+        errors = [f"worker {i}: {h['error']}" for i, h in sorted(self._parts.items()) if "error" in h]
+        if errors:
+            raise StorageError("; ".join(errors))
+        return [h["part"] for _, h in sorted(self._parts.items())]
+
+    def _finish(self) -> dict[str, Any]:
+        self.phase = "finishing"
+        for w in self.by_index:
+            self._send(w, {"kind": Kind.FINISH})
+        self._wait(lambda: len(self._results) == self.workers, None, "the workers' results")
+        values: dict[str, Any] = {}
+        for i in range(self.workers):
+            values.update(self._results[i]["values"])
+        self.dropped = {**self.drops.counts}
+        for i in range(self.workers):
+            for kind, n in (self._results[i].get("dropped") or {}).items():
+                self.dropped[kind] = self.dropped.get(kind, 0) + n
+        for w in self.by_index:
+            self._send(w, {"kind": Kind.BYE})
+            log.info("%s left: job finished", w.describe())
+        self.phase = "done"
+        return values
+
+    # -- recovery ---------------------------------------------------------------------------
+    def _recover(self, lost: WorkerLost, coord: Coordinator, metrics: list[dict[str, Any]]) -> None:
+        """Replace the lost worker and roll everyone back to the newest valid checkpoint."""
+        if self.max_restarts == 0 or lost.index is None:
+            raise lost
+        info = self.checkpoints.newest_valid() if self.checkpoints is not None else None
+        if info is None or self.restarts >= self.max_restarts:
+            why = ("no checkpoint to roll back to" if info is None else
+                   f"--max-restarts {self.max_restarts} reached" if self.restarts >= self.max_restarts else "")
+            if why:
+                lost.args = (f"{lost.args[0]} (not recovered: {why})",)
+            raise lost
+        self.restarts += 1
+        ss = info.superstep
+        log.warning("%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
+                    lost.args[0], ss, self.restarts, self.max_restarts)
+        dead = self.by_index[lost.index]
+        self.joined.pop(dead.identity, None)
+        self.by_index[lost.index] = None
+        self.children = [c for c in self.children if c.poll() is None]
+        self.gen += 1
+        self.phase = "rejoining"
+        if self.respawn is not None:
+            self.children.append(self.respawn())
+        self._wait(lambda: all(self.by_index), self.rejoin_timeout,
+                   f"a worker to take over worker {lost.index}'s partition (--rejoin-timeout)")
+        self._ready = set()
+        coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
+        del metrics[ss:]
+        if self.run_dir is not None:
+            self.run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < ss)
+        peers = [w.data for w in self.by_index]
+        for w in self.by_index:
+            if w.index == lost.index:
+                self._welcome(w, ss)
+            else:
+                self._send(w, {"kind": Kind.ROLLBACK, "ss": ss, "gen": self.gen, "peers": peers})
+        self.phase = "starting"
+        self._wait(lambda: len(self._ready) == self.workers, None, "workers to roll back")
+        self.phase = "running"
+        log.warning("recovered: worker %d replaced by %s, continuing from superstep %d",
+                    lost.index, self.by_index[lost.index].describe(), ss)
 
     @staticmethod
     def _done(index: int, h: dict[str, Any]) -> Done:
@@ -148,6 +255,8 @@ class Master:
 
     def _abort(self, reason: str) -> None:
         for w in self.by_index:
+            if w is None:
+                continue
             try:
                 self._send(w, {"kind": Kind.ABORT, "reason": reason})
             except Exception:  # noqa: BLE001 - best effort: the worker may be gone
@@ -159,15 +268,15 @@ class Master:
         try:
             send(self.sock, header, w.identity)
         except Unreachable:
-            raise WorkerLost(f"{w.describe()} is unreachable at superstep {self.superstep}") from None
+            raise WorkerLost(f"{w.describe()} is unreachable at superstep {self.superstep}", w.index) from None
 
     def _wait(self, condition: Callable[[], bool], timeout: float | None, what: str) -> None:
         """Handle messages until ``condition()``; check liveness all along."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not condition():
             if deadline is not None and time.monotonic() > deadline:
-                raise WorkerLost(f"timed out after {timeout:.0f}s waiting for {what} "
-                                 f"({len(self.joined)} of {self.workers} joined)")
+                raise MarianaError(f"timed out after {timeout:.0f}s waiting for {what} "
+                                   f"({len(self.joined)} of {self.workers} workers present)")
             if self.poll.poll(int(min(self.heartbeat_interval, 0.2) * 1000)):
                 self._drain()
             self._liveness()
@@ -203,10 +312,12 @@ class Master:
             self.drops.drop("job", f"message for job {header.get('job')!r} from {w.describe()}")
             return
         w.last_seen = time.monotonic()
-        if kind == Kind.READY:
+        if kind == Kind.READY and header.get("gen") == self.gen:
             self._ready.add(w.index)
         elif kind == Kind.DONE and header.get("ss") == self.superstep and self.phase == "running":
             self._dones[w.index] = header
+        elif kind == Kind.CHECKPOINTED and header.get("ss") == self.superstep + 1:
+            self._parts[w.index] = header
         elif kind == Kind.RESULT and self.phase == "finishing":
             self._results[w.index] = header
         elif kind == Kind.ERROR:
@@ -220,15 +331,19 @@ class Master:
         host = str(h.get("host", "?"))
         if h.get("version") != __version__:
             reason = f"worker runs mariana {h.get('version')!r} but the master runs {__version__!r}"
-        elif self.phase != "joining":
+        elif self.phase not in ("joining", "rejoining"):
             reason = f"the job already has its {self.workers} workers"
         elif not isinstance(h.get("data"), str) or not isinstance(h.get("pid"), int):
             self.drops.drop("header", "HELLO without data endpoint or pid")
             return
         else:
-            w = WorkerInfo(len(self.by_index), identity, host, h["pid"], h["data"])
+            free = self.by_index.index(None) if None in self.by_index else len(self.by_index)
+            w = WorkerInfo(free, identity, host, h["pid"], h["data"])
             self.joined[identity] = w
-            self.by_index.append(w)
+            if free == len(self.by_index):
+                self.by_index.append(w)
+            else:
+                self.by_index[free] = w
             log.info("%s joined from %s (%d of %d)", w.describe(), w.data, len(self.joined), self.workers)
             return
         log.warning("refused a worker from host %s: %s", host, reason)
@@ -246,18 +361,20 @@ class Master:
 
     def _liveness(self) -> None:
         now = time.monotonic()
-        for i, child in enumerate(self.children):
+        present = [w for w in self.by_index if w is not None]
+        for child in self.children:
             code = child.poll()
             if code is not None and self.phase != "done":
-                who = next((w.describe() for w in self.by_index if w.pid == child.pid), f"worker process {child.pid}")
-                raise WorkerLost(f"{who} exited with code {code} at superstep {self.superstep}")
-        for w in self.by_index:
+                w = next((w for w in present if w.pid == child.pid), None)
+                who = w.describe() if w else f"worker process {child.pid}"
+                raise WorkerLost(f"{who} exited with code {code} at superstep {self.superstep}", w.index if w else None)
+        for w in present:
             if now - w.last_seen > self.worker_timeout:
                 raise WorkerLost(f"{w.describe()} stopped answering at superstep {self.superstep} "
-                                 f"(no message for {now - w.last_seen:.1f}s, timeout {self.worker_timeout:g}s)")
+                                 f"(no message for {now - w.last_seen:.1f}s, timeout {self.worker_timeout:g}s)", w.index)
         if now >= self._next_hb:
             self._next_hb = now + self.heartbeat_interval
-            for w in self.by_index:
+            for w in present:
                 try:
                     send(self.sock, {"kind": Kind.HEARTBEAT, "job": self.job_id, "t": time.time()}, b"hb:" + w.identity)
                 except Unreachable:

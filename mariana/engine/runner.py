@@ -6,25 +6,29 @@ import logging
 from typing import Any, Callable
 
 from ..errors import UsageError
+from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .graph import Graph
 from .local import LocalRuntime
 from .result import RunResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run", "RUNTIMES"]
+__all__ = ["run", "RUNTIMES", "newest_checkpoint"]
 
 RUNTIMES = ("local",)
 
 
 def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: Any = None,
         max_supersteps: int | None = None, run_dir: Any = None,
-        on_superstep: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+        on_superstep: Callable[[dict[str, Any]], None] | None = None,
+        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False) -> RunResult:
     """Run ``graph`` to the end and return its ``RunResult``.
 
     ``placement``: a strategy name (``hash``, ``range``), a ``Strategy``, a mapping or callable
     ``id -> worker``, or a resolved ``Placement``. ``run_dir``: a ``RunDir`` that receives one
-    ``metrics.jsonl`` line per superstep.
+    ``metrics.jsonl`` line per superstep and the checkpoints (every ``checkpoint_every``
+    supersteps, the newest ``keep_checkpoints`` kept). ``resume``: continue from the newest
+    valid checkpoint in ``run_dir``.
     """
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
@@ -37,4 +41,18 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
         if on_superstep is not None:
             on_superstep(line)
 
-    return LocalRuntime(graph, workers, placement).run(max_supersteps, record)
+    checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
+    start = None
+    if resume:
+        start = newest_checkpoint(checkpoints)
+        run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < start.superstep)
+    return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start)
+
+
+def newest_checkpoint(checkpoints: Checkpoints | None) -> CheckpointInfo:
+    """The newest valid checkpoint, or a ``UsageError`` saying there is none."""
+    info = checkpoints.newest_valid() if checkpoints is not None else None
+    if info is None:
+        where = checkpoints.run_dir.url if checkpoints is not None else "(no run directory)"
+        raise UsageError(f"no valid checkpoint in {where} to resume from")
+    return info

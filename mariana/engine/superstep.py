@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import MarianaError, VertexError
 from .graph import Graph, MasterContext
+from .state import load_vertex_state, vertex_state
 from .vertex import Context, Message
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,27 @@ class Partition:
         self.inbox = inbox
 
 
+    # -- checkpoints ----------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """This partition between supersteps: vertex states, halted set, the next inbox."""
+        return {"worker": self.worker, "vertices": {vid: vertex_state(v) for vid, v in self.vertices.items()},
+                "halted": sorted(self.halted),
+                "inbox": [[m.src, m.dst, m.tag, m.payload] for lst in self.inbox.values() for m in lst]}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Inverse of ``snapshot`` (on a partition freshly built from the same graph and placement)."""
+        if snap["worker"] != self.worker or set(snap["vertices"]) != set(self.vertices):
+            raise MarianaError(f"checkpoint part of worker {snap['worker']} does not match worker {self.worker}'s "
+                               "vertices: resume with the same job, config and worker count")
+        for vid, state in snap["vertices"].items():
+            load_vertex_state(self.vertices[vid], state)
+        self.halted = set(snap["halted"])
+        inbox: dict[str, list[Message]] = {}
+        for src, dst, tag, payload in snap["inbox"]:
+            inbox.setdefault(dst, []).append(Message(src, dst, tag, payload))
+        self.inbox = inbox
+
+
 class Coordinator:
     """The master's view of the loop: halting, master compute and the aggregate barrier."""
 
@@ -219,6 +241,20 @@ class Coordinator:
         self.active = num_vertices
         self.in_flight = 0
         self.halt_reason = ""
+        self.checkpoint_requested = False
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"superstep": self.superstep, "aggregates": self.aggregates, "broadcasts": self.broadcasts,
+                "active": self.active, "in_flight": self.in_flight}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        self.superstep, self.aggregates, self.broadcasts = snap["superstep"], snap["aggregates"], snap["broadcasts"]
+        self.active, self.in_flight = snap["active"], snap["in_flight"]
+
+    def checkpoint_due(self, every: int | None) -> bool:
+        """After a barrier: is a checkpoint of the state before ``self.superstep`` due?"""
+        wanted, self.checkpoint_requested = self.checkpoint_requested, False
+        return wanted or bool(every and self.superstep % every == 0)
 
     def next_begin(self) -> Begin | None:
         """The next superstep to run, or None when the job is over (``halt_reason`` says why)."""
@@ -238,6 +274,7 @@ class Coordinator:
             if mctx.halted:
                 self.halt_reason = mctx.halt_reason
                 return None
+            self.checkpoint_requested = mctx.checkpoint_requested
         return Begin(s, self.aggregates, dict(self.broadcasts))
 
     def barrier(self, dones: list[Done], wall_s: float) -> dict[str, Any]:

@@ -25,6 +25,8 @@ import zmq
 from .. import __version__
 from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages.kinds import Kind
+from ..storage import RunDir
+from ..storage.checkpoint import Checkpoints
 from .superstep import Begin, Partition
 from .transport import Again, Transport, poller, recv, send
 from .vertex import Message
@@ -34,6 +36,14 @@ log = logging.getLogger(__name__)
 __all__ = ["Worker", "DropCounter", "check_batch", "EXIT_MASTER_LOST"]
 
 EXIT_MASTER_LOST = 3
+
+
+class _Interrupt(Exception):
+    """A ROLLBACK or ABORT that arrived while this worker waited for its peers' batches."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        super().__init__(header.get("kind"))
+        self.header = header
 
 
 class DropCounter:
@@ -134,13 +144,19 @@ class Worker:
             log.error("worker %d cannot run job %s: %s", self.index, welcome["job_name"], msg)
             self._send_ctl({"kind": Kind.ERROR, "where": "setup", "message": msg})
             return 2
-        my_id = f"{self.job_id}/{self.index}".encode()
-        self.peers = {p: self.transport.dealer(ep, my_id) for p, ep in enumerate(welcome["peers"]) if p != self.index}
-        self.peer_ids = {f"{self.job_id}/{p}".encode(): p for p in self.peers}
+        self.peers: dict[int, Any] = {}
+        self.peer_endpoints: list[str] = []
+        self.gen = welcome.get("gen", 0)
+        self.run_url = welcome.get("run_dir")
+        self._connect_peers(welcome["peers"])
+        if welcome.get("restore") is not None:
+            code = self._restore(welcome["restore"])
+            if code is not None:
+                return code
         self._hb_thread = threading.Thread(target=self._heartbeat, name="mariana-heartbeat", daemon=True,
                                            args=(welcome["heartbeat_interval"], welcome["worker_timeout"]))
         self._hb_thread.start()
-        self._send_ctl({"kind": Kind.READY})
+        self._send_ctl({"kind": Kind.READY, "gen": self.gen})
         log.info("worker %d of %d ready: %d vertices", self.index, n, len(self.partition.order))
         poll = poller(self.ctl, self.data)
         while True:
@@ -149,17 +165,53 @@ class Worker:
                 self._drain_data()
             if self.ctl not in events:
                 continue
-            while True:
+            for header in self._recv_ctl():
                 try:
-                    _, header, _ = recv(self.ctl, router=False)
-                except Again:
-                    break
-                except ProtocolError as exc:
-                    self.drops.drop(exc.kind, exc.detail)
-                    continue
-                code = self._control(header)
+                    code = self._control(header)
+                except _Interrupt as intr:  # a ROLLBACK or ABORT arrived in the middle of a superstep
+                    code = self._control(intr.header)
                 if code is not None:
                     return code
+
+    def _recv_ctl(self) -> list[dict[str, Any]]:
+        """Every control message waiting now (malformed ones dropped and counted)."""
+        out = []
+        while True:
+            try:
+                _, header, _ = recv(self.ctl, router=False)
+            except Again:
+                return out
+            except ProtocolError as exc:
+                self.drops.drop(exc.kind, exc.detail)
+                continue
+            out.append(header)
+
+    def _connect_peers(self, endpoints: list[str]) -> None:
+        """(Re)connect a DEALER to every peer whose data endpoint is new or changed."""
+        my_id = f"{self.job_id}/{self.index}".encode()
+        for p, ep in enumerate(endpoints):
+            if p == self.index or (p < len(self.peer_endpoints) and self.peer_endpoints[p] == ep and p in self.peers):
+                continue
+            old = self.peers.pop(p, None)
+            if old is not None:
+                old.close(linger=0)
+                self.transport.sockets.remove(old)
+            self.peers[p] = self.transport.dealer(ep, my_id)
+        self.peer_endpoints = list(endpoints)
+        self.peer_ids = {f"{self.job_id}/{p}".encode(): p for p in self.peers}
+
+    def _restore(self, superstep: int) -> int | None:
+        """Load this worker's part of the checkpoint taken before ``superstep``."""
+        try:
+            part = Checkpoints(RunDir(self.run_url)).read(superstep, f"worker-{self.index}")
+            self.partition.restore(part)
+        except MarianaError as exc:
+            log.error("worker %d cannot restore the checkpoint at superstep %d: %s", self.index, superstep, exc)
+            self._send_ctl({"kind": Kind.ERROR, "where": "restore", "message": str(exc)})
+            return 2
+        self.current = superstep - 1
+        self._inbound.clear()
+        return None
 
     # -- control plane ----------------------------------------------------------------------
     def _send_ctl(self, header: dict[str, Any]) -> None:
@@ -173,7 +225,21 @@ class Worker:
             self.drops.drop("job", f"control message for job {header.get('job')!r}")
             return None
         if kind == Kind.BEGIN:
+            if header.get("gen") != self.gen:
+                self.drops.drop("generation", f"BEGIN of generation {header.get('gen')} while at {self.gen}")
+                return None
             return self._superstep(header)
+        if kind == Kind.CHECKPOINT:
+            self._checkpoint(header["ss"])
+            return None
+        if kind == Kind.ROLLBACK:
+            self.gen = header["gen"]
+            self._connect_peers(header["peers"])
+            code = self._restore(header["ss"])
+            if code is None:
+                log.warning("worker %d rolled back to the checkpoint at superstep %d", self.index, header["ss"])
+                self._send_ctl({"kind": Kind.READY, "gen": self.gen})
+            return code
         if kind == Kind.FINISH:
             values = {vid: v.result() for vid, v in self.partition.vertices.items()}
             self._drain_data()
@@ -188,6 +254,16 @@ class Worker:
         if kind != Kind.HEARTBEAT:
             self.drops.drop("kind", f"unexpected control message kind {kind}")
         return None
+
+    def _checkpoint(self, superstep: int) -> None:
+        """Write this worker's part; the master commits the manifest once every part is in."""
+        reply: dict[str, Any] = {"kind": Kind.CHECKPOINTED, "ss": superstep}
+        try:
+            reply["part"] = Checkpoints(RunDir(self.run_url)).write_part(
+                superstep, f"worker-{self.index}", self.partition.snapshot())
+        except MarianaError as exc:
+            reply["error"] = str(exc)
+        self._send_ctl(reply)
 
     def _superstep(self, header: dict[str, Any]) -> int | None:
         s = header["ss"]
@@ -206,13 +282,21 @@ class Worker:
         bytes_out = [0] * self.partition.num_workers
         for p, sock in self.peers.items():
             msgs = [[m.src, m.dst, m.tag, m.payload] for m in batches[p]]
-            bytes_out[p] = send(sock, {"kind": Kind.BATCH, "job": self.job_id, "ss": s, "src": self.index, "msgs": msgs})
+            bytes_out[p] = send(sock, {"kind": Kind.BATCH, "job": self.job_id, "gen": self.gen, "ss": s,
+                                       "src": self.index, "msgs": msgs})
         send_s = time.perf_counter() - t0
         self._bytes_in = 0
+        poll = poller(self.data, self.ctl)
         while len(self._inbound.get(s, ())) < len(self.peers):
-            if not self.data.poll(100):
-                continue
-            self._drain_data()
+            events = dict(poll.poll(100))
+            if self.data in events:
+                self._drain_data()
+            if self.ctl in events:
+                for h in self._recv_ctl():
+                    if h.get("kind") in (Kind.ROLLBACK, Kind.ABORT) and h.get("job") == self.job_id:
+                        raise _Interrupt(h)
+                    if h.get("kind") != Kind.HEARTBEAT:
+                        self.drops.drop("kind", f"control message {h.get('kind')} during superstep {s}")
         wait_s = time.perf_counter() - t0 - send_s
         inbound = self._inbound.pop(s, {})
         self.partition.deliver([batches[w] if w == self.index else inbound[w] for w in range(len(batches))])
@@ -235,7 +319,8 @@ class Worker:
                 self.drops.drop(exc.kind, exc.detail)
                 continue
             try:
-                msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound)
+                msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
+                                   self.gen)
             except ProtocolError as exc:
                 self.drops.drop(exc.kind, f"{exc.detail} (from {identity[:40]!r})")
                 continue
@@ -265,7 +350,7 @@ class Worker:
 
 
 def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: int,
-                inbound: dict[int, dict[int, Any]]) -> list[Message]:
+                inbound: dict[int, dict[int, Any]], gen: int = 0) -> list[Message]:
     """The messages of a valid data-plane batch; ``ProtocolError(kind, detail)`` otherwise.
 
     ``peer`` is the index the sending socket's identity maps to (None: unknown identity);
@@ -279,6 +364,8 @@ def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: 
         raise ProtocolError("job", f"batch for job {header.get('job')!r}")
     if header.get("src") != peer:
         raise ProtocolError("sender", f"batch claims src {header.get('src')!r} from peer {peer}")
+    if header.get("gen", 0) != gen:  # sent before a rollback
+        raise ProtocolError("generation", f"batch of generation {header.get('gen')!r} while at {gen}")
     ss = header.get("ss")
     if not isinstance(ss, int) or isinstance(ss, bool) or ss not in (current, current + 1):
         raise ProtocolError("superstep", f"batch for superstep {ss!r} while at {current}")

@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a job")
     _job_args(r)
+    r.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its newest valid checkpoint")
     r.add_argument("--runtime", choices=["local", "cluster"], default=None,
                    help="local: every partition in this process; cluster: one process per worker "
                         "(default: local for 1 worker, cluster for more)")
@@ -53,11 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
 
+    c = sub.add_parser("checkpoint", help="inspect the checkpoints of a run")
+    csub = c.add_subparsers(dest="checkpoint_command", required=True, parser_class=_Parser)
+    cl = csub.add_parser("list", help="superstep, time, size and validity of every checkpoint")
+    cl.add_argument("run", metavar="RUN")
+    cl.add_argument("--json", action="store_true")
+
     pa = sub.add_parser("params", help="read the model parameters of a run")
     psub = pa.add_subparsers(dest="params_command", required=True, parser_class=_Parser)
     pe = psub.add_parser("export", help="write RUN/params as one .npz of named arrays (0.W, 0.b, ...)")
     pe.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")
     pe.add_argument("--to", required=True, metavar="FILE.npz")
+    pe.add_argument("--checkpoint", type=int, metavar="SUPERSTEP",
+                    help="from this checkpoint instead of the final parameters (default when none were written)")
 
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
@@ -65,17 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", help="a built-in job (see `mariana jobs`) or package.module:attribute")
+    p.add_argument("job", nargs="?", help="a built-in job (see `mariana jobs`) or package.module:attribute")
     p.add_argument("--config", metavar="FILE.toml", help="config keys (top level or a [JOB] table)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key; VALUE is parsed as TOML, else taken as a string")
-    p.add_argument("--workers", type=int, default=1, help="number of partitions (default 1)")
+    p.add_argument("--workers", type=int, default=None, help="number of partitions (default 1)")
     p.add_argument("--placement", choices=["hash", "range"], default=None, help="how vertices go to workers")
     p.add_argument("--run-dir", metavar="URL", help="run directory (any fsspec URL); default runs/JOB-TIMESTAMP")
     p.add_argument("--max-supersteps", type=int, default=None, metavar="N")
     p.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S", help="cluster heartbeat period")
     p.add_argument("--worker-timeout", type=float, default=10.0, metavar="S",
                    help="a worker silent this long fails the job (cluster)")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                   help="roll back to the newest checkpoint at most N times when a worker is lost (cluster)")
+    p.add_argument("--rejoin-timeout", type=float, default=60.0, metavar="S",
+                   help="how long a lost remote worker's partition waits for a new `mariana worker`")
     p.add_argument("--max-message-mb", type=int, default=1024, metavar="MB",
                    help="largest frame a socket accepts (ZMQ MAXMSGSIZE); arrays travel in 4 MB frames")
     p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
@@ -92,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_jobs(args)
         if args.command == "params":
             return cmd_params(args)
+        if args.command == "checkpoint":
+            return cmd_checkpoint(args)
         if args.command == "worker":
             from ..engine.worker import Worker
 
@@ -127,21 +142,45 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_params(args: argparse.Namespace) -> int:
+    """``mariana params export RUN --to FILE.npz [--checkpoint S]``."""
     import io
 
     import numpy as np
 
     from ..storage import load_params, write_bytes
 
+    run_dir = RunDir(args.run)
     try:
-        named = load_params(RunDir(args.run))
+        if args.checkpoint is None and run_dir.exists("params/index.json"):
+            named, source = load_params(run_dir), "final parameters"
+        else:
+            named, source = _params_from_checkpoint(run_dir, args.checkpoint)
     except MarianaError as exc:
         raise UsageError(str(exc)) from None
     buf = io.BytesIO()
     np.savez(buf, **dict(named))
     write_bytes(args.to, buf.getvalue())
-    print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) to {args.to}")
+    print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) from the {source} to {args.to}")
     return 0
+
+
+def _params_from_checkpoint(run_dir: RunDir, superstep: int | None) -> tuple[list[tuple[str, Any]], str]:
+    from ..storage.checkpoint import Checkpoints
+
+    prev = run_dir.read_json("job.json")
+    job = get_job(prev["job"])
+    if job.export is None:
+        raise UsageError(f"job {job.name} has no model parameters to export")
+    ck = Checkpoints(run_dir)
+    info = ck.inspect(superstep) if superstep is not None else ck.newest_valid()
+    if info is None or not info.valid:
+        why = info.why if info is not None else "no valid checkpoint"
+        raise UsageError(f"{run_dir.url}: cannot export from checkpoint {superstep if superstep is not None else ''}: {why}")
+    states: dict[str, Any] = {}
+    for part in ck.manifest(info.superstep)["parts"]:
+        if part["name"].startswith("worker-"):
+            states.update(ck.read(info.superstep, part["name"])["vertices"])
+    return job.export(states, resolve_config(job, prev["config"])), f"checkpoint at superstep {info.superstep}"
 
 
 def _load_toml(path: str | None) -> dict[str, Any]:
@@ -189,41 +228,68 @@ class Progress:
             self.enabled = False
 
 
+def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, str | None, RunDir | None]:
+    """(job, config, workers, placement, run dir to resume) from the arguments or ``--resume RUN``."""
+    resume = getattr(args, "resume", None)
+    if not resume:
+        if not args.job:
+            raise UsageError("mariana run needs a JOB (see `mariana jobs`) or --resume RUN")
+        job = get_job(args.job)
+        config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
+        return job, config, args.workers or 1, args.placement, None
+    run_dir = RunDir(resume)
+    try:
+        prev = run_dir.read_json("job.json")
+    except (MarianaError, ValueError) as exc:
+        raise UsageError(f"--resume {resume}: not a run directory ({exc})") from None
+    if args.job and args.job != prev["job"]:
+        raise UsageError(f"--resume {resume} continues job {prev['job']!r}, not {args.job!r}")
+    if args.sets or args.config:
+        raise UsageError("--resume continues a run with its recorded config; --set and --config cannot change it")
+    if args.workers not in (None, prev["workers"]):
+        raise UsageError(f"--resume {resume}: the run has {prev['workers']} workers; a checkpoint cannot be "
+                         f"restored on {args.workers}")
+    job = get_job(prev["job"])
+    return job, resolve_config(job, prev["config"]), prev["workers"], prev.get("placement_arg"), run_dir
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    job = get_job(args.job)
-    config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
-    if args.workers < 1:
-        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    job, config, workers, placement_arg, resume_dir = _resolve_run(args)
+    if workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {workers}")
     if args.max_supersteps is not None and args.max_supersteps < 0:
         raise UsageError(f"--max-supersteps must be >= 0, got {args.max_supersteps}")
     if args.command == "master":
         runtime = "cluster"
     else:
-        runtime = args.runtime or ("cluster" if args.workers > 1 else "local")
-    graph = job.build(config, BuildContext(args.workers, args.placement))
-    placement = graph.place(args.workers)
+        runtime = args.runtime or ("cluster" if workers > 1 else "local")
+    graph = job.build(config, BuildContext(workers, placement_arg))
+    placement = graph.place(workers)
     if getattr(args, "explain_placement", False):
         print(placement.explain())
         return 0
-    run_dir = RunDir(args.run_dir or default_run_url(job.name))
-    info = {"job": args.job, "config": config, "workers": args.workers, "runtime": runtime,
-            "graph": {"name": graph.name, "vertices": len(graph)}, "placement": placement.summary(),
-            "versions": _versions(), "host": socket.gethostname(), "pid": os.getpid(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
+    run_dir = resume_dir or RunDir(args.run_dir or default_run_url(job.name))
+    info = {"job": args.job or job.name, "config": config, "workers": workers, "runtime": runtime,
+            "placement_arg": placement_arg, "graph": {"name": graph.name, "vertices": len(graph)},
+            "placement": placement.summary(), "versions": _versions(), "host": socket.gethostname(),
+            "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
+    if resume_dir is not None:
+        info["resumed"] = True
+        info["job"] = resume_dir.read_json("job.json")["job"]
     run_dir.write_json("job.json", info)
     log.info("run directory: %s", run_dir.url)
     progress = Progress(job.progress_metric)
 
-    def record(line: dict[str, Any]) -> None:
-        run_dir.append_jsonl("metrics.jsonl", [line])
-        progress(line)
-
+    record = progress  # the runtimes append each line to RUN/metrics.jsonl themselves
+    every, keep = config["checkpoint_every"] or None, config["keep_checkpoints"]
     try:
         if runtime == "local":
-            result = engine_run(graph, workers=args.workers, placement=placement,
-                                max_supersteps=args.max_supersteps, on_superstep=record)
+            result = engine_run(graph, workers=workers, placement=placement, max_supersteps=args.max_supersteps,
+                                run_dir=run_dir, on_superstep=record, checkpoint_every=every,
+                                keep_checkpoints=keep, resume=resume_dir is not None)
         else:
-            result = _run_cluster(args, job, config, graph, record)
+            result = _run_cluster(args, info["job"], config, graph, workers, placement_arg, run_dir, record,
+                                  resume_dir is not None)
         progress.close()
         text, summary = job.finish(result, config, run_dir) if job.finish else ("", {})
     except MarianaError as exc:
@@ -243,27 +309,55 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_cluster(args: argparse.Namespace, job: Any, config: dict[str, Any], graph: Any, record: Any) -> Any:
+def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any], graph: Any, workers: int,
+                 placement: str | None, run_dir: RunDir, record: Any, resume: bool) -> Any:
     """``run --workers N``: spawn local workers; ``master``: wait for workers from anywhere."""
     from ..engine.cluster import run_cluster
     from ..engine.master import Master
+    from ..engine.runner import newest_checkpoint
     from ..engine.transport import is_loopback, parse_endpoint
+    from ..storage.checkpoint import Checkpoints
 
-    options = dict(workers=args.workers, placement=args.placement, max_supersteps=args.max_supersteps,
+    start = None
+    if resume:
+        start = newest_checkpoint(Checkpoints(run_dir, config["keep_checkpoints"]))
+        run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < start.superstep)
+    options = dict(workers=workers, placement=placement, max_supersteps=args.max_supersteps,
                    on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
-                   max_message_bytes=args.max_message_mb << 20)
+                   max_message_bytes=args.max_message_mb << 20, run_dir=run_dir,
+                   checkpoint_every=config["checkpoint_every"] or None, keep_checkpoints=config["keep_checkpoints"],
+                   resume=start, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout)
     if args.command == "run":
-        return run_cluster(args.job, config, graph, **options)
+        return run_cluster(job_name, config, graph, **options)
     host, _ = parse_endpoint(args.bind)
-    master = Master(args.job, config, graph, bind=args.bind, **options)
+    master = Master(job_name, config, graph, bind=args.bind, **options)
     try:
         endpoint = master.start()
         where = "" if is_loopback(host) else " (reachable from other hosts)"
-        print(f"mariana master: waiting for {args.workers} worker(s) at {endpoint}{where}; on each worker host run:\n"
+        print(f"mariana master: waiting for {workers} worker(s) at {endpoint}{where}; on each worker host run:\n"
               f"    mariana worker --master {endpoint}", file=sys.stderr, flush=True)
         return master.run()
     finally:
         master.close()
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """``mariana checkpoint list RUN``: every checkpoint with its superstep, time, size, validity."""
+    from ..storage.checkpoint import Checkpoints
+
+    ck = Checkpoints(RunDir(args.run))
+    infos = [ck.inspect(ss) for ss in ck.supersteps()]
+    if args.json:
+        print(json.dumps([vars(i) for i in infos]))
+        return 0
+    if not infos:
+        print(f"no checkpoints in {args.run}")
+        return 0
+    print(f"{'superstep':>9}  {'time':<24}  {'bytes':>12}  status")
+    for i in infos:
+        print(f"{i.superstep:>9}  {i.time or '-':<24}  {i.size:>12}  {'valid' if i.valid else 'INVALID: ' + i.why}")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

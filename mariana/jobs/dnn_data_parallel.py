@@ -95,7 +95,20 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
 
 def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
     """The trained model as named arrays (``0.W``, ``0.b``, ...) from the shards' results."""
-    slices = sorted((v["lo"], v["p"]) for vid, v in result.values.items() if vid.startswith(("shard-", "ps-")))
+    return _assemble({vid: (v["lo"], v["p"]) for vid, v in result.values.items() if _is_shard(vid)}, config)
+
+
+def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The model held by the shards' checkpointed states (``mariana params export --checkpoint``)."""
+    return _assemble({vid: (st["lo"], st["value"]) for vid, st in states.items() if _is_shard(vid)}, config)
+
+
+def _is_shard(vid: str) -> bool:
+    return vid.startswith(("shard-", "ps-"))
+
+
+def _assemble(slices_by_vertex: dict[str, tuple[int, np.ndarray]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    slices = sorted(slices_by_vertex.values(), key=lambda lo_p: lo_p[0])
     flat = np.concatenate([np.asarray(p) for _, p in slices]) if slices else np.zeros(0, np.float32)
     out, offset = [], 0
     ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
@@ -149,4 +162,5 @@ JOB = Job(
     build=build,
     finish=finish,
     progress_metric="loss",
+    export=export_params,
 )

@@ -17,13 +17,16 @@ RUNTIMES = ("local", "cluster")
 def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence[str] = (), *,
             workers: int = 1, runtime: str | None = None, placement: str | None = None,
             max_supersteps: int | None = None, run_dir: Any = None,
-            on_superstep: Callable[[dict[str, Any]], None] | None = None, **cluster_options: Any) -> RunResult:
+            on_superstep: Callable[[dict[str, Any]], None] | None = None, resume: bool = False,
+            **cluster_options: Any) -> RunResult:
     """Run ``job`` (a built-in name or ``package.module:JOB``) and return its ``RunResult``.
 
     ``config`` and ``sets`` (``KEY=VALUE`` strings) override the job's defaults, in that order.
     ``runtime``: ``local`` (one process) or ``cluster`` (one process per worker); the default is
     local for one worker and cluster for more. ``cluster_options`` go to ``run_cluster``
-    (``heartbeat_interval``, ``worker_timeout``, ``bind``, ``on_start``).
+    (``heartbeat_interval``, ``worker_timeout``, ``bind``, ``on_start``, ``max_restarts``, ...).
+    Checkpoints (config keys ``checkpoint_every``, ``keep_checkpoints``) go to ``run_dir``;
+    ``resume`` continues from its newest valid checkpoint.
     """
     runtime = runtime or ("cluster" if workers > 1 else "local")
     if runtime not in RUNTIMES:
@@ -32,16 +35,19 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
     job = get_job(job) if isinstance(job, str) else job
     resolved = resolve_config(job, config, list(sets))
     graph = job.build(resolved, BuildContext(workers, placement))
+    every, keep = resolved.get("checkpoint_every") or None, resolved.get("keep_checkpoints", 3)
     if runtime == "local":
         return engine_run(graph, workers=workers, max_supersteps=max_supersteps, run_dir=run_dir,
-                          on_superstep=on_superstep)
+                          on_superstep=on_superstep, checkpoint_every=every, keep_checkpoints=keep, resume=resume)
     from ..engine.cluster import run_cluster
+    from ..engine.runner import newest_checkpoint
+    from ..storage.checkpoint import Checkpoints
 
-    def record(line: dict[str, Any]) -> None:
-        if run_dir is not None:
-            run_dir.append_jsonl("metrics.jsonl", [line])
-        if on_superstep is not None:
-            on_superstep(line)
+    start = None
+    if resume:
+        start = newest_checkpoint(Checkpoints(run_dir, keep) if run_dir is not None else None)
+        run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < start.superstep)
 
     return run_cluster(name, resolved, graph, workers=workers, placement=placement, max_supersteps=max_supersteps,
-                       on_superstep=record, **cluster_options)
+                       on_superstep=on_superstep, run_dir=run_dir, checkpoint_every=every, keep_checkpoints=keep,
+                       resume=start, **cluster_options)

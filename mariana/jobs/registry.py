@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 
-__all__ = ["Key", "Job", "BuildContext", "BUILTIN_JOBS", "get_job", "resolve_config", "parse_set"]
+__all__ = ["Key", "Job", "BuildContext", "BUILTIN_JOBS", "ENGINE_KEYS", "get_job", "resolve_config", "parse_set"]
 
 BUILTIN_JOBS: dict[str, str] = {
     "dnn-dp": "mariana.jobs.dnn_data_parallel:JOB",
@@ -53,6 +53,13 @@ class Key:
         return value
 
 
+#: Keys every job accepts: the engine reads them, not the job's build function.
+ENGINE_KEYS = (
+    Key("checkpoint_every", 0, "int", "checkpoint every N supersteps into RUN/checkpoints (0: never)"),
+    Key("keep_checkpoints", 3, "int", "how many committed checkpoints to keep"),
+)
+
+
 @dataclass(frozen=True)
 class BuildContext:
     """What a job's builder knows besides its config: the worker count and placement strategy."""
@@ -72,9 +79,12 @@ class Job:
     build: Callable[[dict[str, Any], BuildContext], Graph]
     finish: Callable[[RunResult, dict[str, Any], Any], tuple[str, dict[str, Any]]] | None = None
     progress_metric: str | None = None
+    #: ``export(vertex_states, config) -> [(name, array)]``: the model held in checkpointed vertex states
+    export: Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, Any]]] | None = None
     key_index: dict[str, Key] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.keys = tuple(self.keys) + tuple(k for k in ENGINE_KEYS if k.name not in {j.name for j in self.keys})
         self.key_index = {k.name: k for k in self.keys}
 
     def defaults(self) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 Control plane (worker DEALER -> master ROUTER)::
 
-    worker -> master   HELLO, READY, DONE, RESULT, ERROR, HEARTBEAT
-    master -> worker   WELCOME, REFUSE, BEGIN, FINISH, BYE, ABORT, HEARTBEAT
+    worker -> master   HELLO, READY, DONE, CHECKPOINTED, RESULT, ERROR, HEARTBEAT
+    master -> worker   WELCOME, REFUSE, BEGIN, CHECKPOINT, ROLLBACK, FINISH, BYE, ABORT, HEARTBEAT
 
 Data plane (worker DEALER -> peer ROUTER): exactly one BATCH per peer per superstep.
 """
@@ -29,3 +29,6 @@ class Kind(IntEnum):
     ABORT = 11      # the job failed elsewhere: exit now
     ERROR = 12      # this worker failed (vertex error, cannot import the job, ...)
     HEARTBEAT = 13  # liveness, both ways; carries the sender's clock
+    CHECKPOINT = 14     # write your part of the checkpoint taken before superstep s
+    CHECKPOINTED = 15   # my part is written (size, sha256), or why it could not be
+    ROLLBACK = 16       # a worker was lost: reload the checkpoint before superstep s, new peers

@@ -122,6 +122,14 @@ class RunDir:
         except OSError as exc:
             raise StorageError(f"cannot append to {self.url}/{rel}: {exc}") from exc
 
+    def truncate_jsonl(self, rel: str, keep: Any) -> None:
+        """Rewrite ``rel`` with only the lines whose record satisfies ``keep(record)`` (resume)."""
+        if not self.exists(rel):
+            return
+        kept = [r for r in self.read_jsonl(rel) if keep(r)]
+        self.write_bytes(rel, "".join(json.dumps(r, default=str) + "\n" for r in kept).encode())
+        self._lines[rel] = [json.dumps(r, default=str) + "\n" for r in kept]
+
     def read_jsonl(self, rel: str) -> list[dict[str, Any]]:
         text = self.read_bytes(rel).decode()
         return [json.loads(line) for line in text.splitlines() if line.strip()]

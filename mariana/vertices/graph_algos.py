@@ -200,6 +200,8 @@ def _send_min(ctx: Context, sub: Subgraph, dst: np.ndarray, val: np.ndarray, key
 class PageRankBlock(Vertex):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex``."""
 
+    static_attributes = ("sub", "routes", "outdeg", "damping", "iterations", "track_l1")
+
     def __init__(self, id: str, sub: Subgraph, damping: float = 0.85, iterations: int = 100,
                  track_l1: bool = True) -> None:
         super().__init__(id, np.zeros(len(sub.own)))  # 0.0 before superstep 0, as PageRankVertex
@@ -268,6 +270,8 @@ class PageRankBlock(Vertex):
 class SSSPBlock(Vertex):
     """SSSP for a whole partition; bit-identical to ``SSSPVertex``."""
 
+    static_attributes = ("sub", "source")
+
     def __init__(self, id: str, sub: Subgraph, source: int | None) -> None:
         super().__init__(id, np.full(len(sub.own), INF))
         self.sub = sub
@@ -303,6 +307,8 @@ class SSSPBlock(Vertex):
 class WCCBlock(Vertex):
     """WCC for a whole partition (edges must be given in both directions); labels are global
     indices, so the smallest index is the smallest id in string order."""
+
+    static_attributes = ("sub",)
 
     def __init__(self, id: str, sub: Subgraph) -> None:
         super().__init__(id, sub.own.copy())

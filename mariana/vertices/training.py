@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import json
 import logging
 from dataclasses import dataclass
 from importlib.resources import files
@@ -31,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..engine import Context, Message, Vertex
+from ..engine.state import default_state, load_default_state
 from ..engine.vertex import array_module
 from ..errors import StorageError, UsageError
 from ..storage import read_bytes
@@ -117,6 +119,8 @@ class DataReader(Vertex):
     readers, so N replicas with batch B/N see exactly the samples one replica with batch B sees.
     """
 
+    static_attributes = ("x", "y", "_perm")  # data and a cache: rebuilt, never checkpointed
+
     def __init__(self, id: str, replica: str, x: np.ndarray, y: np.ndarray, batch_size: int, replicas: int,
                  rank: int, seed: int, total_steps: int) -> None:
         super().__init__(id, 0)
@@ -177,6 +181,8 @@ def tree_parent(rank: int) -> int:
 # -- vertices --------------------------------------------------------------------------------------
 class ReplicaVertex(Vertex):
     """A whole model on one device: forward and backward of one step in one ``compute``."""
+
+    static_attributes = ("x_test", "y_test", "shards", "model", "xp")
 
     def __init__(self, id: str, rank: int, replicas: int, make_model: Callable[[], Any], reader: str,
                  shards: list[tuple[str, int, int]], topology: str, optimizer: Optimizer, scale: float,
@@ -280,9 +286,26 @@ class ReplicaVertex(Vertex):
     def result(self) -> dict[str, Any]:
         return {"step": self.step}
 
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the flat parameter and gradient buffers, a pending batch, dropout RNGs."""
+        return {**default_state(self), "dropout_rngs": [layer.rng for layer in self.model.layers if hasattr(layer, "rng")]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        rngs = state.pop("dropout_rngs", [])
+        with on_device(self.device):
+            flat, grad = state.pop("flat"), state.pop("grad")
+            self.flat[...] = self.xp.asarray(flat)  # in place: the model's layers are views of these
+            self.grad[...] = self.xp.asarray(grad)
+            load_default_state(self, state)
+        for layer, rng_state in zip([la for la in self.model.layers if hasattr(la, "rng")], rngs):
+            layer.rng.bit_generator.state = json.loads(rng_state["__rng__"])
+
 
 class ParameterShardVertex(Vertex):
     """Owns ``[lo, hi)`` of the flat parameter vector and its optimizer state."""
+
+    static_attributes = ("optimizer", "replicas")
 
     def __init__(self, id: str, lo: int, hi: int, init: np.ndarray, optimizer: Optimizer, replicas: list[str]) -> None:
         super().__init__(id, np.array(init[lo:hi], dtype=np.float32))

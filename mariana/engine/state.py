@@ -1,0 +1,102 @@
+"""Vertex state for checkpoints: what a vertex holds, as plain data and arrays.
+
+``vertex_state(v)`` calls ``v.state_dict()`` when the vertex defines one, else captures every
+attribute (``__dict__`` and ``__slots__``) that is plain data: None, bool, int, float, str,
+bytes, numpy arrays and scalars, ``numpy.random.Generator`` (its bit-generator state), and
+lists/tuples/dicts of those. Anything else (a model object, a callable, the subgraph a job
+rebuilds on every start) is skipped: the job's build recreates it. ``load_vertex_state`` sets
+the attributes back (or calls ``load_state_dict``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from .vertex import Vertex
+
+__all__ = ["vertex_state", "load_vertex_state", "default_state", "load_default_state", "plain", "SKIP"]
+
+#: Attributes never captured: the id and the out-edges are structure the job rebuilds.
+SKIP = frozenset({"id", "edges"})
+_RNG = "__rng__"
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def plain(value: Any) -> Any:
+    """``value`` as checkpointable plain data, or raise ``_NotPlain``."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes, np.ndarray)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.random.Generator):
+        return {_RNG: json.dumps(value.bit_generator.state)}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: plain(v) for k, v in value.items()}
+    if type(value).__module__.startswith("cupy"):
+        return value.get()
+    raise _NotPlain(type(value).__name__)
+
+
+def _attributes(v: Vertex) -> dict[str, Any]:
+    """Attributes to capture: all but ``SKIP`` and the class's ``static_attributes``."""
+    skip = SKIP.union(getattr(v, "static_attributes", ()))
+    names = list(getattr(v, "__dict__", {}))
+    for cls in type(v).__mro__:
+        names += [s for s in getattr(cls, "__slots__", ()) if s not in names]
+    return {n: getattr(v, n) for n in names if n not in skip and hasattr(v, n)}
+
+
+def vertex_state(v: Vertex) -> dict[str, Any]:
+    """The checkpointable state of ``v``."""
+    if hasattr(v, "state_dict"):
+        return plain(v.state_dict())
+    return default_state(v)
+
+
+def default_state(v: Vertex) -> dict[str, Any]:
+    """Every plain attribute of ``v`` (what ``vertex_state`` captures without ``state_dict``)."""
+    out = {}
+    for name, value in _attributes(v).items():
+        try:
+            out[name] = plain(value)
+        except _NotPlain:
+            continue
+    return out
+
+
+def _revive(value: Any, current: Any) -> Any:
+    if isinstance(value, dict) and _RNG in value:
+        rng = current if isinstance(current, np.random.Generator) else np.random.default_rng()
+        rng.bit_generator.state = json.loads(value[_RNG])
+        return rng
+    if isinstance(value, np.ndarray):
+        if isinstance(current, np.ndarray) and current.shape == value.shape and current.dtype == value.dtype \
+                and current.flags.writeable:
+            current[...] = value  # in place: views of this buffer (a model's layers) stay bound
+            return current
+        return np.array(value)  # writable, owned (checkpoint arrays may be read-only views)
+    if isinstance(value, list) and isinstance(current, tuple):
+        return tuple(value)
+    return value
+
+
+def load_vertex_state(v: Vertex, state: dict[str, Any]) -> None:
+    """Put ``state`` (from ``vertex_state``) back into ``v``."""
+    if hasattr(v, "load_state_dict"):
+        v.load_state_dict(state)
+        return
+    load_default_state(v, state)
+
+
+def load_default_state(v: Vertex, state: dict[str, Any]) -> None:
+    """Set every attribute of ``state`` on ``v``; arrays are copied into existing buffers."""
+    for name, value in state.items():
+        setattr(v, name, _revive(value, getattr(v, name, None)))

@@ -236,7 +236,7 @@ def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, st
             raise UsageError("mariana run needs a JOB (see `mariana jobs`) or --resume RUN")
         job = get_job(args.job)
         config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
-        return job, config, args.workers or 1, args.placement, None
+        return job, config, 1 if args.workers is None else args.workers, args.placement, None
     run_dir = RunDir(resume)
     try:
         prev = run_dir.read_json("job.json")

@@ -1,0 +1,229 @@
+"""Checkpoints: vertex state capture, commit protocol, corruption fallback, failing storage,
+resume (local and cluster), and recovery from a killed worker with bit-identical results."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+import mariana
+from mariana import Vertex
+from mariana.engine.state import load_vertex_state, vertex_state
+from mariana.jobs import get_job, resolve_config
+from mariana.jobs.cli import main
+from mariana.jobs.dnn_data_parallel import final_params
+from mariana.jobs.launch import run_job
+from mariana.storage import RunDir
+from mariana.storage.checkpoint import Checkpoints, pack, unpack
+from test_cluster import alive, children, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+GRAPH = Path(__file__).parent / "data" / "small.e"
+DNN = get_job("dnn-dp")
+
+
+# -- state capture -------------------------------------------------------------------------------
+class Stateful(Vertex):
+    static_attributes = ("table",)
+
+    def __init__(self, id):
+        super().__init__(id, np.arange(4.0), [("x", 1.0)])
+        self.rng = np.random.default_rng(7)
+        self.count, self.names, self.table, self.fn = 3, ("a", "b"), np.ones(1000), print
+
+
+def test_default_state_captures_plain_data_and_rngs_and_restores_in_place():
+    v = Stateful("v")
+    v.rng.random(5)
+    state = unpack(pack(vertex_state(v)))  # the state survives the checkpoint format
+    assert set(state) == {"value", "rng", "count", "names"}  # no id/edges, static, or callable
+    expected_draw = v.rng.random()
+    w = Stateful("v")
+    buffer = w.value
+    load_vertex_state(w, state)
+    assert w.value is buffer and list(w.value) == [0, 1, 2, 3]  # copied into the existing buffer
+    assert w.rng.random() == expected_draw and w.names == ("a", "b") and w.count == 3
+
+
+# -- local runtime ----------------------------------------------------------------------------------
+def _pagerank(tmp_path, name, *extra):
+    out = tmp_path / f"{name}.tsv"
+    argv = ["run", "pagerank", "--set", f"graph={GRAPH}", "--set", f"output={out}", "--set", "tol=0",
+            "--set", "iterations=40", "--run-dir", str(tmp_path / name), *extra]
+    return argv, out
+
+
+def test_pagerank_resumes_from_a_checkpoint_to_identical_ranks(tmp_path):
+    argv, out = _pagerank(tmp_path, "full")
+    assert main(argv) == 0
+    argv, part = _pagerank(tmp_path, "cut", "--set", "checkpoint_every=7")
+    assert main(argv + ["--max-supersteps", "23"]) == 0  # stops early; newest checkpoint before 21
+    ck = Checkpoints(RunDir(str(tmp_path / "cut")))
+    assert ck.supersteps() == [21, 14, 7]
+    assert main(["run", "--resume", str(tmp_path / "cut")]) == 0
+    assert part.read_bytes() == out.read_bytes()
+    lines = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["superstep"] for m in lines] == list(range(41))  # continues, no duplicate or gap
+    assert ck.supersteps() == [35, 28, 21]  # keep_checkpoints=3
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "no-manifest"])
+def test_a_damaged_checkpoint_is_detected_and_resume_falls_back(tmp_path, damage, caplog):
+    argv, out = _pagerank(tmp_path, "full")
+    assert main(argv) == 0
+    argv, part = _pagerank(tmp_path, "cut", "--set", "checkpoint_every=10")
+    assert main(argv + ["--max-supersteps", "25"]) == 0
+    folder = tmp_path / "cut" / "checkpoints" / "ss-000020"
+    target = folder / "worker-0.npz"
+    if damage == "flip":
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        target.write_bytes(bytes(data))
+    elif damage == "truncate":
+        target.write_bytes(target.read_bytes()[:-100])
+    else:
+        (folder / "manifest.json").unlink()
+    info = Checkpoints(RunDir(str(tmp_path / "cut"))).inspect(20)
+    assert not info.valid and info.why
+    assert main(["checkpoint", "list", str(tmp_path / "cut")]) == 0
+    assert main(["run", "--resume", str(tmp_path / "cut")]) == 0
+    assert "skipping checkpoint at superstep 20" in caplog.text  # fell back to superstep 10
+    assert part.read_bytes() == out.read_bytes()
+
+
+class FlakyMemory(MemoryFileSystem):
+    """An in-memory filesystem whose writes under one checkpoint folder fail."""
+
+    protocol = ("flakymem",)
+    root_marker = "/"
+    fail_under = "checkpoints/ss-000020"
+
+    def pipe_file(self, path, value, **kwargs):
+        self._check(path)
+        return super().pipe_file(path, value, **kwargs)
+
+    def _open(self, path, mode="rb", **kwargs):
+        if "w" in mode or "a" in mode:
+            self._check(path)
+        return super()._open(path, mode, **kwargs)
+
+    def _check(self, path):
+        if self.fail_under in path:
+            raise OSError(28, "No space left on device (simulated)")
+
+
+def test_a_failing_checkpoint_write_is_reported_and_the_job_goes_on():
+    fsspec.register_implementation("flakymem", FlakyMemory, clobber=True)
+    run_dir = RunDir(f"flakymem://run-{random.Random().random()}")
+    lines = []
+    result = run_job("pagerank", sets=[f"graph={GRAPH}", "tol=0", "iterations=35", "checkpoint_every=10"],
+                     run_dir=run_dir, on_superstep=lines.append)
+    assert result.supersteps == 36
+    failed = [m for m in lines if "checkpoint_failed" in m]
+    assert [m["superstep"] for m in failed] == [19] and "No space left" in failed[0]["checkpoint_failed"]
+    ck = Checkpoints(run_dir)
+    assert [ss for ss in ck.supersteps() if ck.inspect(ss).valid] == [30, 10]
+
+
+def test_master_compute_can_ask_for_a_checkpoint(tmp_path):
+    run_dir = RunDir(str(tmp_path / "r"))
+    run_job("contract_jobs:forever", sets=["max_supersteps=6"], run_dir=run_dir)
+    assert Checkpoints(run_dir).supersteps() == []
+    from mariana import Graph
+
+    class Tick(Vertex):
+        def compute(self, ctx, messages):
+            self.value = ctx.superstep
+
+    g = Graph(max_supersteps=6)
+    g.add_vertex(Tick("t", 0))
+    g.master_compute = lambda m: m.checkpoint() if m.superstep == 3 else None
+    mariana.run(g, run_dir=run_dir)
+    assert Checkpoints(run_dir).supersteps() == [4]
+
+
+# -- cluster: resume and recovery ----------------------------------------------------------------------
+SETS = ["epochs=3", "checkpoint_every=8"]
+
+
+def _train(run_dir, workers=2, runtime="cluster", **kw):
+    config = resolve_config(DNN, None, SETS)
+    result = run_job(DNN, config, workers=workers, runtime=runtime, run_dir=RunDir(str(run_dir)), **kw)
+    return {k: v.tobytes() for k, v in final_params(result, config)}, result
+
+
+def test_killing_one_worker_recovers_to_bit_identical_parameters(tmp_path):
+    reference, _ = _train(tmp_path / "reference")
+    at = random.Random(5).randrange(20, 120)  # a seeded random superstep
+    procs, killed = [], []
+
+    def kill(line):
+        if line["superstep"] == at and not killed:
+            killed.append(procs[1].pid)
+            os.kill(procs[1].pid, signal.SIGKILL)
+
+    recovered, result = _train(tmp_path / "killed", on_superstep=kill, on_start=lambda m, p: procs.extend(p))
+    assert killed and recovered == reference
+    assert result.metrics[-1]["restarts"] == 1
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+def test_without_checkpoints_a_lost_worker_still_fails_clearly():
+    procs = []
+
+    def kill(line):
+        if line["superstep"] == 3:
+            os.kill(procs[0].pid, signal.SIGKILL)
+
+    with pytest.raises(mariana.MarianaError, match="not recovered: no checkpoint to roll back to"):
+        run_job("contract_jobs:forever", sets=["max_supersteps=100000"], workers=2, runtime="cluster",
+                on_superstep=kill, on_start=lambda m, p: procs.extend(p))
+
+
+def test_killing_the_whole_job_then_resume_gives_identical_parameters(tmp_path):
+    reference, _ = _train(tmp_path / "reference")
+    run = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-m", "mariana", "run", "dnn-dp", "--workers", "2", "--run-dir", str(run),
+                             *[a for s in SETS for a in ("--set", s)], "--heartbeat-interval", "0.2",
+                             "--worker-timeout", "2"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    ck = Checkpoints(RunDir(str(run)))
+    while time.monotonic() < deadline and not any(ck.inspect(s).valid for s in ck.supersteps() if s >= 40):
+        time.sleep(0.05)
+    orphans = children(proc.pid)
+    proc.kill()  # the master dies; its workers notice the silence and exit by themselves
+    proc.wait()
+    assert any(ck.inspect(s).valid for s in ck.supersteps()), "no checkpoint was written before the kill"
+    assert main(["run", "--resume", str(run), "--heartbeat-interval", "0.2", "--worker-timeout", "2"]) == 0
+    params = {name: np.load(run / "params" / f"{name}.npy").tobytes() for name in reference}
+    assert params == reference
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["superstep"] for m in lines] == list(range(len(lines)))
+    epochs = [m["epoch"] for m in lines if "epoch" in m]
+    assert epochs == [1.0, 2.0, 3.0]  # one evaluation per epoch, none repeated or restarted at 1
+    wait_for(lambda: not any(alive(pid) for pid in orphans), 20, "the killed job's workers to exit")
+
+
+def test_params_export_reads_a_checkpoint_while_training_goes_on(tmp_path):
+    run = tmp_path / "run"
+    assert main(["run", "dnn-dp", "--run-dir", str(run), "--set", "epochs=2", "--set", "checkpoint_every=10",
+                 "--max-supersteps", "25"]) == 0
+    (run / "params" / "index.json").unlink()  # as if still training: only checkpoints exist
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "mid.npz")]) == 0
+    with np.load(tmp_path / "mid.npz") as npz:
+        assert npz.files == ["0.W", "0.b", "1.W", "1.b", "2.W", "2.b"]
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "x.npz"), "--checkpoint", "10"]) == 0
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "y.npz"), "--checkpoint", "5"]) == 2

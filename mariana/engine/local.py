@@ -7,6 +7,8 @@ as on the cluster runtime; it is the reference semantics for every other runtime
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from typing import Any, Callable
 
@@ -15,6 +17,7 @@ from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .graph import Graph
 from .result import RunResult
 from .superstep import Coordinator, Partition
+from .tracing import PHASES, Capture, TraceWriter, master_record
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +34,19 @@ class LocalRuntime:
     def run(self, max_supersteps: int | None = None,
             on_superstep: Callable[[dict[str, Any]], None] | None = None,
             checkpoints: Checkpoints | None = None, checkpoint_every: int | None = None,
-            resume: CheckpointInfo | None = None) -> RunResult:
+            resume: CheckpointInfo | None = None, tracer: TraceWriter | None = None,
+            capture: Capture | None = None) -> RunResult:
         """Run to the end; ``on_superstep(metrics_line)`` is called after every barrier.
 
         With ``checkpoints``, a checkpoint is written every ``checkpoint_every`` supersteps and
-        whenever master compute asks; ``resume`` restarts from a verified checkpoint.
+        whenever master compute asks; ``resume`` restarts from a verified checkpoint. ``tracer``
+        receives the trace records (docs/traces.md); ``capture`` stores matching vertices' messages.
         """
         pl = self.placement
         started = time.perf_counter()
         partitions = [Partition(self.graph, pl, w) for w in range(pl.num_workers)]
+        for p in partitions:
+            p.trace, p.capture = tracer is not None, capture
         coord = Coordinator(self.graph, len(pl.worker), max_supersteps)
         if resume is not None:
             for p in partitions:
@@ -48,15 +55,19 @@ class LocalRuntime:
             log.info("resumed %s from the checkpoint at superstep %d", self.graph.name, resume.superstep)
         metrics: list[dict[str, Any]] = []
         while (begin := coord.next_begin()) is not None:
-            t0 = time.perf_counter()
-            outs, dones = [], []
+            t0, wall0 = time.perf_counter(), time.time()
+            outs, dones, spans = [], [], []
             for p in partitions:
+                start = time.time()
                 batches, done = p.compute(begin)
                 outs.append(batches)
                 dones.append(done)
+                spans.append((start, time.time()))
             for w, p in enumerate(partitions):
                 p.deliver([outs[src][w] for src in range(len(partitions))])
             record = coord.barrier(dones, time.perf_counter() - t0)
+            if tracer is not None:
+                self._trace(tracer, begin.superstep, wall0, dones, outs, spans, coord.aggregates)
             if checkpoints is not None and coord.checkpoint_due(checkpoint_every):
                 parts = lambda: [checkpoints.write_part(coord.superstep, f"worker-{p.worker}", p.snapshot())  # noqa: E731
                                  for p in partitions]
@@ -64,10 +75,29 @@ class LocalRuntime:
             metrics.append(record)
             if on_superstep is not None:
                 on_superstep(record)
+        if tracer is not None:
+            tracer.flush()
         log.info("job %s ended after %d supersteps: %s", self.graph.name, coord.superstep, coord.halt_reason)
         values = {vid: v.result() for p in partitions for vid, v in p.vertices.items()}
         return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, metrics,
                          time.perf_counter() - started, pl)
+
+
+    def _trace(self, tracer: TraceWriter, superstep: int, wall0: float, dones: list, outs: list, spans: list,
+               aggregates: dict[str, Any]) -> None:
+        """One record per partition and the master's line; partitions run one after another here."""
+        end = time.time()
+        host, pid = socket.gethostname(), os.getpid()
+        for w, (done, (start, stop)) in enumerate(zip(dones, spans)):
+            rec = {"superstep": superstep, "worker": w, "host": host, "pid": pid, "start": start, "end": stop,
+                   **{k: 0.0 for k in PHASES}, **done.trace, "barrier_s": end - stop,
+                   "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0,
+                   "messages_in": {str(src): len(outs[src][w]) for src in range(len(outs)) if outs[src][w]}}
+            tracer.worker(rec)
+        # partitions run one after another here: arrivals are as if they had run side by side
+        tracer.master(master_record(superstep, wall0, end, {w: stop - start for w, (start, stop) in enumerate(spans)},
+                                    aggregates))
+        tracer.end_superstep()
 
 
 def write_checkpoint(checkpoints: Checkpoints, coord: Coordinator, write_parts: Callable[[], list[dict[str, Any]]],

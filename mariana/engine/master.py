@@ -28,12 +28,13 @@ from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .local import write_checkpoint
 from .result import RunResult
 from .superstep import Coordinator, Done
+from .tracing import TraceWriter, master_record
 from .transport import Again, Transport, Unreachable, poller, recv, send
 from .worker import DropCounter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Master", "WorkerLost"]
+__all__ = ["Master", "WorkerLost", "SuperstepTimeout"]
 
 
 class WorkerLost(MarianaError):
@@ -44,6 +45,10 @@ class WorkerLost(MarianaError):
         self.index = index
 
 
+class SuperstepTimeout(WorkerLost):
+    """A superstep ran past ``--superstep-timeout``; the message is the hang report."""
+
+
 @dataclass
 class WorkerInfo:
     index: int
@@ -52,6 +57,7 @@ class WorkerInfo:
     pid: int
     data: str
     last_seen: float = field(default_factory=time.monotonic)
+    state: dict[str, Any] = field(default_factory=dict)  # from its heartbeats: phase, vertex, peers
 
     def describe(self) -> str:
         return f"worker {self.index} (host {self.host}, pid {self.pid})"
@@ -73,7 +79,9 @@ class Master:
                  on_superstep: Callable[[dict[str, Any]], None] | None = None,
                  max_message_bytes: int = 1 << 30, run_dir: RunDir | None = None, checkpoint_every: int | None = None,
                  keep_checkpoints: int = 3, resume: CheckpointInfo | None = None, max_restarts: int = 3,
-                 rejoin_timeout: float = 60.0, respawn: Callable[[], Any] | None = None) -> None:
+                 rejoin_timeout: float = 60.0, respawn: Callable[[], Any] | None = None, trace: bool = True,
+                 capture: str | None = None, capture_limit_mb: int = 64,
+                 superstep_timeout: float | None = None) -> None:
         self.job_name, self.config, self.graph = job_name, config, graph
         self.workers, self.placement = workers, placement
         self.bind = bind
@@ -86,6 +94,9 @@ class Master:
         self.max_restarts, self.rejoin_timeout, self.respawn = max_restarts, rejoin_timeout, respawn
         self.restarts = 0
         self.gen = 0
+        self.tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
+        self.capture, self.capture_limit = capture, capture_limit_mb << 20
+        self.superstep_timeout = superstep_timeout
         self.job_id = uuid.uuid4().hex
         self.transport = Transport(max_message_bytes)
         self.drops = DropCounter("master")
@@ -100,6 +111,8 @@ class Master:
         self._dones: dict[int, dict[str, Any]] = {}
         self._parts: dict[int, dict[str, Any]] = {}
         self._results: dict[int, dict[str, Any]] = {}
+        self._arrivals: dict[int, float] = {}
+        self._wall0 = time.time()
         self._next_hb = 0.0
 
     def start(self) -> str:
@@ -123,6 +136,8 @@ class Master:
             restore = None
             if self.resume is not None:
                 restore = self.resume.superstep
+                if self.tracer is not None:
+                    self.tracer.truncate(restore)
                 coord.restore(self.checkpoints.read(restore, "master")["coordinator"])
             for w in self.by_index:
                 self._welcome(w, restore)
@@ -137,11 +152,15 @@ class Master:
                 except WorkerLost as lost:
                     self._recover(lost, coord, metrics)
             values = self._finish()
+            if self.tracer is not None:
+                self.tracer.flush()
             log.info("job %s ended after %d supersteps: %s", self.job_name, coord.superstep, coord.halt_reason)
             return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, metrics,
                              time.perf_counter() - started, self.graph.place(self.workers, None))
         except BaseException as exc:
             self._abort(str(exc) or type(exc).__name__)
+            if self.tracer is not None:
+                self.tracer.flush()
             raise
 
     def _welcome(self, w: WorkerInfo, restore: int | None) -> None:
@@ -149,19 +168,23 @@ class Master:
                        "config": self.config, "placement": self.placement, "peers": [x.data for x in self.by_index],
                        "heartbeat_interval": self.heartbeat_interval, "worker_timeout": self.worker_timeout,
                        "run_dir": self.run_dir.url if self.run_dir is not None else None, "restore": restore,
-                       "gen": self.gen})
+                       "gen": self.gen, "trace": self.tracer is not None, "capture": self.capture,
+                       "capture_limit": self.capture_limit})
 
     def _supersteps(self, coord: Coordinator, metrics: list[dict[str, Any]]) -> bool:
         """Run supersteps until the job ends (False); a lost worker raises ``WorkerLost``."""
         while (begin := coord.next_begin()) is not None:
-            t0 = time.perf_counter()
-            self.superstep, self._dones = begin.superstep, {}
+            t0, self._wall0 = time.perf_counter(), time.time()
+            self.superstep, self._dones, self._arrivals = begin.superstep, {}, {}
             for w in self.by_index:
                 self._send(w, {"kind": Kind.BEGIN, "ss": begin.superstep, "gen": self.gen,
                                "aggregates": begin.aggregates, "broadcasts": begin.broadcasts})
-            self._wait(lambda: len(self._dones) == self.workers, None, f"the barrier of superstep {begin.superstep}")
+            self._wait(lambda: len(self._dones) == self.workers, None, f"the barrier of superstep {begin.superstep}",
+                       self.superstep_timeout)
             dones = [self._done(i, h) for i, h in sorted(self._dones.items())]
             record = coord.barrier(dones, time.perf_counter() - t0)
+            if self.tracer is not None:
+                self._trace(begin.superstep, coord.aggregates)
             stats = [self._dones[i].get("stats", {}) for i in range(self.workers)]
             record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
             record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
@@ -175,6 +198,16 @@ class Master:
             if self.on_superstep is not None:
                 self.on_superstep(record)
         return False
+
+    def _trace(self, superstep: int, aggregates: dict[str, Any]) -> None:
+        """The workers' records (with their barrier wait) and the master's line."""
+        end = time.time()
+        for i, h in sorted(self._dones.items()):
+            rec = h.get("trace") or {}
+            if rec:
+                self.tracer.worker({"superstep": superstep, "worker": i, **rec, "barrier_s": max(0.0, end - rec["end"])})
+        self.tracer.master(master_record(superstep, self._wall0, end, self._arrivals, aggregates))
+        self.tracer.end_superstep()
 
     def _worker_parts(self, superstep: int) -> list[dict[str, Any]]:
         """Ask every worker to write its part of the checkpoint; their manifest entries."""
@@ -236,6 +269,10 @@ class Master:
         del metrics[ss:]
         if self.run_dir is not None:
             self.run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < ss)
+        if self.tracer is not None:
+            self.tracer.truncate(ss)
+            self.tracer.event("recovery", superstep=self.superstep, lost=lost.index, rollback_to=ss,
+                              restart=self.restarts)
         peers = [w.data for w in self.by_index]
         for w in self.by_index:
             if w.index == lost.index:
@@ -270,13 +307,19 @@ class Master:
         except Unreachable:
             raise WorkerLost(f"{w.describe()} is unreachable at superstep {self.superstep}", w.index) from None
 
-    def _wait(self, condition: Callable[[], bool], timeout: float | None, what: str) -> None:
-        """Handle messages until ``condition()``; check liveness all along."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _wait(self, condition: Callable[[], bool], timeout: float | None, what: str,
+              hang_after: float | None = None) -> None:
+        """Handle messages until ``condition()``; check liveness all along. A barrier that takes
+        longer than ``hang_after`` seconds is a hang: report who is missing, then fail or recover."""
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        hang_at = None if hang_after is None else now + hang_after
         while not condition():
             if deadline is not None and time.monotonic() > deadline:
                 raise MarianaError(f"timed out after {timeout:.0f}s waiting for {what} "
                                    f"({len(self.joined)} of {self.workers} workers present)")
+            if hang_at is not None and time.monotonic() > hang_at:
+                self._hang(hang_after)
             if self.poll.poll(int(min(self.heartbeat_interval, 0.2) * 1000)):
                 self._drain()
             self._liveness()
@@ -298,8 +341,16 @@ class Master:
             w = self.joined.get(identity[3:])
             if w is None or header.get("job") != self.job_id:
                 self.drops.drop("sender", f"heartbeat from unknown identity {identity[:40]!r}")
-            else:
-                w.last_seen = time.monotonic()
+                return
+            w.last_seen = time.monotonic()
+            if isinstance(header.get("state"), dict):
+                w.state = header["state"]
+            if isinstance(header.get("t"), float):  # echo it with our clock: the worker estimates its offset
+                try:
+                    send(self.sock, {"kind": Kind.HEARTBEAT, "job": self.job_id, "t": time.time(),
+                                     "echo": header["t"]}, identity)
+                except Unreachable:
+                    pass
             return
         if kind == Kind.HELLO:
             self._hello(identity, header)
@@ -316,6 +367,7 @@ class Master:
             self._ready.add(w.index)
         elif kind == Kind.DONE and header.get("ss") == self.superstep and self.phase == "running":
             self._dones[w.index] = header
+            self._arrivals[w.index] = time.time() - self._wall0
         elif kind == Kind.CHECKPOINTED and header.get("ss") == self.superstep + 1:
             self._parts[w.index] = header
         elif kind == Kind.RESULT and self.phase == "finishing":
@@ -358,6 +410,39 @@ class Master:
             raise VertexError(str(h.get("vertex")), int(h.get("ss", self.superstep)),
                               f"{h.get('message')} (on {w.describe()})", str(h.get("traceback", "")))
         raise MarianaError(f"{w.describe()} cannot run job {self.job_name}: {h.get('message')}")
+
+    def _hang(self, after: float) -> None:
+        """Name the workers missing from the barrier and the peers each waiting worker lacks."""
+        now = time.time()
+        missing, lines = [], []
+        for w in self.by_index:
+            if w is None or w.index in self._dones:
+                continue
+            st = w.state
+            entry = {"worker": w.index, "host": w.host, "state": st.get("phase", "unknown"),
+                     "for_s": round(now - st.get("since", now), 3)}
+            if st.get("vertex"):
+                entry["vertex"] = st["vertex"]
+            missing.append(entry)
+            doing = f"computing vertex {st['vertex']!r}" if st.get("vertex") else st.get("phase", "silent")
+            if st.get("phase") == "waiting":
+                doing = f"waiting for the batches of peer(s) {st.get('peers', [])}"
+            lines.append(f"{w.describe()}: {doing} for {entry['for_s']:.1f}s")
+        waiting = {str(w.index): w.state.get("peers", []) for w in self.by_index
+                   if w is not None and w.state.get("phase") == "waiting"}
+        report = (f"superstep {self.superstep} exceeded --superstep-timeout {after:g}s; not at the barrier: "
+                  + "; ".join(lines))
+        log.error(report)
+        if self.tracer is not None:
+            self.tracer.event("hang", superstep=self.superstep, elapsed_s=round(now - self._wall0, 3),
+                              missing=missing, waiting=waiting)
+        stuck = next((m["worker"] for m in missing if m["state"] == "computing"), missing[0]["worker"] if missing else None)
+        if stuck is not None and self.max_restarts and self.checkpoints is not None:
+            for child in self.children:  # a hung local worker is killed so that recovery can replace it
+                if child.pid == self.by_index[stuck].pid and child.poll() is None:
+                    child.kill()
+                    child.wait()
+        raise SuperstepTimeout(report, stuck)
 
     def _liveness(self) -> None:
         now = time.monotonic()

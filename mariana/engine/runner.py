@@ -10,6 +10,7 @@ from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .graph import Graph
 from .local import LocalRuntime
 from .result import RunResult
+from .tracing import Capture, TraceWriter
 
 log = logging.getLogger(__name__)
 
@@ -21,14 +22,16 @@ RUNTIMES = ("local",)
 def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: Any = None,
         max_supersteps: int | None = None, run_dir: Any = None,
         on_superstep: Callable[[dict[str, Any]], None] | None = None,
-        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False) -> RunResult:
+        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False,
+        trace: bool = True, capture: str | None = None, capture_limit_mb: int = 64) -> RunResult:
     """Run ``graph`` to the end and return its ``RunResult``.
 
     ``placement``: a strategy name (``hash``, ``range``), a ``Strategy``, a mapping or callable
     ``id -> worker``, or a resolved ``Placement``. ``run_dir``: a ``RunDir`` that receives one
     ``metrics.jsonl`` line per superstep and the checkpoints (every ``checkpoint_every``
     supersteps, the newest ``keep_checkpoints`` kept). ``resume``: continue from the newest
-    valid checkpoint in ``run_dir``.
+    valid checkpoint in ``run_dir``. ``trace``: write superstep traces to ``run_dir/trace``;
+    ``capture``: store the messages of vertices matching this glob (docs/traces.md).
     """
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
@@ -42,11 +45,16 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
             on_superstep(line)
 
     checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
+    tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
     start = None
     if resume:
         start = newest_checkpoint(checkpoints)
         run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < start.superstep)
-    return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start)
+        if tracer is not None:
+            tracer.truncate(start.superstep)
+    spy = Capture(capture, run_dir, capture_limit_mb << 20) if capture and run_dir is not None else None
+    return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start,
+                                                       tracer, spy)
 
 
 def newest_checkpoint(checkpoints: Checkpoints | None) -> CheckpointInfo:

@@ -17,23 +17,21 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import time
 import traceback
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-import numpy as np
-
 from ..errors import MarianaError, VertexError
+from . import tracing
 from .graph import Graph, MasterContext
 from .state import load_vertex_state, vertex_state
 from .vertex import Context, Message
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Begin", "Done", "Partition", "Coordinator", "jsonable"]
+__all__ = ["Begin", "Done", "Partition", "Coordinator"]
 
 _by_src = attrgetter("src")
 
@@ -60,6 +58,7 @@ class Done:
     out_messages: list[int]
     compute_s: float
     slowest: list[tuple[str, float]] = field(default_factory=list)
+    trace: dict[str, Any] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> int:
@@ -89,6 +88,9 @@ class Partition:
         self._out: list[list[Message]] = [[] for _ in range(self.num_workers)]
         self._partials: dict[str, Any] = {}
         self._sent = 0
+        self.trace = True  # scan for NaN/Inf and time the phases (docs/traces.md)
+        self.capture: Any = None  # a tracing.Capture for --capture GLOB
+        self._sends: list[Message] | None = None
 
     # -- called by Context while a vertex computes -------------------------------------------
     def send(self, src: str, dst: str, tag: str | None, payload: Any) -> None:
@@ -98,8 +100,11 @@ class Partition:
             raise UnknownVertex(f"message to unknown vertex {dst!r}") from None
         except TypeError:
             raise UnknownVertex(f"message to a non-string vertex id {dst!r}") from None
-        self._out[w].append(Message(src, dst, tag, payload))
+        m = Message(src, dst, tag, payload)
+        self._out[w].append(m)
         self._sent += 1
+        if self._sends is not None:
+            self._sends.append(m)
 
     def halt(self, vertex_id: str) -> None:
         self.halted.add(vertex_id)
@@ -128,6 +133,8 @@ class Partition:
         halted, vertices, devices = self.halted, self.vertices, self.devices
         computed = 0
         timings: list[tuple[float, str]] = []
+        flags: list[dict[str, Any]] = []
+        trace, capture = self.trace, self.capture
         clock = time.perf_counter
         t_start = clock()
         for vid in self.order:
@@ -140,6 +147,9 @@ class Partition:
                 halted.discard(vid)
             ctx._vertex_id = vid
             ctx._device = devices[vid]
+            captured = capture is not None and capture.matches(vid)
+            if captured:
+                self._sends = []
             t0 = clock()
             try:
                 vertices[vid].compute(ctx, msgs)
@@ -147,11 +157,32 @@ class Partition:
                 raise VertexError(vid, s, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
             timings.append((clock() - t0, vid))
             computed += 1
+            if trace:
+                hit = tracing.state_flags(vertices[vid])
+                if hit:
+                    flags.append({"flag": hit[0], "vertex": vid, "where": "state", "key": hit[1]})
+            if captured:
+                capture.store(vid, s, msgs, self._sends, begin.aggregates, begin.broadcasts)
+                self._sends = None
         compute_s = clock() - t_start
+        if trace:
+            seen = {f["vertex"] for f in flags}
+            for batch in self._out:
+                for m in batch:
+                    if m.src not in seen:
+                        hit = tracing.nonfinite(m.payload)
+                        if hit:
+                            seen.add(m.src)
+                            flags.append({"flag": hit[0], "vertex": m.src, "where": "message", "key": hit[1]})
+        t_combine = clock()
         batches = [self._combine(batch) if self.combiners else batch for batch in self._out]
         slowest = sorted(timings, reverse=True)[: self.keep_slowest]
         done = Done(s, self.worker, self._partials, len(self.order) - len(halted), computed, self._sent,
                     [len(b) for b in batches], compute_s, [(vid, t) for t, vid in slowest])
+        if trace:
+            done.trace = {"compute_s": compute_s, "combine_s": clock() - t_combine, "vertices_run": computed,
+                          "messages_out": {str(w): len(b) for w, b in enumerate(batches) if b},
+                          "slowest": [[vid, round(t, 6)] for t, vid in slowest], "flags": flags}
         self._out = [[] for _ in range(self.num_workers)]
         self._partials = {}
         self._sent = 0
@@ -299,7 +330,7 @@ class Coordinator:
             "computed": sum(d.computed for d in dones), "messages": sum(d.sent for d in dones),
             "delivered": self.in_flight,
         }
-        record.update({k: jsonable(v) for k, v in aggregates.items()})
+        record.update({k: tracing.jsonable(v) for k, v in aggregates.items()})
         record["workers"] = [{"worker": d.worker, "computed": d.computed, "messages_out": d.sent,
                               "active": d.active, "compute_s": round(d.compute_s, 6)} for d in dones]
         return record
@@ -321,20 +352,3 @@ class gc_paused:
     def __exit__(self, *exc: Any) -> None:
         if self.was_enabled:
             gc.enable()
-
-
-def jsonable(value: Any, max_items: int = 64) -> Any:
-    """A JSON-safe view of an aggregate: small arrays as lists, large ones summarised."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, np.ndarray):
-        if value.size <= max_items:
-            return [jsonable(x) for x in value.ravel().tolist()]
-        return {"shape": list(value.shape), "dtype": str(value.dtype), "norm": float(np.linalg.norm(value))}
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value

@@ -106,7 +106,11 @@ class Transport:
 
 def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None) -> int:
     """Encode ``header`` (arrays become zero-copy frames) and send it; returns bytes sent."""
-    frames = codec.encode(header)
+    return send_frames(sock, codec.encode(header), identity)
+
+
+def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None) -> int:
+    """Send already encoded frames with ``copy=False``; returns bytes sent."""
     try:
         if identity is not None:
             sock.send_multipart([identity, *frames], copy=False)

@@ -28,7 +28,9 @@ from ..messages.kinds import Kind
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
 from .superstep import Begin, Partition
-from .transport import Again, Transport, poller, recv, send
+from ..messages import codec
+from .tracing import Capture
+from .transport import Again, Transport, poller, recv, send, send_frames
 from .vertex import Message
 
 log = logging.getLogger(__name__)
@@ -79,9 +81,13 @@ class Worker:
         self.index = -1
         self.current = -1
         self._inbound: dict[int, dict[int, list[Message]]] = {}
-        self._bytes_in = 0
+        self._inbound_bytes: dict[int, dict[int, int]] = {}
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
+        self.clock_offset = 0.0  # master clock - this clock, from the heartbeat exchange
+        self._best_rtt = float("inf")
+        self.state: dict[str, Any] = {"phase": "starting"}  # what heartbeats report (hang diagnosis)
+        self._dropped_before: dict[str, int] = {}
 
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -149,6 +155,9 @@ class Worker:
         self.gen = welcome.get("gen", 0)
         self.run_url = welcome.get("run_dir")
         self._connect_peers(welcome["peers"])
+        self.partition.trace = welcome.get("trace", True)
+        if welcome.get("capture") and self.run_url:
+            self.partition.capture = Capture(welcome["capture"], RunDir(self.run_url), welcome.get("capture_limit", 64 << 20))
         if welcome.get("restore") is not None:
             code = self._restore(welcome["restore"])
             if code is not None:
@@ -211,6 +220,7 @@ class Worker:
             return 2
         self.current = superstep - 1
         self._inbound.clear()
+        self._inbound_bytes.clear()
         return None
 
     # -- control plane ----------------------------------------------------------------------
@@ -271,6 +281,8 @@ class Worker:
             self.drops.drop("superstep", f"BEGIN {s} while at {self.current}")
             return None
         self.current = s
+        start = time.time()
+        self.state = {"phase": "computing", "ss": s, "since": start}
         begin = Begin(s, header["aggregates"], header["broadcasts"])
         try:
             batches, done = self.partition.compute(begin)
@@ -278,16 +290,22 @@ class Worker:
             self._send_ctl({"kind": Kind.ERROR, "where": "compute", "vertex": exc.vertex_id, "ss": exc.superstep,
                             "message": exc.detail, "traceback": exc.traceback_text})
             return 1
-        t0 = time.perf_counter()
+        encode_s = send_s = 0.0
         bytes_out = [0] * self.partition.num_workers
+        clock = time.perf_counter
         for p, sock in self.peers.items():
-            msgs = [[m.src, m.dst, m.tag, m.payload] for m in batches[p]]
-            bytes_out[p] = send(sock, {"kind": Kind.BATCH, "job": self.job_id, "gen": self.gen, "ss": s,
-                                       "src": self.index, "msgs": msgs})
-        send_s = time.perf_counter() - t0
-        self._bytes_in = 0
+            t0 = clock()
+            frames = codec.encode({"kind": Kind.BATCH, "job": self.job_id, "gen": self.gen, "ss": s, "src": self.index,
+                                   "msgs": [[m.src, m.dst, m.tag, m.payload] for m in batches[p]]})
+            t1 = clock()
+            bytes_out[p] = send_frames(sock, frames)
+            encode_s += t1 - t0
+            send_s += clock() - t1
+        t_wait = clock()
+        self.state = {"phase": "waiting", "ss": s, "since": time.time()}
         poll = poller(self.data, self.ctl)
         while len(self._inbound.get(s, ())) < len(self.peers):
+            self.state["peers"] = sorted(set(self.peers) - set(self._inbound.get(s, ())))
             events = dict(poll.poll(100))
             if self.data in events:
                 self._drain_data()
@@ -297,14 +315,28 @@ class Worker:
                         raise _Interrupt(h)
                     if h.get("kind") != Kind.HEARTBEAT:
                         self.drops.drop("kind", f"control message {h.get('kind')} during superstep {s}")
-        wait_s = time.perf_counter() - t0 - send_s
+        wait_s = clock() - t_wait
         inbound = self._inbound.pop(s, {})
+        bytes_in = self._inbound_bytes.pop(s, {})
         self.partition.deliver([batches[w] if w == self.index else inbound[w] for w in range(len(batches))])
+        self.state = {"phase": "barrier", "ss": s, "since": time.time()}
+        trace = {}
+        if self.partition.trace:
+            dropped = {k: n - self._dropped_before.get(k, 0) for k, n in self.drops.counts.items()
+                       if n > self._dropped_before.get(k, 0)}
+            self._dropped_before = dict(self.drops.counts)
+            trace = {**done.trace, "host": socket.gethostname(), "pid": os.getpid(),
+                     "start": start + self.clock_offset, "end": time.time() + self.clock_offset,
+                     "encode_s": encode_s, "send_s": send_s, "wait_s": wait_s, "clock_offset_s": self.clock_offset,
+                     "bytes_out": {str(p): b for p, b in enumerate(bytes_out) if b},
+                     "bytes_in": {str(p): b for p, b in bytes_in.items()},
+                     "messages_in": {str(p): len(m) for p, m in inbound.items() if m}, "dropped": dropped}
+            if batches[self.index]:
+                trace["messages_in"][str(self.index)] = len(batches[self.index])
         self._send_ctl({"kind": Kind.DONE, "ss": s, "partials": done.partials, "active": done.active,
                         "computed": done.computed, "sent": done.sent, "out_messages": done.out_messages,
-                        "compute_s": done.compute_s, "slowest": done.slowest,
-                        "stats": {"bytes_out": bytes_out, "bytes_in": self._bytes_in, "send_s": send_s,
-                                  "wait_s": wait_s, "dropped": dict(self.drops.counts)}})
+                        "compute_s": done.compute_s, "slowest": done.slowest, "trace": trace,
+                        "stats": {"bytes_out": bytes_out, "dropped": dict(self.drops.counts)}})
         return None
 
     # -- data plane -------------------------------------------------------------------------
@@ -325,10 +357,11 @@ class Worker:
                 self.drops.drop(exc.kind, f"{exc.detail} (from {identity[:40]!r})")
                 continue
             self._inbound.setdefault(header["ss"], {})[header["src"]] = msgs
-            self._bytes_in += size
+            self._inbound_bytes.setdefault(header["ss"], {})[header["src"]] = size
 
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:
+        """Own socket, own thread: liveness both ways, clock offset, and what this worker is doing."""
         hb = self.transport.ctx.socket(zmq.DEALER)
         hb.linger = 0
         hb.setsockopt(zmq.IDENTITY, b"hb:" + self.identity)
@@ -336,10 +369,14 @@ class Worker:
         last = time.monotonic()
         try:
             while not self._stop.is_set():
-                send(hb, {"kind": Kind.HEARTBEAT, "job": self.job_id, "src": self.index, "t": time.time()})
+                state = dict(self.state)
+                if state.get("phase") == "computing":
+                    state["vertex"] = self.partition.ctx.vertex_id
+                send(hb, {"kind": Kind.HEARTBEAT, "job": self.job_id, "src": self.index, "t": time.time(),
+                          "state": state})
                 if hb.poll(int(interval * 1000)):
                     while hb.poll(0):
-                        hb.recv_multipart()
+                        self._clock(hb.recv_multipart())
                     last = time.monotonic()
                 if time.monotonic() - last > timeout:
                     log.error("worker %d: the master at %s has been silent for %.1fs; exiting",
@@ -347,6 +384,18 @@ class Worker:
                     os._exit(EXIT_MASTER_LOST)
         finally:
             hb.close(linger=0)
+
+    def _clock(self, frames: list) -> None:
+        """NTP-style offset from the master's reply to our heartbeat: keep the lowest-delay sample."""
+        try:
+            h = codec.decode(frames)
+        except ProtocolError:
+            return
+        now = time.time()
+        echo, t_master = h.get("echo"), h.get("t")
+        if isinstance(echo, float) and isinstance(t_master, float) and 0 <= now - echo < self._best_rtt:
+            self._best_rtt = now - echo
+            self.clock_offset = t_master - (echo + now) / 2
 
 
 def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: int,

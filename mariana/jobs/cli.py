@@ -85,6 +85,13 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S", help="cluster heartbeat period")
     p.add_argument("--worker-timeout", type=float, default=10.0, metavar="S",
                    help="a worker silent this long fails the job (cluster)")
+    p.add_argument("--no-trace", dest="trace", action="store_false",
+                   help="do not write superstep traces to RUN/trace (they cost < 3%%)")
+    p.add_argument("--capture", metavar="VERTEX_GLOB",
+                   help="store the messages of matching vertices for `mariana trace replay`")
+    p.add_argument("--capture-limit-mb", type=int, default=64, metavar="MB", help="bound on captured data")
+    p.add_argument("--superstep-timeout", type=float, default=None, metavar="S",
+                   help="a superstep longer than S seconds is a hang: report who is missing, then fail or recover")
     p.add_argument("--max-restarts", type=int, default=3, metavar="N",
                    help="roll back to the newest checkpoint at most N times when a worker is lost (cluster)")
     p.add_argument("--rejoin-timeout", type=float, default=60.0, metavar="S",
@@ -286,7 +293,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if runtime == "local":
             result = engine_run(graph, workers=workers, placement=placement, max_supersteps=args.max_supersteps,
                                 run_dir=run_dir, on_superstep=record, checkpoint_every=every,
-                                keep_checkpoints=keep, resume=resume_dir is not None)
+                                keep_checkpoints=keep, resume=resume_dir is not None, trace=args.trace,
+                                capture=args.capture, capture_limit_mb=args.capture_limit_mb)
         else:
             result = _run_cluster(args, info["job"], config, graph, workers, placement_arg, run_dir, record,
                                   resume_dir is not None)
@@ -326,7 +334,9 @@ def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any]
                    on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
                    max_message_bytes=args.max_message_mb << 20, run_dir=run_dir,
                    checkpoint_every=config["checkpoint_every"] or None, keep_checkpoints=config["keep_checkpoints"],
-                   resume=start, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout)
+                   resume=start, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
+                   trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
+                   superstep_timeout=args.superstep_timeout)
     if args.command == "run":
         return run_cluster(job_name, config, graph, **options)
     host, _ = parse_endpoint(args.bind)

@@ -18,6 +18,7 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
             workers: int = 1, runtime: str | None = None, placement: str | None = None,
             max_supersteps: int | None = None, run_dir: Any = None,
             on_superstep: Callable[[dict[str, Any]], None] | None = None, resume: bool = False,
+            trace: bool = True, capture: str | None = None, capture_limit_mb: int = 64,
             **cluster_options: Any) -> RunResult:
     """Run ``job`` (a built-in name or ``package.module:JOB``) and return its ``RunResult``.
 
@@ -38,7 +39,8 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
     every, keep = resolved.get("checkpoint_every") or None, resolved.get("keep_checkpoints", 3)
     if runtime == "local":
         return engine_run(graph, workers=workers, max_supersteps=max_supersteps, run_dir=run_dir,
-                          on_superstep=on_superstep, checkpoint_every=every, keep_checkpoints=keep, resume=resume)
+                          on_superstep=on_superstep, checkpoint_every=every, keep_checkpoints=keep, resume=resume,
+                          trace=trace, capture=capture, capture_limit_mb=capture_limit_mb)
     from ..engine.cluster import run_cluster
     from ..engine.runner import newest_checkpoint
     from ..storage.checkpoint import Checkpoints
@@ -50,4 +52,5 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
 
     return run_cluster(name, resolved, graph, workers=workers, placement=placement, max_supersteps=max_supersteps,
                        on_superstep=on_superstep, run_dir=run_dir, checkpoint_every=every, keep_checkpoints=keep,
-                       resume=start, **cluster_options)
+                       resume=start, trace=trace, capture=capture, capture_limit_mb=capture_limit_mb,
+                       **cluster_options)

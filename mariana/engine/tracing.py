@@ -1,0 +1,187 @@
+"""Superstep traces (docs/traces.md): the records, NaN/Inf flags, message capture, the writer.
+
+The partitions and runtimes fill the records; ``TraceWriter`` appends them to
+``RUN/trace/worker-K.jsonl`` and ``RUN/trace/master.jsonl`` through ``mariana/storage``,
+buffered and flushed every ``flush_every`` supersteps and at the end.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+import statistics
+from typing import Any
+
+import numpy as np
+
+from ..errors import StorageError
+from ..storage import RunDir
+from ..storage.checkpoint import pack
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TraceWriter", "Capture", "nonfinite", "state_flags", "master_record", "jsonable", "PHASES"]
+
+PHASES = ("compute_s", "combine_s", "encode_s", "send_s", "wait_s", "barrier_s")
+#: Message arrays larger than this are not scanned for NaN/Inf (their source is vertex state,
+#: which is scanned); scanning every element of every large message would cost more than 3 %.
+SCAN_LIMIT = 1 << 18
+
+
+def nonfinite(value: Any, key: str = "payload", depth: int = 0) -> tuple[str, str] | None:
+    """("nan" | "inf", where) for the first non-finite number in ``value``, else None."""
+    if isinstance(value, float):
+        if value != value:
+            return "nan", key
+        if value in (math.inf, -math.inf):
+            return "inf", key
+        return None
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "fc" or value.size == 0 or (depth and value.size > SCAN_LIMIT):
+            return None
+        if np.isfinite(np.add.reduce(value, axis=None)):
+            return None
+        if np.isnan(value).any():
+            return "nan", key
+        return ("inf", key) if np.isinf(value).any() else None  # (a sum can overflow on finite data)
+    if depth < 3 and isinstance(value, dict):
+        for k, v in value.items():
+            hit = nonfinite(v, f"{key}.{k}", depth + 1)
+            if hit:
+                return hit
+    elif depth < 3 and isinstance(value, (list, tuple)):
+        for i, v in enumerate(value[:64]):
+            hit = nonfinite(v, f"{key}[{i}]", depth + 1)
+            if hit:
+                return hit
+    return None
+
+
+def state_flags(vertex: Any) -> tuple[str, str] | None:
+    """Non-finite numbers in a vertex's ``value`` and its array attributes (not static ones)."""
+    hit = nonfinite(vertex.value, "value")
+    if hit or not hasattr(vertex, "__dict__"):
+        return hit
+    static = getattr(vertex, "static_attributes", ())
+    for name, v in vars(vertex).items():
+        if isinstance(v, np.ndarray) and name not in static:
+            hit = nonfinite(v, name)
+            if hit:
+                return hit
+    return None
+
+
+class Capture:
+    """Stores what matching vertices received and sent at each superstep (``--capture GLOB``)."""
+
+    def __init__(self, pattern: str, run_dir: RunDir, limit_bytes: int = 64 << 20) -> None:
+        self.pattern, self.run_dir, self.limit = pattern, run_dir, limit_bytes
+        self.used = 0
+        self._warned = False
+
+    def matches(self, vertex_id: str) -> bool:
+        return fnmatch.fnmatchcase(vertex_id, self.pattern)
+
+    def store(self, vertex_id: str, superstep: int, inbox: list, outbox: list, aggregates: dict, broadcasts: dict) -> None:
+        data = pack({"superstep": superstep, "vertex": vertex_id,
+                     "inbox": [[m.src, m.tag, m.payload] for m in inbox],
+                     "outbox": [[m.dst, m.tag, m.payload] for m in outbox],
+                     "aggregates": aggregates, "broadcasts": broadcasts})
+        if self.used + len(data) > self.limit:
+            if not self._warned:
+                log.warning("capture limit of %d MB reached at superstep %d: later supersteps are not captured",
+                            self.limit >> 20, superstep)
+                self._warned = True
+            return
+        self.used += len(data)
+        try:
+            self.run_dir.write_bytes(capture_path(vertex_id, superstep), data)
+        except StorageError as exc:
+            log.warning("could not store the capture of %s at superstep %d: %s", vertex_id, superstep, exc)
+
+
+def capture_path(vertex_id: str, superstep: int) -> str:
+    safe = vertex_id.replace("/", "%2F")
+    return f"capture/{safe}/ss-{superstep:06d}.npz"
+
+
+def master_record(superstep: int, start: float, end: float, arrivals: dict[int, float],
+                  aggregates: dict[str, Any]) -> dict[str, Any]:
+    """The master's line: wall time, arrivals at the barrier, the straggler and its lag."""
+    rec: dict[str, Any] = {"superstep": superstep, "start": start, "end": end, "wall_s": end - start,
+                           "arrivals": {str(k): round(v, 6) for k, v in sorted(arrivals.items())}}
+    if arrivals:
+        straggler = max(arrivals, key=lambda k: (arrivals[k], -k))
+        rec["straggler"] = straggler
+        rec["lag_s"] = round(arrivals[straggler] - statistics.median(arrivals.values()), 6)
+    rec["aggregates"] = {k: jsonable(v) for k, v in aggregates.items()}
+    return rec
+
+
+class TraceWriter:
+    """Buffered JSON-lines writer for ``RUN/trace/``; a storage failure disables it with a warning."""
+
+    def __init__(self, run_dir: RunDir, flush_every: int = 20) -> None:
+        self.run_dir, self.flush_every = run_dir, flush_every
+        self.pending: dict[str, list[dict[str, Any]]] = {}
+        self.lines = 0
+        self.enabled = True
+
+    def worker(self, record: dict[str, Any]) -> None:
+        self._add(f"trace/worker-{record['worker']}.jsonl", record)
+
+    def master(self, record: dict[str, Any]) -> None:
+        self._add("trace/master.jsonl", record)
+
+    def event(self, event: str, **fields: Any) -> None:
+        self._add("trace/master.jsonl", {"event": event, **fields})
+        self.flush()
+
+    def end_superstep(self) -> None:
+        self.lines += 1
+        if self.lines % self.flush_every == 0:
+            self.flush()
+
+    def _add(self, rel: str, record: dict[str, Any]) -> None:
+        if self.enabled:
+            self.pending.setdefault(rel, []).append(record)
+
+    def flush(self) -> None:
+        if not self.enabled:
+            return
+        pending, self.pending = self.pending, {}
+        try:
+            for rel, records in pending.items():
+                self.run_dir.append_jsonl(rel, records)
+        except StorageError as exc:
+            log.warning("tracing stops: %s", exc)
+            self.enabled = False
+
+    def truncate(self, superstep: int) -> None:
+        """Drop records of ``superstep`` and later (a resume or a rollback replays them)."""
+        self.flush()
+        try:
+            names = self.run_dir.fs.ls(self.run_dir.path("trace"), detail=False)
+        except FileNotFoundError:
+            return
+        for name in names:
+            rel = "trace/" + name.rstrip("/").rsplit("/", 1)[-1]
+            self.run_dir.truncate_jsonl(rel, lambda r: "event" in r or r.get("superstep", 0) < superstep)
+
+
+def jsonable(value: Any, max_items: int = 64) -> Any:
+    """A JSON-safe view of an aggregate: small arrays as lists, large ones summarised."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, np.ndarray):
+        if value.size <= max_items:
+            return [jsonable(x) for x in value.ravel().tolist()]
+        return {"shape": list(value.shape), "dtype": str(value.dtype), "norm": float(np.linalg.norm(value))}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value

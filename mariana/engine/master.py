@@ -206,7 +206,8 @@ class Master:
             rec = h.get("trace") or {}
             if rec:
                 self.tracer.worker({"superstep": superstep, "worker": i, **rec, "barrier_s": max(0.0, end - rec["end"])})
-        self.tracer.master(master_record(superstep, self._wall0, end, self._arrivals, aggregates))
+        busy = {i: t - (self._dones[i].get("trace") or {}).get("wait_s", 0.0) for i, t in self._arrivals.items()}
+        self.tracer.master(master_record(superstep, self._wall0, end, self._arrivals, aggregates, busy))
         self.tracer.end_superstep()
 
     def _worker_parts(self, superstep: int) -> list[dict[str, Any]]:

@@ -107,14 +107,19 @@ def capture_path(vertex_id: str, superstep: int) -> str:
 
 
 def master_record(superstep: int, start: float, end: float, arrivals: dict[int, float],
-                  aggregates: dict[str, Any]) -> dict[str, Any]:
-    """The master's line: wall time, arrivals at the barrier, the straggler and its lag."""
+                  aggregates: dict[str, Any], busy: dict[int, float] | None = None) -> dict[str, Any]:
+    """The master's line: wall time, arrivals at the barrier, the straggler and its lag.
+
+    The straggler is the worker that was busy longest (arrival minus time spent waiting for
+    peers' batches): a worker waiting for a slow peer arrives just after it, but is not slow.
+    """
     rec: dict[str, Any] = {"superstep": superstep, "start": start, "end": end, "wall_s": end - start,
                            "arrivals": {str(k): round(v, 6) for k, v in sorted(arrivals.items())}}
-    if arrivals:
-        straggler = max(arrivals, key=lambda k: (arrivals[k], -k))
+    busy = busy or arrivals
+    if busy:
+        straggler = max(busy, key=lambda k: (busy[k], -k))
         rec["straggler"] = straggler
-        rec["lag_s"] = round(arrivals[straggler] - statistics.median(arrivals.values()), 6)
+        rec["lag_s"] = round(busy[straggler] - statistics.median(busy.values()), 6)
     rec["aggregates"] = {k: jsonable(v) for k, v in aggregates.items()}
     return rec
 

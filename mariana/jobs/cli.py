@@ -54,6 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
 
+    t = sub.add_parser("trace", help="inspect the superstep traces of a run")
+    tsub = t.add_subparsers(dest="trace_command", required=True, parser_class=_Parser)
+    ts = tsub.add_parser("summary", help="time by phase, messages, stragglers, slowest superstep, flags")
+    ts.add_argument("run", metavar="RUN")
+    ts.add_argument("--json", action="store_true")
+    tw = tsub.add_parser("show", help="everything known about one superstep (or one worker or vertex in it)")
+    tw.add_argument("run", metavar="RUN")
+    tw.add_argument("--superstep", type=int, required=True, metavar="S")
+    tw.add_argument("--worker", type=int, metavar="K")
+    tw.add_argument("--vertex", metavar="ID")
+    tw.add_argument("--json", action="store_true")
+    te = tsub.add_parser("export", help="one merged Chrome Trace Event file (opens in Perfetto)")
+    te.add_argument("run", metavar="RUN")
+    te.add_argument("--chrome", required=True, metavar="OUT.json")
+    tr = tsub.add_parser("replay", help="rerun one vertex's compute from a checkpoint on its captured messages")
+    tr.add_argument("run", metavar="RUN")
+    tr.add_argument("--vertex", required=True, metavar="ID")
+    tr.add_argument("--superstep", type=int, required=True, metavar="S")
+    tr.add_argument("--pdb", action="store_true", help="step through compute at superstep S in pdb")
+    tr.add_argument("--json", action="store_true")
+
     c = sub.add_parser("checkpoint", help="inspect the checkpoints of a run")
     csub = c.add_subparsers(dest="checkpoint_command", required=True, parser_class=_Parser)
     cl = csub.add_parser("list", help="superstep, time, size and validity of every checkpoint")
@@ -114,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_params(args)
         if args.command == "checkpoint":
             return cmd_checkpoint(args)
+        if args.command == "trace":
+            return cmd_trace(args)
         if args.command == "worker":
             from ..engine.worker import Worker
 
@@ -349,6 +372,33 @@ def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any]
         return master.run()
     finally:
         master.close()
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """``mariana trace summary|show|export|replay``: thin shells over ``mariana.trace``."""
+    from .. import trace
+
+    if args.trace_command == "export":
+        n = trace.export_chrome(args.run, args.chrome)
+        print(f"wrote {n} trace events to {args.chrome} (open it in https://ui.perfetto.dev or chrome://tracing)")
+        return 0
+    if args.trace_command == "replay":
+        from ..trace.replay import format_replay, replay
+
+        r = replay(args.run, args.vertex, args.superstep, pdb=args.pdb)
+        if args.json:
+            print(json.dumps({k: v for k, v in r.items() if k not in ("sent", "original", "aggregated")}))
+        else:
+            print(format_replay(r))
+        return 0 if r["matches"] else 1
+    data = trace.load_trace(args.run)
+    if args.trace_command == "summary":
+        doc = trace.summary(data)
+        print(json.dumps(doc, default=str) if args.json else trace.format_summary(doc))
+        return 0
+    doc = trace.show(data, args.superstep, worker=args.worker, vertex=args.vertex, run=args.run)
+    print(json.dumps(doc, default=str) if args.json else trace.format_show(doc))
+    return 0
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:

@@ -107,6 +107,7 @@ class Checkpoints:
 
     def supersteps(self) -> list[int]:
         """Supersteps of every checkpoint folder present, newest first (valid or not)."""
+        self.run_dir.fs.invalidate_cache(self.run_dir.path("checkpoints"))  # other processes write here
         try:
             entries = self.run_dir.fs.ls(self.run_dir.path("checkpoints"), detail=False)
         except FileNotFoundError:
@@ -114,9 +115,17 @@ class Checkpoints:
         out = []
         for e in entries:
             base = e.rstrip("/").rsplit("/", 1)[-1]
-            if base.startswith("ss-") and base[3:].isdigit():
+            if base.startswith("ss-") and base[3:].isdigit() and self._has_files(e):
                 out.append(int(base[3:]))
         return sorted(out, reverse=True)
+
+    def _has_files(self, folder: str) -> bool:
+        """An emptied folder is not a checkpoint (object stores with real directories keep them)."""
+        try:
+            inside = self.run_dir.fs.find(folder, maxdepth=1)
+        except FileNotFoundError:
+            return False
+        return any(f.rstrip("/") != folder.rstrip("/") for f in inside)  # SeaweedFS lists the emptied folder
 
     def inspect(self, superstep: int, verify: bool = True) -> CheckpointInfo:
         """Whether a checkpoint is complete and intact, and if not, why."""
@@ -172,5 +181,5 @@ class Checkpoints:
         for ss in doomed:
             try:
                 self.run_dir.fs.rm(self.run_dir.path(self.folder(ss)), recursive=True)
-            except OSError as exc:
+            except Exception as exc:  # noqa: BLE001 - pruning is best effort, never fatal
                 log.warning("could not delete old checkpoint %s: %s", self.folder(ss), exc)

@@ -23,7 +23,7 @@ def save_params(run_dir: RunDir, named: list[tuple[str, np.ndarray]], prefix: st
     index = []
     for name, arr in named:
         buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        np.save(buf, np.require(arr, requirements='C'), allow_pickle=False)  # keeps 0-d arrays 0-d
         data = buf.getvalue()
         run_dir.write_bytes(f"{prefix}/{name}.npy", data)
         index.append({"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype), "bytes": len(data),

@@ -31,6 +31,11 @@ from ..errors import StorageError
 
 log = logging.getLogger(__name__)
 
+#: What a filesystem may raise: OSError from most, but object stores raise their clients' own
+#: errors (botocore's EndpointConnectionError, ClientError, ...), which are not OSErrors, so at
+#: this boundary any failure of the filesystem call becomes one StorageError naming the file.
+_FS_ERRORS = Exception
+
 __all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_bytes", "default_run_url"]
 
 
@@ -51,7 +56,7 @@ def read_text(url: str) -> str:
         raise StorageError(f"{url}: no such file") from None
     except IsADirectoryError:
         raise StorageError(f"{url}: is a directory, not a file") from None
-    except OSError as exc:
+    except _FS_ERRORS as exc:
         raise StorageError(f"{url}: cannot read: {exc}") from exc
     try:
         return data.decode("utf-8")
@@ -72,7 +77,7 @@ class RunDir:
         self.fs, self.root = _fs(url)
         try:
             self.fs.makedirs(self.root, exist_ok=True)
-        except OSError as exc:
+        except _FS_ERRORS as exc:
             raise StorageError(f"cannot create run directory {url}: {exc}") from exc
         self._can_append = isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))
         self._lines: dict[str, list[str]] = {}
@@ -81,13 +86,16 @@ class RunDir:
         return posixpath.join(self.root, rel)
 
     def exists(self, rel: str) -> bool:
-        return self.fs.exists(self.path(rel))
+        """Whether ``rel`` exists now (listing caches are dropped: other processes write here too)."""
+        path = self.path(rel)
+        self.fs.invalidate_cache(posixpath.dirname(path))
+        return self.fs.exists(path)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a whole file so that readers see the old or the new content, never a mix."""
         try:
             _write_whole(self.fs, self.path(rel), data, fsync=True)
-        except OSError as exc:
+        except _FS_ERRORS as exc:
             raise StorageError(f"cannot write {self.url}/{rel}: {exc}") from exc
 
     def read_bytes(self, rel: str) -> bytes:
@@ -95,14 +103,17 @@ class RunDir:
             return self.fs.cat_file(self.path(rel))
         except FileNotFoundError:
             raise StorageError(f"{self.url}/{rel}: no such file") from None
-        except OSError as exc:
+        except _FS_ERRORS as exc:
             raise StorageError(f"cannot read {self.url}/{rel}: {exc}") from exc
 
     def write_json(self, rel: str, obj: Any) -> None:
         self.write_bytes(rel, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
     def read_json(self, rel: str) -> Any:
-        return json.loads(self.read_bytes(rel))
+        try:
+            return json.loads(self.read_bytes(rel))
+        except ValueError as exc:
+            raise StorageError(f"{self.url}/{rel}: not valid JSON ({exc})") from None
 
     def append_jsonl(self, rel: str, records: Iterable[dict[str, Any]]) -> None:
         """Append JSON lines to ``rel``."""
@@ -115,11 +126,14 @@ class RunDir:
                 self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
                 with self.fs.open(path, "ab") as f:
                     f.write("".join(lines).encode())
-            else:  # object stores cannot append: keep what we wrote and rewrite the object
-                kept = self._lines.setdefault(rel, [])
+            else:  # object stores cannot append: keep the object's lines and rewrite it whole
+                if rel not in self._lines:
+                    old = self.fs.cat_file(path).decode() if self.fs.exists(path) else ""
+                    self._lines[rel] = old.splitlines(keepends=True)
+                kept = self._lines[rel]
                 kept.extend(lines)
                 self.fs.pipe_file(path, "".join(kept).encode())
-        except OSError as exc:
+        except _FS_ERRORS as exc:
             raise StorageError(f"cannot append to {self.url}/{rel}: {exc}") from exc
 
     def truncate_jsonl(self, rel: str, keep: Any) -> None:
@@ -145,7 +159,7 @@ def write_bytes(url: str, data: bytes) -> None:
     fs, path = _fs(url)
     try:
         _write_whole(fs, path, data, fsync=False)
-    except OSError as exc:
+    except _FS_ERRORS as exc:
         raise StorageError(f"cannot write {url}: {exc}") from exc
 
 
@@ -179,5 +193,5 @@ def read_bytes(url: str) -> bytes:
         raise StorageError(f"{url}: no such file") from None
     except IsADirectoryError:
         raise StorageError(f"{url}: is a directory, not a file") from None
-    except OSError as exc:
+    except _FS_ERRORS as exc:
         raise StorageError(f"{url}: cannot read: {exc}") from exc

@@ -7,6 +7,8 @@ Each vertex logs what it saw; ``result()`` returns the log.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -218,3 +220,35 @@ faulty = _job("faulty", build_faulty, Key("how", "raise", "str", "raise or unkno
 
 def values(result) -> dict[str, Any]:
     return result.values
+
+
+# -- 9. tracing: a slow vertex, a NaN, a vertex that never returns ---------------------------------
+class Traced(Logger):
+    """Every vertex pings the next one each superstep; ``slow`` takes 60 ms at supersteps 2-4,
+    ``bad`` sends a NaN at superstep 3, ``stuck`` never returns from superstep 2."""
+
+    def compute(self, ctx, messages):
+        s = ctx.superstep
+        if self.id == "slow" and 2 <= s <= 4:
+            time.sleep(0.06)  # the workload itself, not a wait for something
+        if self.id == "stuck" and s == 2 and ctx.broadcast("block"):
+            threading.Event().wait()
+        if s >= 6:
+            ctx.vote_to_halt()
+            return
+        payload = {"g": np.array([1.0, float("nan") if (self.id == "bad" and s == 3) else 2.0])}
+        ctx.send(self.edges[0][0], payload)
+
+
+def build_traced(config, bctx: BuildContext) -> Graph:
+    g = Graph("traced")
+    names = ["a", "bad", "c", "slow", "stuck", "z"]
+    for i, n in enumerate(names):
+        g.add_vertex(Traced(n, [(names[(i + 1) % len(names)], 1)]))
+    where = {"a": 0, "bad": 0, "c": 0, "slow": 1, "stuck": 1, "z": 1}
+    g.placement = lambda vid: where[vid] % bctx.workers
+    g.master_compute = lambda m: m.broadcast("block", config["block"])
+    return g
+
+
+traced = _job("traced", build_traced, Key("block", False, "bool", "make 'stuck' block forever"))

@@ -26,6 +26,7 @@ from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from mariana.storage.checkpoint import Checkpoints, pack, unpack
+from s3_fixture import s3_server, s3_url  # noqa: F401  (fixtures)
 from test_cluster import alive, children, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -227,3 +228,19 @@ def test_params_export_reads_a_checkpoint_while_training_goes_on(tmp_path):
         assert npz.files == ["0.W", "0.b", "1.W", "1.b", "2.W", "2.b"]
     assert main(["params", "export", str(run), "--to", str(tmp_path / "x.npz"), "--checkpoint", "10"]) == 0
     assert main(["params", "export", str(run), "--to", str(tmp_path / "y.npz"), "--checkpoint", "5"]) == 2
+
+
+def test_recovery_with_the_run_directory_on_s3(tmp_path, s3_url):
+    """The same kill -9 recovery with checkpoints on a real S3 server (SeaweedFS on loopback)."""
+    reference, _ = _train(tmp_path / "reference")
+    procs, killed = [], []
+
+    def kill(line):
+        if line["superstep"] == 45 and not killed:
+            killed.append(procs[0].pid)
+            os.kill(procs[0].pid, signal.SIGKILL)
+
+    recovered, result = _train(f"{s3_url}/run", on_superstep=kill, on_start=lambda m, p: procs.extend(p))
+    assert killed and recovered == reference and result.metrics[-1]["restarts"] == 1
+    ck = Checkpoints(RunDir(f"{s3_url}/run"))
+    assert ck.supersteps() and all(ck.inspect(ss).valid for ss in ck.supersteps())

@@ -111,10 +111,6 @@ def test_rundir_append_jsonl_accumulates(s3_url):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="storage bug: on object stores append_jsonl only remembers the lines written "
-                          "through the same RunDir object, so a second RunDir on an existing run (a resumed "
-                          "run, another process) overwrites the earlier lines; a local run dir keeps them")
 def test_rundir_append_jsonl_from_a_second_rundir_keeps_earlier_lines(s3_url):
     RunDir(f"{s3_url}/run").append_jsonl("metrics.jsonl", [{"superstep": 0}])
     RunDir(f"{s3_url}/run").append_jsonl("metrics.jsonl", [{"superstep": 1}])
@@ -179,9 +175,6 @@ def test_params_round_trip(s3_url):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="storage bug: save_params stores np.ascontiguousarray(arr), which turns a 0-d "
-                          "array into shape (1,), while index.json records shape []; load_params returns (1,)")
 def test_params_round_trip_keeps_0d_arrays(s3_url):
     rd = RunDir(f"{s3_url}/run")
     save_params(rd, [("scale", np.array(0.5, dtype=np.float32))])
@@ -216,10 +209,6 @@ def test_load_params_without_index_is_a_storage_error(s3_url):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, raises=json.JSONDecodeError,
-                   reason="storage bug: RunDir.read_json does not wrap invalid JSON, so load_params on a "
-                          "corrupt params/index.json raises json.JSONDecodeError instead of StorageError "
-                          "(and `mariana params export` prints a traceback)")
 def test_load_params_with_corrupt_index_is_a_storage_error(s3_url):
     rd = RunDir(f"{s3_url}/run")
     save_params(rd, _named_arrays()[:2])

@@ -1,0 +1,102 @@
+"""Superstep traces from real runs: counts agree with the engine, stragglers, NaN flags, hang
+reports, Chrome export, and replay of a captured vertex."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from mariana import trace
+from mariana.engine.master import SuperstepTimeout
+from mariana.jobs.cli import main
+from mariana.jobs.launch import run_job
+from mariana.storage import RunDir
+from test_cluster import alive
+
+pytestmark = pytest.mark.timeout(120)
+
+GRAPH = Path(__file__).parent / "data" / "small.e"
+
+
+def traced_run(tmp_path, runtime, *sets, **kw):
+    run_dir = RunDir(str(tmp_path / runtime))
+    lines = []
+    result = run_job("contract_jobs:traced", sets=sets, workers=2, runtime=runtime, run_dir=run_dir,
+                     on_superstep=lines.append, **kw)
+    return run_dir, result, lines
+
+
+def test_trace_counts_agree_with_the_engine(tmp_path, runtime):
+    run_dir, result, lines = traced_run(tmp_path, runtime)
+    data = trace.load_trace(run_dir.url)
+    assert sorted(data.workers) == [0, 1] and len(data.master) == result.supersteps
+    for line in lines:
+        recs = [data.workers[w][line["superstep"]] for w in (0, 1)]
+        assert sum(sum(r["messages_out"].values()) for r in recs) == line["delivered"]
+        assert sum(sum(r["messages_in"].values()) for r in recs) == line["delivered"]
+        assert sum(r["vertices_run"] for r in recs) == line["computed"]
+        if runtime == "cluster":
+            assert sum(sum(r["bytes_out"].values()) for r in recs) == line["bytes"]
+            assert sum(sum(r["bytes_in"].values()) for r in recs) == line["bytes"]
+            assert all(r["end"] >= r["start"] for r in recs)
+
+
+def test_a_slow_vertex_is_the_straggler_in_the_summary(tmp_path, runtime):
+    run_dir, _, _ = traced_run(tmp_path, runtime)
+    data = trace.load_trace(run_dir.url)
+    by_step = {m["superstep"]: m["straggler"] for m in data.master}
+    assert [by_step[s] for s in (2, 3, 4)] == [1, 1, 1]
+    assert all(data.workers[1][s]["slowest"][0][0] == "slow" for s in (2, 3, 4))
+    doc = trace.summary(data)
+    text = trace.format_summary(doc)
+    assert "straggler" in text.lower()
+    assert main(["trace", "summary", run_dir.url, "--json"]) == 0
+
+
+def test_a_nan_is_flagged_with_its_vertex_and_superstep(tmp_path, runtime):
+    run_dir, _, _ = traced_run(tmp_path, runtime)
+    data = trace.load_trace(run_dir.url)
+    flags = [(r["superstep"], f["vertex"], f["key"]) for recs in data.workers.values() for r in recs for f in r["flags"]]
+    assert flags == [(3, "bad", "payload.g")]
+    assert "bad" in trace.format_summary(trace.summary(data))
+
+
+def test_a_worker_that_blocks_forever_is_named_by_the_hang_report(tmp_path):
+    procs = []
+    t0 = time.monotonic()
+    with pytest.raises(SuperstepTimeout) as info:
+        traced_run(tmp_path, "cluster", "block=true", superstep_timeout=1.5, on_start=lambda m, p: procs.extend(p))
+    assert time.monotonic() - t0 < 30
+    msg = str(info.value)
+    assert "superstep 2 exceeded --superstep-timeout 1.5s" in msg
+    assert "computing vertex 'stuck'" in msg and "waiting for the batches of peer(s) [1]" in msg
+    events = [e for e in trace.load_trace(str(tmp_path / "cluster")).events if e["event"] == "hang"]
+    missing = {m["worker"]: m for m in events[0]["missing"]}
+    assert missing[1]["vertex"] == "stuck" and missing[0]["state"] == "waiting" and events[0]["waiting"] == {"0": [1]}
+    assert not any(alive(p.pid) for p in procs)
+
+
+def test_chrome_export_of_a_cluster_run(tmp_path):
+    run_dir, _, _ = traced_run(tmp_path, "cluster")
+    out = tmp_path / "trace.json"
+    assert main(["trace", "export", run_dir.url, "--chrome", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    phases = {e["ph"] for e in doc["traceEvents"]}
+    assert {"X", "M", "C"} <= phases
+    assert main(["trace", "show", run_dir.url, "--superstep", "3", "--vertex", "bad"]) == 0
+
+
+def test_replay_reproduces_the_messages_of_the_original_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["run", "pagerank", "--set", f"graph={GRAPH}", "--set", "mode=vertex", "--set", "tol=0",
+                 "--set", "iterations=20", "--set", "checkpoint_every=5", "--capture", "n1*",
+                 "--workers", "2", "--runtime", "local", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["trace", "replay", str(run), "--vertex", "n12", "--superstep", "13", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["checkpoint"] == 10 and [s["superstep"] for s in r["replayed"]] == [10, 11, 12, 13]
+    assert all(s["matches"] for s in r["replayed"]) and r["replayed"][-1]["sent"] > 0
+    assert main(["trace", "replay", str(run), "--vertex", "n30", "--superstep", "13"]) == 2  # not captured

@@ -42,6 +42,7 @@ class ProtocolError(MarianaError):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+        self.identity: bytes | None = None
 
 
 class StorageError(MarianaError):

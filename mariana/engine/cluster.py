@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from typing import Any, Callable
 
 from .graph import Graph
 from .master import Master
+from .security import Security, add_key, load_keypair, local_keys
 from .result import RunResult
 from .transport import parse_endpoint
 
@@ -61,24 +63,35 @@ def stop_processes(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
 
 
 def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, *, workers: int,
-                on_start: Callable[[Master, list[subprocess.Popen]], None] | None = None,
+                on_start: Callable[[Master, list[subprocess.Popen]], None] | None = None, secure: bool = False,
                 **master_options: Any) -> RunResult:
     """Run a job by name on ``workers`` local worker processes and return its result.
 
     ``master_options`` go to ``Master`` (placement, max_supersteps, on_superstep, bind,
     heartbeat_interval, worker_timeout, max_message_bytes, run_dir, checkpoint_every,
     keep_checkpoints, resume, max_restarts, rejoin_timeout). A lost worker is respawned here.
+    ``secure``: CURVE on every socket, with keys made for this run in a private temporary folder.
     """
-    master = Master(job_name, config, graph, workers=workers, **master_options)
+    keys_dir, key_files = local_keys(workers) if secure else (None, [])
+    security = Security.for_master(keys_dir) if secure else None
+    master = Master(job_name, config, graph, workers=workers, security=security, **master_options)
     procs: list[subprocess.Popen] = []
     try:
         endpoint = master.start()
         extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
+        if secure:
+            extra += ["--server-key", security.public.decode()]
         host = parse_endpoint(endpoint)[0]
-        procs = spawn_workers(endpoint, workers, host, extra)
+        for key_file in key_files or [None] * workers:
+            procs += spawn_workers(endpoint, 1, host, extra + (["--key", key_file] if key_file else []))
 
         def respawn() -> subprocess.Popen:
-            proc = spawn_workers(endpoint, 1, host, extra)[0]
+            key = []
+            if secure:  # a fresh key for the replacement, allowed before it connects
+                key_file = str(add_key(keys_dir, f"worker-{len(procs)}"))
+                security.allowed.keys.add(load_keypair(key_file)[0])
+                key = ["--key", key_file]
+            proc = spawn_workers(endpoint, 1, host, extra + key)[0]
             procs.append(proc)
             return proc
 
@@ -89,3 +102,5 @@ def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, *, workers:
     finally:
         stop_processes(procs, grace=max(3.0, 2 * master.heartbeat_interval))
         master.close()
+        if keys_dir is not None:
+            shutil.rmtree(keys_dir, ignore_errors=True)

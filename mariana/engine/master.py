@@ -56,6 +56,7 @@ class WorkerInfo:
     host: str
     pid: int
     data: str
+    key: str | None = None  # its CURVE public key (z85) in a secure job
     last_seen: float = field(default_factory=time.monotonic)
     state: dict[str, Any] = field(default_factory=dict)  # from its heartbeats: phase, vertex, peers
 
@@ -81,7 +82,8 @@ class Master:
                  keep_checkpoints: int = 3, resume: CheckpointInfo | None = None, max_restarts: int = 3,
                  rejoin_timeout: float = 60.0, respawn: Callable[[], Any] | None = None, trace: bool = True,
                  capture: str | None = None, capture_limit_mb: int = 64,
-                 superstep_timeout: float | None = None) -> None:
+                 superstep_timeout: float | None = None, security: Any = None,
+                 max_malformed: int = 1000) -> None:
         self.job_name, self.config, self.graph = job_name, config, graph
         self.workers, self.placement = workers, placement
         self.bind = bind
@@ -98,7 +100,10 @@ class Master:
         self.capture, self.capture_limit = capture, capture_limit_mb << 20
         self.superstep_timeout = superstep_timeout
         self.job_id = uuid.uuid4().hex
-        self.transport = Transport(max_message_bytes)
+        self.security = security
+        self.transport = Transport(max_message_bytes, security)
+        self.max_malformed = max_malformed
+        self._malformed: dict[bytes, int] = {}
         self.drops = DropCounter("master")
         self.joined: dict[bytes, WorkerInfo] = {}
         self.by_index: list[WorkerInfo | None] = []
@@ -144,6 +149,9 @@ class Master:
             self.phase = "starting"
             self._wait(lambda: len(self._ready) == self.workers, None, "workers to build their partitions")
             self.phase = "running"
+            log.info("%d workers ready after %.2fs (joining and building); running", self.workers,
+                     time.perf_counter() - started)
+            started = time.perf_counter()  # wall_s counts the supersteps, as LocalRuntime's does
             metrics: list[dict[str, Any]] = []
             while True:
                 try:
@@ -169,7 +177,7 @@ class Master:
                        "heartbeat_interval": self.heartbeat_interval, "worker_timeout": self.worker_timeout,
                        "run_dir": self.run_dir.url if self.run_dir is not None else None, "restore": restore,
                        "gen": self.gen, "trace": self.tracer is not None, "capture": self.capture,
-                       "capture_limit": self.capture_limit})
+                       "capture_limit": self.capture_limit, "peer_keys": [x.key for x in self.by_index]})
 
     def _supersteps(self, coord: Coordinator, metrics: list[dict[str, Any]]) -> bool:
         """Run supersteps until the job ends (False); a lost worker raises ``WorkerLost``."""
@@ -279,7 +287,8 @@ class Master:
             if w.index == lost.index:
                 self._welcome(w, ss)
             else:
-                self._send(w, {"kind": Kind.ROLLBACK, "ss": ss, "gen": self.gen, "peers": peers})
+                self._send(w, {"kind": Kind.ROLLBACK, "ss": ss, "gen": self.gen, "peers": peers,
+                               "peer_keys": [x.key for x in self.by_index]})
         self.phase = "starting"
         self._wait(lambda: len(self._ready) == self.workers, None, "workers to roll back")
         self.phase = "running"
@@ -332,9 +341,22 @@ class Master:
             except Again:
                 return
             except ProtocolError as exc:
-                self.drops.drop(exc.kind, exc.detail)
+                self._malformed_from(exc.identity, exc.kind, exc.detail)
+                continue
+            if self._malformed.get(identity, 0) >= self.max_malformed:
+                self.drops.drop("banned", f"message from banned peer {identity[:40]!r}")
                 continue
             self._handle(identity, header)
+
+    def _malformed_from(self, identity: bytes | None, kind: str, detail: str) -> None:
+        """Count a malformed message; a peer past ``max_malformed`` is ignored from then on."""
+        self.drops.drop(kind, detail)
+        if identity is None:
+            return
+        n = self._malformed[identity] = self._malformed.get(identity, 0) + 1
+        if n == self.max_malformed:
+            who = self.joined[identity].describe() if identity in self.joined else f"peer {identity[:40]!r}"
+            log.error("%s sent %d malformed messages: ignoring it from now on", who, n)
 
     def _handle(self, identity: bytes, header: dict[str, Any]) -> None:
         kind = header["kind"]
@@ -384,6 +406,8 @@ class Master:
         host = str(h.get("host", "?"))
         if h.get("version") != __version__:
             reason = f"worker runs mariana {h.get('version')!r} but the master runs {__version__!r}"
+        elif h.get("want_job") not in (None, self.job_name):
+            reason = f"this master runs job {self.job_name!r}, the worker was started for {h.get('want_job')!r}"
         elif self.phase not in ("joining", "rejoining"):
             reason = f"the job already has its {self.workers} workers"
         elif not isinstance(h.get("data"), str) or not isinstance(h.get("pid"), int):
@@ -391,7 +415,7 @@ class Master:
             return
         else:
             free = self.by_index.index(None) if None in self.by_index else len(self.by_index)
-            w = WorkerInfo(free, identity, host, h["pid"], h["data"])
+            w = WorkerInfo(free, identity, host, h["pid"], h["data"], h.get("key"))
             self.joined[identity] = w
             if free == len(self.by_index):
                 self.by_index.append(w)

@@ -54,10 +54,13 @@ def is_loopback(host: str) -> bool:
 class Transport:
     """A zmq context plus the sockets one process uses; ``close()`` closes them all."""
 
-    def __init__(self, max_message_bytes: int = 1 << 30) -> None:
+    def __init__(self, max_message_bytes: int = 1 << 30, security: Any = None) -> None:
         self.ctx = zmq.Context()
         self.max_message_bytes = max_message_bytes
         self.sockets: list[zmq.Socket] = []
+        self.security = security  # a security.Security: every socket speaks CURVE
+        if security is not None:
+            security.start(self.ctx)
 
     def socket(self, kind: int, identity: bytes | None = None, mandatory: bool = False) -> zmq.Socket:
         s = self.ctx.socket(kind)
@@ -78,6 +81,8 @@ class Transport:
         """A bound ROUTER; returns it and the actual endpoint (random port when 0 or *)."""
         host, port = parse_endpoint(bind)
         s = self.socket(zmq.ROUTER, mandatory=mandatory)
+        if self.security is not None:
+            self.security.server(s)
         if ":" in host:
             s.setsockopt(zmq.IPV6, 1)
         addr = f"[{host}]" if ":" in host else host
@@ -90,8 +95,11 @@ class Transport:
             raise UsageError(f"cannot bind tcp://{addr}:{port or '*'}: {exc}") from None
         return s, f"tcp://{addr}:{port}"
 
-    def dealer(self, connect: str, identity: bytes) -> zmq.Socket:
+    def dealer(self, connect: str, identity: bytes, server_key: bytes | None = None) -> zmq.Socket:
+        """A DEALER connected to ``connect``; a CURVE client of ``server_key`` when secure."""
         s = self.socket(zmq.DEALER, identity=identity)
+        if self.security is not None:
+            self.security.client(s, server_key or self.security.server_key)
         if "[" in connect:
             s.setsockopt(zmq.IPV6, 1)
         s.connect(connect)
@@ -101,6 +109,8 @@ class Transport:
         for s in self.sockets:
             s.close(linger=0)
         self.sockets.clear()
+        if self.security is not None:
+            self.security.stop()
         self.ctx.term()
 
 
@@ -134,7 +144,11 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
         identity = frames[0].bytes
         frames = frames[1:]
     size = sum(len(f) for f in frames)
-    header = codec.decode(frames, limits=limits)
+    try:
+        header = codec.decode(frames, limits=limits)
+    except ProtocolError as exc:
+        exc.identity = identity  # who sent it: peers that keep sending garbage get banned
+        raise
     kind = header.get("kind")
     if not isinstance(kind, int):
         raise ProtocolError("header", f"no message kind in header ({size} bytes)")

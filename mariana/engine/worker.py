@@ -71,11 +71,15 @@ class Worker:
     """One worker process of the cluster runtime."""
 
     def __init__(self, master: str, host: str = "127.0.0.1", connect_timeout: float = 60.0,
-                 max_message_bytes: int = 1 << 30) -> None:
+                 max_message_bytes: int = 1 << 30, security: Any = None, job: str | None = None) -> None:
         self.master = master
         self.host = host
         self.connect_timeout = connect_timeout
-        self.transport = Transport(max_message_bytes)
+        self.security = security
+        self.want_job = job
+        self.max_malformed = 1000
+        self._malformed: dict[bytes, int] = {}
+        self.transport = Transport(max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.drops = DropCounter(f"worker {self.identity.decode()}")
         self.index = -1
@@ -108,7 +112,8 @@ class Worker:
 
     def _join(self, data_ep: str) -> dict[str, Any] | None:
         hello = {"kind": Kind.HELLO, "version": __version__, "host": socket.gethostname(), "pid": os.getpid(),
-                 "data": data_ep}
+                 "data": data_ep, "want_job": self.want_job,
+                 "key": self.security.public.decode() if self.security is not None else None}
         deadline = time.monotonic() + self.connect_timeout
         wait = 0.1
         while time.monotonic() < deadline:
@@ -143,6 +148,11 @@ class Worker:
     def _serve(self, welcome: dict[str, Any]) -> int:
         self.index, self.job_id, n = welcome["index"], welcome["job"], welcome["workers"]
         self.drops.who = f"worker {self.index}"
+        # heartbeats start before the build: a job that loads a large graph must not look dead
+        self._hb_thread = threading.Thread(target=self._heartbeat, name="mariana-heartbeat", daemon=True,
+                                           args=(welcome["heartbeat_interval"], welcome["worker_timeout"]))
+        self._hb_thread.start()
+        self.state = {"phase": "building", "since": time.time()}
         try:
             self.partition = self._build(welcome)
         except Exception as exc:  # noqa: BLE001 - reported to the master, then we exit
@@ -152,6 +162,9 @@ class Worker:
             return 2
         self.peers: dict[int, Any] = {}
         self.peer_endpoints: list[str] = []
+        self.peer_keys: list[str | None] = welcome.get("peer_keys") or []
+        if self.security is not None:
+            self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
         self.gen = welcome.get("gen", 0)
         self.run_url = welcome.get("run_dir")
         self._connect_peers(welcome["peers"])
@@ -162,9 +175,7 @@ class Worker:
             code = self._restore(welcome["restore"])
             if code is not None:
                 return code
-        self._hb_thread = threading.Thread(target=self._heartbeat, name="mariana-heartbeat", daemon=True,
-                                           args=(welcome["heartbeat_interval"], welcome["worker_timeout"]))
-        self._hb_thread.start()
+        self.state = {"phase": "idle", "since": time.time()}
         self._send_ctl({"kind": Kind.READY, "gen": self.gen})
         log.info("worker %d of %d ready: %d vertices", self.index, n, len(self.partition.order))
         poll = poller(self.ctl, self.data)
@@ -205,7 +216,8 @@ class Worker:
             if old is not None:
                 old.close(linger=0)
                 self.transport.sockets.remove(old)
-            self.peers[p] = self.transport.dealer(ep, my_id)
+            key = self.peer_keys[p].encode() if p < len(self.peer_keys) and self.peer_keys[p] else None
+            self.peers[p] = self.transport.dealer(ep, my_id, server_key=key)
         self.peer_endpoints = list(endpoints)
         self.peer_ids = {f"{self.job_id}/{p}".encode(): p for p in self.peers}
 
@@ -244,6 +256,9 @@ class Worker:
             return None
         if kind == Kind.ROLLBACK:
             self.gen = header["gen"]
+            self.peer_keys = header.get("peer_keys") or self.peer_keys
+            if self.security is not None:
+                self.security.allow([k for k in self.peer_keys if k])
             self._connect_peers(header["peers"])
             code = self._restore(header["ss"])
             if code is None:
@@ -348,16 +363,29 @@ class Worker:
             except Again:
                 return
             except ProtocolError as exc:
-                self.drops.drop(exc.kind, exc.detail)
+                self._malformed_from(exc.identity, exc.kind, exc.detail)
+                continue
+            if self._malformed.get(identity, 0) >= self.max_malformed:
+                self.drops.drop("banned", f"batch from banned peer {identity[:40]!r}")
                 continue
             try:
                 msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
                                    self.gen)
             except ProtocolError as exc:
-                self.drops.drop(exc.kind, f"{exc.detail} (from {identity[:40]!r})")
+                self._malformed_from(identity, exc.kind, exc.detail)
                 continue
             self._inbound.setdefault(header["ss"], {})[header["src"]] = msgs
             self._inbound_bytes.setdefault(header["ss"], {})[header["src"]] = size
+
+    def _malformed_from(self, identity: bytes | None, kind: str, detail: str) -> None:
+        """Count a malformed batch; a peer past ``max_malformed`` is ignored from then on."""
+        self.drops.drop(kind, f"{detail} (from {(identity or b'?')[:40]!r})")
+        if identity is None:
+            return
+        n = self._malformed[identity] = self._malformed.get(identity, 0) + 1
+        if n == self.max_malformed:
+            log.error("worker %d: peer %r sent %d malformed messages: ignoring it from now on",
+                      self.index, identity[:40], n)
 
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:
@@ -365,12 +393,15 @@ class Worker:
         hb = self.transport.ctx.socket(zmq.DEALER)
         hb.linger = 0
         hb.setsockopt(zmq.IDENTITY, b"hb:" + self.identity)
+        hb.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
+        if self.security is not None:
+            self.security.client(hb, self.security.server_key)
         hb.connect(self.master)
         last = time.monotonic()
         try:
             while not self._stop.is_set():
                 state = dict(self.state)
-                if state.get("phase") == "computing":
+                if state.get("phase") == "computing" and hasattr(self, "partition"):
                     state["vertex"] = self.partition.ctx.vertex_id
                 send(hb, {"kind": Kind.HEARTBEAT, "job": self.job_id, "src": self.index, "t": time.time(),
                           "state": state})

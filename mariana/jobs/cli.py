@@ -42,17 +42,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local: every partition in this process; cluster: one process per worker "
                         "(default: local for 1 worker, cluster for more)")
     r.add_argument("--explain-placement", action="store_true", help="print the placement table and exit")
+    r.add_argument("--secure", action="store_true",
+                   help="CURVE authentication and encryption on every socket (keys made for this run)")
 
     m = sub.add_parser("master", help="run a job's master; workers join from any host")
     _job_args(m)
     m.add_argument("--bind", default="tcp://127.0.0.1:0", metavar="tcp://HOST:PORT",
                    help="control endpoint (default: loopback, random port)")
+    m.add_argument("--keys", metavar="DIR", help="CURVE keys from `mariana keys init DIR` (required off loopback)")
+    m.add_argument("--secure", action="store_true", help="use --keys on loopback too")
+    m.add_argument("--insecure", action="store_true",
+                   help="allow a plaintext master off loopback (only on a network you trust)")
+    m.add_argument("--master-file", metavar="FILE", help="where to write endpoint + public key (default DIR/master.json)")
 
     w = sub.add_parser("worker", help="join a master as one worker")
-    w.add_argument("--master", required=True, metavar="tcp://HOST:PORT")
+    w.add_argument("--master", metavar="tcp://HOST:PORT")
+    w.add_argument("--master-file", metavar="FILE", help="the master's endpoint and public key (from `mariana master`)")
+    w.add_argument("--server-key", metavar="KEY", help="the master's public key: a .key file or its z85 text")
+    w.add_argument("--key", metavar="FILE.key_secret", help="this worker's secret key (`mariana keys add`)")
+    w.add_argument("--job", help="refuse to serve a master that runs another job")
     w.add_argument("--host", default="127.0.0.1", help="address to bind this worker's data socket on")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
+
+    k = sub.add_parser("keys", help="CURVE keys for secure multi-host jobs")
+    ksub = k.add_subparsers(dest="keys_command", required=True, parser_class=_Parser)
+    ki = ksub.add_parser("init", help="the master's keypair and an empty allow-list DIR/allowed/")
+    ki.add_argument("dir", metavar="DIR")
+    ka = ksub.add_parser("add", help="a worker keypair DIR/NAME.key_secret, its public key allowed")
+    ka.add_argument("dir", metavar="DIR")
+    ka.add_argument("name", metavar="NAME")
 
     t = sub.add_parser("trace", help="inspect the superstep traces of a run")
     tsub = t.add_subparsers(dest="trace_command", required=True, parser_class=_Parser)
@@ -138,9 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "trace":
             return cmd_trace(args)
         if args.command == "worker":
-            from ..engine.worker import Worker
-
-            return Worker(args.master, args.host, args.connect_timeout, args.max_message_mb << 20).run()
+            return cmd_worker(args)
+        if args.command == "keys":
+            return cmd_keys(args)
         return cmd_run(args)
     except VertexError as exc:
         print(f"mariana: error: {exc}", file=sys.stderr)
@@ -361,17 +380,71 @@ def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any]
                    trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
                    superstep_timeout=args.superstep_timeout)
     if args.command == "run":
-        return run_cluster(job_name, config, graph, **options)
+        return run_cluster(job_name, config, graph, secure=args.secure, **options)
     host, _ = parse_endpoint(args.bind)
-    master = Master(job_name, config, graph, bind=args.bind, **options)
+    security = None
+    if args.keys and (args.secure or not is_loopback(host)):
+        from ..engine.security import Security
+
+        security = Security.for_master(args.keys)
+    elif args.secure:
+        raise UsageError("--secure needs --keys DIR (create it with `mariana keys init DIR`)")
+    elif not is_loopback(host):
+        if not args.insecure:
+            raise UsageError(f"{args.bind} is not loopback: a reachable master needs CURVE keys (--keys DIR, from "
+                             f"`mariana keys init DIR`), or --insecure on a network you trust")
+        log.warning("INSECURE: the master at %s accepts any worker and sends everything in plaintext", args.bind)
+    master = Master(job_name, config, graph, bind=args.bind, security=security, **options)
     try:
         endpoint = master.start()
         where = "" if is_loopback(host) else " (reachable from other hosts)"
+        if security is not None:
+            master_file = args.master_file or os.path.join(args.keys, "master.json")
+            with open(master_file, "w") as f:
+                json.dump({"endpoint": endpoint, "server_key": security.public.decode(), "job": job_name}, f)
+            hint = f"mariana worker --master-file {master_file} --key {args.keys}/NAME.key_secret"
+        else:
+            hint = f"mariana worker --master {endpoint}"
         print(f"mariana master: waiting for {workers} worker(s) at {endpoint}{where}; on each worker host run:\n"
-              f"    mariana worker --master {endpoint}", file=sys.stderr, flush=True)
+              f"    {hint}", file=sys.stderr, flush=True)
         return master.run()
     finally:
         master.close()
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from ..engine.security import Security, load_public
+    from ..engine.worker import Worker
+
+    master, server_key = args.master, args.server_key
+    if args.master_file:
+        try:
+            info = json.loads(open(args.master_file).read())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read master file {args.master_file}: {exc}") from None
+        master, server_key = master or info["endpoint"], server_key or info.get("server_key")
+    if not master:
+        raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
+    security = None
+    if server_key or args.key:
+        if not (server_key and args.key):
+            raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
+                             "and its own secret key (--key)")
+        security = Security.for_worker(args.key, load_public(server_key))
+    return Worker(master, args.host, args.connect_timeout, args.max_message_mb << 20, security, args.job).run()
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from ..engine.security import add_key, init_keys
+
+    if args.keys_command == "init":
+        secret = init_keys(args.dir)
+        print(f"master keypair: {secret} (secret, mode 600) and {args.dir}/master.key; allow-list: {args.dir}/allowed/")
+    else:
+        secret = add_key(args.dir, args.name)
+        print(f"worker key: {secret} (copy it to the worker host, keep it mode 600); "
+              f"its public key is allowed in {args.dir}/allowed/{args.name}.key")
+    return 0
 
 
 def cmd_trace(args: argparse.Namespace) -> int:

@@ -179,6 +179,12 @@ def _write_whole(fs: Any, path: str, data: bytes, fsync: bool) -> None:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if fsync:  # the rename itself must survive a crash: it is what commits a checkpoint
+            fd = os.open(parent or ".", os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

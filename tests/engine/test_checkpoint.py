@@ -26,7 +26,6 @@ from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from mariana.storage.checkpoint import Checkpoints, pack, unpack
-from s3_fixture import s3_server, s3_url  # noqa: F401  (fixtures)
 from test_cluster import alive, children, wait_for
 
 pytestmark = pytest.mark.timeout(180)

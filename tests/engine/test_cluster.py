@@ -3,6 +3,7 @@ refusals and malformed traffic. Every test starts its processes itself and check
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -56,7 +57,8 @@ def wait_for(condition, timeout: float, what: str):
 
 
 def worker_hint(master: subprocess.Popen) -> str:
-    """The endpoint from the line the master prints for other hosts: `mariana worker --master URL`."""
+    """The last word of the line the master prints for other hosts (`mariana worker --master URL`
+    or `mariana worker --master-file FILE --key DIR/NAME.key_secret`)."""
     for line in master.stderr:  # ends if the master exits
         if line.strip().startswith("mariana worker --master"):
             return line.split()[-1]
@@ -348,19 +350,25 @@ def two_namespaces():
 
 
 def test_two_hosts_in_network_namespaces(two_namespaces, tmp_path):
+    """Off loopback the master needs CURVE keys: a secure job across two namespaces."""
     a, b, addr_a, addr_b = two_namespaces
     out = tmp_path / "pr.tsv"
+    keys = tmp_path / "keys"
     py = [sys.executable, "-m", "mariana"]
+    for args in (["keys", "init", str(keys)], ["keys", "add", str(keys), "w0"], ["keys", "add", str(keys), "w1"]):
+        assert main(args) == 0
+    assert main(["master", "pagerank", "--bind", f"tcp://{addr_a}:0", "--workers", "2"]) == 2  # no keys: refused
     master = subprocess.Popen(
         ["ip", "netns", "exec", a, *py, "master", "pagerank", "--bind", f"tcp://{addr_a}:0", "--workers", "2",
-         "--set", f"graph={GRAPH}", "--set", f"output={out}", "--run-dir", str(tmp_path / "run")],
+         "--keys", str(keys), "--set", f"graph={GRAPH}", "--set", f"output={out}", "--run-dir", str(tmp_path / "run")],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     workers = []
     try:
-        endpoint = worker_hint(master)
-        assert endpoint.startswith(f"tcp://{addr_a}:")
-        for ns, host in ((a, addr_a), (b, addr_b)):
-            workers.append(subprocess.Popen(["ip", "netns", "exec", ns, *py, "worker", "--master", endpoint,
+        assert worker_hint(master).startswith(str(keys / "NAME.key_secret"))  # the hint names the key to use
+        assert json.loads((keys / "master.json").read_text())["endpoint"].startswith(f"tcp://{addr_a}:")
+        for i, (ns, host) in enumerate(((a, addr_a), (b, addr_b))):
+            workers.append(subprocess.Popen(["ip", "netns", "exec", ns, *py, "worker", "--master-file",
+                                             str(keys / "master.json"), "--key", str(keys / f"w{i}.key_secret"),
                                              "--host", host]))
         assert master.wait(timeout=60) == 0
         assert [w.wait(timeout=30) for w in workers] == [0, 0]

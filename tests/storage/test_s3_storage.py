@@ -14,7 +14,6 @@ import sys
 
 import numpy as np
 import pytest
-from s3_fixture import s3_server, s3_url  # noqa: F401
 from s3_fixture import list_keys
 
 from mariana import StorageError

@@ -117,6 +117,7 @@ class Master:
         self._parts: dict[int, dict[str, Any]] = {}
         self._results: dict[int, dict[str, Any]] = {}
         self._arrivals: dict[int, float] = {}
+        self._spares: set[bytes] = set()
         self._wall0 = time.time()
         self._next_hb = 0.0
 
@@ -409,7 +410,11 @@ class Master:
         elif h.get("want_job") not in (None, self.job_name):
             reason = f"this master runs job {self.job_name!r}, the worker was started for {h.get('want_job')!r}"
         elif self.phase not in ("joining", "rejoining"):
-            reason = f"the job already has its {self.workers} workers"
+            # a spare: leave it unanswered; it resends HELLO and takes over if a worker is lost
+            if identity not in self._spares:
+                self._spares.add(identity)
+                log.info("a spare worker from host %s is waiting (the job has its %d workers)", host, self.workers)
+            return
         elif not isinstance(h.get("data"), str) or not isinstance(h.get("pid"), int):
             self.drops.drop("header", "HELLO without data endpoint or pid")
             return

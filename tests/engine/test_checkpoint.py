@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -243,3 +244,55 @@ def test_recovery_with_the_run_directory_on_s3(tmp_path, s3_url):
     assert killed and recovered == reference and result.metrics[-1]["restarts"] == 1
     ck = Checkpoints(RunDir(f"{s3_url}/run"))
     assert ck.supersteps() and all(ck.inspect(ss).valid for ss in ck.supersteps())
+
+
+def _master_with_workers(tmp_path, *extra):
+    run = tmp_path / "run"
+    master = subprocess.Popen(
+        [sys.executable, "-m", "mariana", "master", "dnn-dp", "--workers", "2", "--run-dir", str(run),
+         "--heartbeat-interval", "0.2", "--worker-timeout", "2", *[a for s in SETS for a in ("--set", s)],
+         "--set", "epochs=6", *extra], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    from test_cluster import worker_hint
+
+    endpoint = worker_hint(master)
+    threading.Thread(target=master.stderr.read, daemon=True).start()  # keep its log pipe drained
+    start = lambda: subprocess.Popen([sys.executable, "-m", "mariana", "worker", "--master", endpoint],  # noqa: E731
+                                     stderr=subprocess.DEVNULL)
+    return run, master, start
+
+
+def test_a_remote_worker_that_joins_takes_over_a_lost_partition(tmp_path):
+    run, master, start = _master_with_workers(tmp_path, "--rejoin-timeout", "30")
+    workers = [start(), start()]
+    try:
+        ck = Checkpoints(RunDir(str(run)))
+        wait_for(lambda: any(ck.inspect(s).valid for s in ck.supersteps()), 60, "a first checkpoint")
+        workers[0].kill()
+        workers.append(start())  # any worker joining in time takes the lost partition
+        assert master.wait(timeout=90) == 0
+        assert workers[1].wait(timeout=30) == 0 and workers[2].wait(timeout=30) == 0
+    finally:
+        for p in [master, *workers]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["restarts"] == 1 and lines[-1]["test_accuracy"] > 0.9
+
+
+def test_without_a_replacement_the_job_fails_after_the_rejoin_timeout(tmp_path):
+    run, master, start = _master_with_workers(tmp_path, "--rejoin-timeout", "2")
+    workers = [start(), start()]
+    try:
+        ck = Checkpoints(RunDir(str(run)))
+        wait_for(lambda: any(ck.inspect(s).valid for s in ck.supersteps()), 60, "a first checkpoint")
+        workers[0].kill()
+        assert master.wait(timeout=60) == 1
+        info = json.loads((run / "job.json").read_text())
+        assert info["status"] == "failed" and "to take over worker" in info["error"] and "--rejoin-timeout" in info["error"]
+        wait_for(lambda: workers[1].poll() is not None, 30, "the surviving worker to exit")
+    finally:
+        for p in [master, *workers]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

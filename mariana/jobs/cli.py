@@ -310,6 +310,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-supersteps must be >= 0, got {args.max_supersteps}")
     if args.command == "master":
         runtime = "cluster"
+        args.security = _master_security(args)  # refuse a bad bind before anything is written
     else:
         runtime = args.runtime or ("cluster" if workers > 1 else "local")
     graph = job.build(config, BuildContext(workers, placement_arg))
@@ -382,18 +383,7 @@ def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any]
     if args.command == "run":
         return run_cluster(job_name, config, graph, secure=args.secure, **options)
     host, _ = parse_endpoint(args.bind)
-    security = None
-    if args.keys and (args.secure or not is_loopback(host)):
-        from ..engine.security import Security
-
-        security = Security.for_master(args.keys)
-    elif args.secure:
-        raise UsageError("--secure needs --keys DIR (create it with `mariana keys init DIR`)")
-    elif not is_loopback(host):
-        if not args.insecure:
-            raise UsageError(f"{args.bind} is not loopback: a reachable master needs CURVE keys (--keys DIR, from "
-                             f"`mariana keys init DIR`), or --insecure on a network you trust")
-        log.warning("INSECURE: the master at %s accepts any worker and sends everything in plaintext", args.bind)
+    security = args.security
     master = Master(job_name, config, graph, bind=args.bind, security=security, **options)
     try:
         endpoint = master.start()
@@ -410,6 +400,25 @@ def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any]
         return master.run()
     finally:
         master.close()
+
+
+def _master_security(args: argparse.Namespace) -> Any:
+    """CURVE for ``mariana master``: required off loopback unless --insecure; None means plaintext."""
+    from ..engine.transport import is_loopback, parse_endpoint
+
+    host, _ = parse_endpoint(args.bind)
+    if args.keys and (args.secure or not is_loopback(host)):
+        from ..engine.security import Security
+
+        return Security.for_master(args.keys)
+    if args.secure:
+        raise UsageError("--secure needs --keys DIR (create it with `mariana keys init DIR`)")
+    if not is_loopback(host):
+        if not args.insecure:
+            raise UsageError(f"{args.bind} is not loopback: a reachable master needs CURVE keys (--keys DIR, from "
+                             f"`mariana keys init DIR`), or --insecure on a network you trust")
+        log.warning("INSECURE: the master at %s accepts any worker and sends everything in plaintext", args.bind)
+    return None
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from .superstep import Coordinator, Partition
 from .tracing import PHASES, Capture, TraceWriter, master_record
 
 log = logging.getLogger(__name__)
+_HOST = socket.gethostname()
 
 __all__ = ["LocalRuntime", "write_checkpoint"]
 
@@ -87,7 +88,7 @@ class LocalRuntime:
                aggregates: dict[str, Any]) -> None:
         """One record per partition and the master's line; partitions run one after another here."""
         end = time.time()
-        host, pid = socket.gethostname(), os.getpid()
+        host, pid = _HOST, os.getpid()
         for w, (done, (start, stop)) in enumerate(zip(dones, spans)):
             rec = {"superstep": superstep, "worker": w, "host": host, "pid": pid, "start": start, "end": stop,
                    **{k: 0.0 for k in PHASES}, **done.trace, "barrier_s": end - stop,

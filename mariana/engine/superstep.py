@@ -134,6 +134,7 @@ class Partition:
         computed = 0
         timings: list[tuple[float, str]] = []
         flags: list[dict[str, Any]] = []
+        scanned: set[int] = set()
         trace, capture = self.trace, self.capture
         clock = time.perf_counter
         t_start = clock()
@@ -158,7 +159,7 @@ class Partition:
             timings.append((clock() - t0, vid))
             computed += 1
             if trace:
-                hit = tracing.state_flags(vertices[vid])
+                hit = tracing.state_flags(vertices[vid], scanned)
                 if hit:
                     flags.append({"flag": hit[0], "vertex": vid, "where": "state", "key": hit[1]})
             if captured:
@@ -170,7 +171,7 @@ class Partition:
             for batch in self._out:
                 for m in batch:
                     if m.src not in seen:
-                        hit = tracing.nonfinite(m.payload)
+                        hit = tracing.nonfinite(m.payload, skip=scanned)
                         if hit:
                             seen.add(m.src)
                             flags.append({"flag": hit[0], "vertex": m.src, "where": "message", "key": hit[1]})

@@ -29,8 +29,9 @@ PHASES = ("compute_s", "combine_s", "encode_s", "send_s", "wait_s", "barrier_s")
 SCAN_LIMIT = 1 << 18
 
 
-def nonfinite(value: Any, key: str = "payload", depth: int = 0) -> tuple[str, str] | None:
-    """("nan" | "inf", where) for the first non-finite number in ``value``, else None."""
+def nonfinite(value: Any, key: str = "payload", depth: int = 0, skip: set[int] | None = None) -> tuple[str, str] | None:
+    """("nan" | "inf", where) for the first non-finite number in ``value``, else None; arrays whose
+    owner's id is in ``skip`` (vertex state already scanned) are not scanned again."""
     if isinstance(value, float):
         if value != value:
             return "nan", key
@@ -40,6 +41,8 @@ def nonfinite(value: Any, key: str = "payload", depth: int = 0) -> tuple[str, st
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fc" or value.size == 0 or (depth and value.size > SCAN_LIMIT):
             return None
+        if skip and id(root(value)) in skip:
+            return None
         if np.isfinite(np.add.reduce(value, axis=None)):
             return None
         if np.isnan(value).any():
@@ -47,29 +50,44 @@ def nonfinite(value: Any, key: str = "payload", depth: int = 0) -> tuple[str, st
         return ("inf", key) if np.isinf(value).any() else None  # (a sum can overflow on finite data)
     if depth < 3 and isinstance(value, dict):
         for k, v in value.items():
-            hit = nonfinite(v, f"{key}.{k}", depth + 1)
+            hit = nonfinite(v, f"{key}.{k}", depth + 1, skip)
             if hit:
                 return hit
     elif depth < 3 and isinstance(value, (list, tuple)):
         for i, v in enumerate(value[:64]):
-            hit = nonfinite(v, f"{key}[{i}]", depth + 1)
+            hit = nonfinite(v, f"{key}[{i}]", depth + 1, skip)
             if hit:
                 return hit
     return None
 
 
-def state_flags(vertex: Any) -> tuple[str, str] | None:
-    """Non-finite numbers in a vertex's ``value`` and its array attributes (not static ones)."""
-    hit = nonfinite(vertex.value, "value")
+def state_flags(vertex: Any, scanned: set[int] | None = None) -> tuple[str, str] | None:
+    """Non-finite numbers in a vertex's ``value`` and its array attributes (not static ones).
+
+    The ids of the arrays scanned go into ``scanned``: messages that are views of them (a
+    gradient slice, a shard's parameters) need no second scan."""
+    value = vertex.value
+    hit = nonfinite(value, "value")
+    if scanned is not None and isinstance(value, np.ndarray):
+        scanned.add(id(value))
     if hit or not hasattr(vertex, "__dict__"):
         return hit
     static = getattr(vertex, "static_attributes", ())
     for name, v in vars(vertex).items():
         if isinstance(v, np.ndarray) and name not in static:
             hit = nonfinite(v, name)
+            if scanned is not None:
+                scanned.add(id(v))
             if hit:
                 return hit
     return None
+
+
+def root(a: np.ndarray) -> np.ndarray:
+    """The array that owns ``a``'s memory (``a`` itself when it is not a view)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
 
 
 class Capture:

@@ -81,6 +81,7 @@ class RunDir:
             raise StorageError(f"cannot create run directory {url}: {exc}") from exc
         self._can_append = isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))
         self._lines: dict[str, list[str]] = {}
+        self._dirs: set[str] = set()
 
     def path(self, rel: str) -> str:
         return posixpath.join(self.root, rel)
@@ -123,7 +124,10 @@ class RunDir:
         path = self.path(rel)
         try:
             if self._can_append:
-                self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+                parent = posixpath.dirname(path)
+                if parent not in self._dirs:
+                    self.fs.makedirs(parent, exist_ok=True)
+                    self._dirs.add(parent)
                 with self.fs.open(path, "ab") as f:
                     f.write("".join(lines).encode())
             else:  # object stores cannot append: keep the object's lines and rewrite it whole

@@ -102,9 +102,7 @@ class Master:
         self.job_id = uuid.uuid4().hex
         self.security = security
         self.transport = Transport(max_message_bytes, security)
-        self.max_malformed = max_malformed
-        self._malformed: dict[bytes, int] = {}
-        self.drops = DropCounter("master")
+        self.drops = DropCounter("master", max_malformed)
         self.joined: dict[bytes, WorkerInfo] = {}
         self.by_index: list[WorkerInfo | None] = []
         self.children: list[Any] = []
@@ -342,22 +340,10 @@ class Master:
             except Again:
                 return
             except ProtocolError as exc:
-                self._malformed_from(exc.identity, exc.kind, exc.detail)
+                self.drops.malformed(exc.identity, exc.kind, exc.detail)
                 continue
-            if self._malformed.get(identity, 0) >= self.max_malformed:
-                self.drops.drop("banned", f"message from banned peer {identity[:40]!r}")
-                continue
-            self._handle(identity, header)
-
-    def _malformed_from(self, identity: bytes | None, kind: str, detail: str) -> None:
-        """Count a malformed message; a peer past ``max_malformed`` is ignored from then on."""
-        self.drops.drop(kind, detail)
-        if identity is None:
-            return
-        n = self._malformed[identity] = self._malformed.get(identity, 0) + 1
-        if n == self.max_malformed:
-            who = self.joined[identity].describe() if identity in self.joined else f"peer {identity[:40]!r}"
-            log.error("%s sent %d malformed messages: ignoring it from now on", who, n)
+            if not self.drops.banned(identity):
+                self._handle(identity, header)
 
     def _handle(self, identity: bytes, header: dict[str, Any]) -> None:
         kind = header["kind"]

@@ -49,11 +49,14 @@ class _Interrupt(Exception):
 
 
 class DropCounter:
-    """Counts dropped messages per kind and logs the first of each kind."""
+    """Counts dropped messages per kind (logging the first of each kind) and bans a peer that
+    sends more than ``max_malformed`` malformed messages: it is ignored from then on."""
 
-    def __init__(self, who: str) -> None:
+    def __init__(self, who: str, max_malformed: int = 1000) -> None:
         self.who = who
         self.counts: dict[str, int] = {}
+        self.max_malformed = max_malformed
+        self._malformed: dict[bytes, int] = {}
 
     def drop(self, kind: str, detail: str) -> None:
         n = self.counts.get(kind, 0)
@@ -61,6 +64,22 @@ class DropCounter:
         if n == 0:
             log.warning("%s: dropped a malformed message (%s: %s); further drops of this kind are only counted",
                         self.who, kind, detail)
+
+    def malformed(self, identity: bytes | None, kind: str, detail: str) -> None:
+        """Count a malformed message from ``identity`` towards its ban."""
+        self.drop(kind, f"{detail} (from {(identity or b'?')[:40]!r})")
+        if identity is None:
+            return
+        n = self._malformed[identity] = self._malformed.get(identity, 0) + 1
+        if n == self.max_malformed:
+            log.error("%s: peer %r sent %d malformed messages: ignoring it from now on", self.who, identity[:40], n)
+
+    def banned(self, identity: bytes) -> bool:
+        """Whether ``identity`` is banned (its message is then dropped and counted as such)."""
+        if self._malformed.get(identity, 0) < self.max_malformed:
+            return False
+        self.drop("banned", f"message from banned peer {identity[:40]!r}")
+        return True
 
     @property
     def total(self) -> int:
@@ -77,8 +96,6 @@ class Worker:
         self.connect_timeout = connect_timeout
         self.security = security
         self.want_job = job
-        self.max_malformed = 1000
-        self._malformed: dict[bytes, int] = {}
         self.transport = Transport(max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.drops = DropCounter(f"worker {self.identity.decode()}")
@@ -363,29 +380,18 @@ class Worker:
             except Again:
                 return
             except ProtocolError as exc:
-                self._malformed_from(exc.identity, exc.kind, exc.detail)
+                self.drops.malformed(exc.identity, exc.kind, exc.detail)
                 continue
-            if self._malformed.get(identity, 0) >= self.max_malformed:
-                self.drops.drop("banned", f"batch from banned peer {identity[:40]!r}")
+            if self.drops.banned(identity):
                 continue
             try:
                 msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
                                    self.gen)
             except ProtocolError as exc:
-                self._malformed_from(identity, exc.kind, exc.detail)
+                self.drops.malformed(identity, exc.kind, exc.detail)
                 continue
             self._inbound.setdefault(header["ss"], {})[header["src"]] = msgs
             self._inbound_bytes.setdefault(header["ss"], {})[header["src"]] = size
-
-    def _malformed_from(self, identity: bytes | None, kind: str, detail: str) -> None:
-        """Count a malformed batch; a peer past ``max_malformed`` is ignored from then on."""
-        self.drops.drop(kind, f"{detail} (from {(identity or b'?')[:40]!r})")
-        if identity is None:
-            return
-        n = self._malformed[identity] = self._malformed.get(identity, 0) + 1
-        if n == self.max_malformed:
-            log.error("worker %d: peer %r sent %d malformed messages: ignoring it from now on",
-                      self.index, identity[:40], n)
 
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:

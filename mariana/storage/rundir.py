@@ -48,16 +48,7 @@ def _fs(url: str) -> tuple[Any, str]:
 
 def read_text(url: str) -> str:
     """The whole text of a file at a path or fsspec URL (UTF-8)."""
-    fs, path = _fs(url)
-    try:
-        with fs.open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise StorageError(f"{url}: no such file") from None
-    except IsADirectoryError:
-        raise StorageError(f"{url}: is a directory, not a file") from None
-    except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot read: {exc}") from exc
+    data = read_bytes(url)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

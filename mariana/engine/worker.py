@@ -403,15 +403,18 @@ class Worker:
         if self.security is not None:
             self.security.client(hb, self.security.server_key)
         hb.connect(self.master)
-        last = time.monotonic()
+        last = next_send = time.monotonic()
         try:
             while not self._stop.is_set():
-                state = dict(self.state)
-                if state.get("phase") == "computing" and hasattr(self, "partition"):
-                    state["vertex"] = self.partition.ctx.vertex_id
-                send(hb, {"kind": Kind.HEARTBEAT, "job": self.job_id, "src": self.index, "t": time.time(),
-                          "state": state})
-                if hb.poll(int(interval * 1000)):
+                now = time.monotonic()
+                if now >= next_send:  # one heartbeat per interval, whatever arrives in between
+                    next_send = now + interval
+                    state = dict(self.state)
+                    if state.get("phase") == "computing" and hasattr(self, "partition"):
+                        state["vertex"] = self.partition.ctx.vertex_id
+                    send(hb, {"kind": Kind.HEARTBEAT, "job": self.job_id, "src": self.index, "t": time.time(),
+                              "state": state})
+                if hb.poll(max(1, int((next_send - time.monotonic()) * 1000))):
                     while hb.poll(0):
                         self._clock(hb.recv_multipart())
                     last = time.monotonic()

@@ -135,6 +135,7 @@ class Dense(Layer):
         }
         self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
         self._x: Array | None = None
+        self.input_grad = True  # Model turns it off for the first layer
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         if tuple(input_shape) != (self.in_features,):
@@ -149,8 +150,11 @@ class Dense(Layer):
 
     def backward(self, dy: Array) -> Array:
         x = self._x
-        self.grads["W"][...] = x.T @ dy
-        self.grads["b"][...] = dy.sum(axis=0)
+        xp = array_module_of(dy)
+        xp.matmul(x.T, dy, out=self.grads["W"])  # straight into the (flat-buffer) gradient view
+        dy.sum(axis=0, out=self.grads["b"])
+        if not self.input_grad:  # the first layer: nobody needs d(input)
+            return None
         return dy @ self.params["W"].T
 
     def __repr__(self) -> str:

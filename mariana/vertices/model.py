@@ -74,6 +74,8 @@ class Model:
         self.dtype = np.dtype(dtype)
         self.loss = SoftmaxCrossEntropy()
         self.xp: Any = np
+        if layers and hasattr(layers[0], "input_grad"):
+            layers[0].input_grad = False  # d(loss)/d(data) is never used: skip that matmul
 
     # ---------------------------------------------------------------------------------------
     def forward(self, x: Array, train: bool = True) -> Array:
@@ -88,7 +90,7 @@ class Model:
         loss = self.loss.forward(self.forward(x, train=True), labels)
         d = self.loss.backward()
         for layer in reversed(self.layers):
-            d = layer.backward(d)
+            d = layer.backward(d)  # None after a first layer that skips d(input)
         return loss
 
     def predict(self, x: Array) -> Array:

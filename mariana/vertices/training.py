@@ -316,8 +316,11 @@ class ParameterShardVertex(Vertex):
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         grads = [m.payload for m in messages if m.tag == "grad"]
         if grads:
-            g = np.array(grads[0]["g"], dtype=np.float32)
-            stats = None if "s" not in grads[0] else np.array(grads[0]["s"], dtype=np.float32)
+            if len(grads) == 1:  # nothing to sum: the optimizer only reads the gradient
+                g, stats = grads[0]["g"], grads[0].get("s")
+            else:
+                g = np.array(grads[0]["g"], dtype=np.float32)
+                stats = None if "s" not in grads[0] else np.array(grads[0]["s"], dtype=np.float32)
             for other in grads[1:]:  # in replica order (message order is by source id)
                 np.add(g, other["g"], out=g)
                 if stats is not None:

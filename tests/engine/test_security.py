@@ -132,13 +132,15 @@ def test_fuzzing_a_secure_master_and_worker_from_an_insider_key():
             return
         master = state["master"]
         target = master.by_index[0]
-        insider = load_keypair(state["keys"][1])  # worker 1's own key: allowed by the master and worker 0
+        # the other worker's own key: allowed by the master and by worker 0 (workers join in any order)
+        insider = load_keypair(next(key for pid, key in state["keys"] if pid != target.pid))
         with zmq.Context() as ctx:
             socks = []
             for endpoint, server_key, messages in [(master.endpoint, master.security.public, to_master),
                                                    (target.data, target.key.encode(), to_worker)]:
                 s = ctx.socket(zmq.DEALER)
                 s.linger = 5000
+                s.sndtimeo = 20_000  # a refused connection fails the test instead of hanging it
                 s.curve_publickey, s.curve_secretkey, s.curve_serverkey = insider[0], insider[1], server_key
                 s.connect(endpoint)
                 for frames in messages:
@@ -149,7 +151,7 @@ def test_fuzzing_a_secure_master_and_worker_from_an_insider_key():
 
     def on_start(master, procs):
         state["master"] = master
-        state["keys"] = [p.args[p.args.index("--key") + 1] for p in procs]
+        state["keys"] = [(p.pid, p.args[p.args.index("--key") + 1]) for p in procs]
 
     sets = [f"graph={GRAPH}", "iterations=150", "tol=0", "mode=vertex"]
     reference = run_job("pagerank", sets=sets, workers=2, runtime="local")

@@ -19,6 +19,8 @@ scatter-add (no atomics), so GPU results do not depend on thread scheduling.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import math
 from typing import Any
 
@@ -83,18 +85,20 @@ def _col2im(xp: Any, cols: Array, shape: tuple[int, ...], sh: int, sw: int) -> A
     return out
 
 
-class Layer:
+class Layer(ABC):
     """Base class: parameter-free by default; ``to(xp)`` moves params and grads."""
 
     def __init__(self) -> None:
         self.params: dict[str, Array] = {}
         self.grads: dict[str, Array] = {}
 
-    def forward(self, x: Array, train: bool = True) -> Array:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def forward(self, x: Array, train: bool = True) -> Array:
+        """The layer's output for input ``x`` (keeps what backward needs)."""
 
-    def backward(self, dy: Array) -> Array:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def backward(self, dy: Array) -> Array:
+        """d(loss)/d(input) from d(loss)/d(output); parameter gradients land in ``grads``."""
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         """Per-sample output shape (no batch dim); raises ValueError if the input does not fit."""

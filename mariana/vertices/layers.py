@@ -19,9 +19,8 @@ scatter-add (no atomics), so GPU results do not depend on thread scheduling.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import math
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np

@@ -172,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mariana: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `mariana trace summary RUN | head`: the reader left, that is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

@@ -110,8 +110,8 @@ def replay(run: str, vertex: str, superstep: int, pdb: bool = False) -> dict[str
         replayed.append({"superstep": t, "inbox": len(inbox), "sent": len(recorder.sent), "matches": matches})
         result = {"sent": recorder.sent, "original": rec["outbox"], "aggregated": recorder.aggregated,
                   "halted": recorder.halted, "matches": matches}
-    return {"vertex": vertex, "superstep": superstep, "checkpoint": start, "worker": worker, "replayed": replayed,
-            **result}
+    return {"vertex": vertex, "superstep": superstep, "checkpoint": start, "from_checkpoint": bool(starts),
+            "worker": worker, "replayed": replayed, **result}
 
 
 def _describe(payload: Any) -> str:
@@ -124,7 +124,9 @@ def _describe(payload: Any) -> str:
 
 
 def format_replay(r: dict[str, Any]) -> str:
-    lines = [f"replayed {r['vertex']} (worker {r['worker']}) from the checkpoint at superstep {r['checkpoint']} "
+    origin = (f"the checkpoint at superstep {r['checkpoint']}" if r.get("from_checkpoint")
+              else "the state the job builds (superstep 0)")
+    lines = [f"replayed {r['vertex']} (worker {r['worker']}) from {origin} "
              f"through superstep {r['superstep']}: {len(r['replayed'])} compute call(s)"]
     for step in r["replayed"]:
         lines.append(f"  superstep {step['superstep']}: {step['inbox']} in, {step['sent']} out, "

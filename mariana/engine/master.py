@@ -20,16 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import __version__
-from ..errors import MarianaError, ProtocolError, VertexError
+from ..errors import MarianaError, StorageError, VertexError
 from ..messages.kinds import Kind
-from ..errors import StorageError
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .local import write_checkpoint
 from .result import RunResult
 from .superstep import Coordinator, Done
-from .tracing import TraceWriter, master_record
-from .transport import Again, Transport, Unreachable, poller, recv, send
+from .tracing import TraceWriter, master_record, rewind
+from .transport import Transport, Unreachable, drain, poller, send
 from .worker import DropCounter
 
 log = logging.getLogger(__name__)
@@ -139,9 +138,7 @@ class Master:
             coord = Coordinator(self.graph, len(self.graph), self.max_supersteps)
             restore = None
             if self.resume is not None:
-                restore = self.resume.superstep
-                if self.tracer is not None:
-                    self.tracer.truncate(restore)
+                restore = self.resume.superstep  # the caller rewound the run directory (resume_point)
                 coord.restore(self.checkpoints.read(restore, "master")["coordinator"])
             for w in self.by_index:
                 self._welcome(w, restore)
@@ -275,10 +272,10 @@ class Master:
         self._ready = set()
         coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
         del metrics[ss:]
-        if self.run_dir is not None:
-            self.run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < ss)
         if self.tracer is not None:
-            self.tracer.truncate(ss)
+            self.tracer.flush()  # written records first, then the rewind drops the replayed ones
+        rewind(self.run_dir, ss)
+        if self.tracer is not None:
             self.tracer.event("recovery", superstep=self.superstep, lost=lost.index, rollback_to=ss,
                               restart=self.restarts)
         peers = [w.data for w in self.by_index]
@@ -334,16 +331,8 @@ class Master:
             self._liveness()
 
     def _drain(self) -> None:
-        while True:
-            try:
-                identity, header, _ = recv(self.sock, router=True)
-            except Again:
-                return
-            except ProtocolError as exc:
-                self.drops.malformed(exc.identity, exc.kind, exc.detail)
-                continue
-            if not self.drops.banned(identity):
-                self._handle(identity, header)
+        for identity, header, _ in drain(self.sock, True, self.drops):
+            self._handle(identity, header)
 
     def _handle(self, identity: bytes, header: dict[str, Any]) -> None:
         kind = header["kind"]

@@ -6,15 +6,16 @@ import logging
 from typing import Any, Callable
 
 from ..errors import UsageError
+from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .graph import Graph
 from .local import LocalRuntime
 from .result import RunResult
-from .tracing import Capture, TraceWriter
+from .tracing import Capture, TraceWriter, rewind
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run", "RUNTIMES", "newest_checkpoint"]
+__all__ = ["run", "RUNTIMES", "newest_checkpoint", "resume_point"]
 
 RUNTIMES = ("local",)
 
@@ -46,15 +47,17 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
 
     checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
     tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
-    start = None
-    if resume:
-        start = newest_checkpoint(checkpoints)
-        run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < start.superstep)
-        if tracer is not None:
-            tracer.truncate(start.superstep)
+    start = resume_point(run_dir, keep_checkpoints) if resume else None
     spy = Capture(capture, run_dir, capture_limit_mb << 20) if capture and run_dir is not None else None
     return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start,
                                                        tracer, spy)
+
+
+def resume_point(run_dir: RunDir | None, keep: int = 3) -> CheckpointInfo:
+    """The newest valid checkpoint of ``run_dir``, with the run directory rewound to it."""
+    start = newest_checkpoint(Checkpoints(run_dir, keep) if run_dir is not None else None)
+    rewind(run_dir, start.superstep)
+    return start
 
 
 def newest_checkpoint(checkpoints: Checkpoints | None) -> CheckpointInfo:

@@ -21,7 +21,7 @@ from ..storage.checkpoint import pack
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TraceWriter", "Capture", "nonfinite", "state_flags", "master_record", "jsonable", "PHASES"]
+__all__ = ["TraceWriter", "rewind", "Capture", "nonfinite", "state_flags", "master_record", "jsonable", "PHASES"]
 
 PHASES = ("compute_s", "combine_s", "encode_s", "send_s", "wait_s", "barrier_s")
 #: Arrays larger than this are scanned for NaN/Inf on a sample of this many elements (16 evenly
@@ -191,16 +191,19 @@ class TraceWriter:
             log.warning("tracing stops: %s", exc)
             self.enabled = False
 
-    def truncate(self, superstep: int) -> None:
-        """Drop records of ``superstep`` and later (a resume or a rollback replays them)."""
-        self.flush()
-        try:
-            names = self.run_dir.fs.ls(self.run_dir.path("trace"), detail=False)
-        except FileNotFoundError:
-            return
-        for name in names:
-            rel = "trace/" + name.rstrip("/").rsplit("/", 1)[-1]
-            self.run_dir.truncate_jsonl(rel, lambda r: "event" in r or r.get("superstep", 0) < superstep)
+
+
+def rewind(run_dir: RunDir, superstep: int) -> None:
+    """Drop the metrics and trace records of ``superstep`` and later from ``run_dir`` (a resume
+    or a rollback replays those supersteps); trace events are kept."""
+    run_dir.truncate_jsonl("metrics.jsonl", lambda r: r.get("superstep", 0) < superstep)
+    try:
+        names = run_dir.fs.ls(run_dir.path("trace"), detail=False)
+    except FileNotFoundError:
+        return
+    for name in names:
+        rel = "trace/" + name.rstrip("/").rsplit("/", 1)[-1]
+        run_dir.truncate_jsonl(rel, lambda r: "event" in r or r.get("superstep", 0) < superstep)
 
 
 def jsonable(value: Any, max_items: int = 64) -> Any:

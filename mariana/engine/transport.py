@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import zmq
 
@@ -23,7 +23,7 @@ from ..messages import codec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Transport", "parse_endpoint", "is_loopback", "Again", "Unreachable"]
+__all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "recv", "drain", "Again", "Unreachable"]
 
 Again = zmq.Again
 _ENDPOINT = re.compile(r"^tcp://(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d+|\*)$")
@@ -153,6 +153,21 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
     if not isinstance(kind, int):
         raise ProtocolError("header", f"no message kind in header ({size} bytes)")
     return identity, header, size
+
+
+def drain(sock: zmq.Socket, router: bool, drops: Any) -> Iterator[tuple[bytes | None, dict[str, Any], int]]:
+    """Every message waiting on ``sock`` now, decoded: (identity, header, bytes). Malformed ones
+    are counted in ``drops`` (a ``DropCounter``) and messages of banned peers dropped there."""
+    while True:
+        try:
+            identity, header, size = recv(sock, router)
+        except Again:
+            return
+        except ProtocolError as exc:
+            drops.malformed(exc.identity, exc.kind, exc.detail)
+            continue
+        if identity is None or not drops.banned(identity):
+            yield identity, header, size
 
 
 def poller(*sockets: zmq.Socket) -> zmq.Poller:

@@ -30,7 +30,7 @@ from ..storage.checkpoint import Checkpoints
 from .superstep import Begin, Partition
 from ..messages import codec
 from .tracing import Capture
-from .transport import Again, Transport, poller, recv, send, send_frames
+from .transport import Again, Transport, drain, poller, recv, send, send_frames
 from .vertex import Message
 
 log = logging.getLogger(__name__)
@@ -212,16 +212,7 @@ class Worker:
 
     def _recv_ctl(self) -> list[dict[str, Any]]:
         """Every control message waiting now (malformed ones dropped and counted)."""
-        out = []
-        while True:
-            try:
-                _, header, _ = recv(self.ctl, router=False)
-            except Again:
-                return out
-            except ProtocolError as exc:
-                self.drops.drop(exc.kind, exc.detail)
-                continue
-            out.append(header)
+        return [header for _, header, _ in drain(self.ctl, False, self.drops)]
 
     def _connect_peers(self, endpoints: list[str]) -> None:
         """(Re)connect a DEALER to every peer whose data endpoint is new or changed."""
@@ -374,16 +365,7 @@ class Worker:
     # -- data plane -------------------------------------------------------------------------
     def _drain_data(self) -> None:
         """Receive every waiting batch; keep the valid ones for their superstep, drop the rest."""
-        while True:
-            try:
-                identity, header, size = recv(self.data, router=True)
-            except Again:
-                return
-            except ProtocolError as exc:
-                self.drops.malformed(exc.identity, exc.kind, exc.detail)
-                continue
-            if self.drops.banned(identity):
-                continue
+        for identity, header, size in drain(self.data, True, self.drops):
             try:
                 msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
                                    self.gen)

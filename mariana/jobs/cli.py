@@ -368,14 +368,10 @@ def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any]
     """``run --workers N``: spawn local workers; ``master``: wait for workers from anywhere."""
     from ..engine.cluster import run_cluster
     from ..engine.master import Master
-    from ..engine.runner import newest_checkpoint
+    from ..engine.runner import resume_point
     from ..engine.transport import is_loopback, parse_endpoint
-    from ..storage.checkpoint import Checkpoints
 
-    start = None
-    if resume:
-        start = newest_checkpoint(Checkpoints(run_dir, config["keep_checkpoints"]))
-        run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < start.superstep)
+    start = resume_point(run_dir, config["keep_checkpoints"]) if resume else None
     options = dict(workers=workers, placement=placement, max_supersteps=args.max_supersteps,
                    on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
                    max_message_bytes=args.max_message_mb << 20, run_dir=run_dir,

@@ -42,13 +42,9 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
                           on_superstep=on_superstep, checkpoint_every=every, keep_checkpoints=keep, resume=resume,
                           trace=trace, capture=capture, capture_limit_mb=capture_limit_mb)
     from ..engine.cluster import run_cluster
-    from ..engine.runner import newest_checkpoint
-    from ..storage.checkpoint import Checkpoints
+    from ..engine.runner import resume_point
 
-    start = None
-    if resume:
-        start = newest_checkpoint(Checkpoints(run_dir, keep) if run_dir is not None else None)
-        run_dir.truncate_jsonl("metrics.jsonl", lambda line: line.get("superstep", 0) < start.superstep)
+    start = resume_point(run_dir, keep) if resume else None
 
     return run_cluster(name, resolved, graph, workers=workers, placement=placement, max_supersteps=max_supersteps,
                        on_superstep=on_superstep, run_dir=run_dir, checkpoint_every=every, keep_checkpoints=keep,

@@ -50,9 +50,11 @@ class LocalRuntime:
             p.trace, p.capture = tracer is not None, capture
         coord = Coordinator(self.graph, len(pl.worker), max_supersteps)
         if resume is not None:
+            parts = resume.loaded if resume.loaded is not None else checkpoints.load(resume.superstep)
             for p in partitions:
-                p.restore(checkpoints.read(resume.superstep, f"worker-{p.worker}"))
-            coord.restore(checkpoints.read(resume.superstep, "master")["coordinator"])
+                p.restore(_part(parts, f"worker-{p.worker}", resume))
+            coord.restore(_part(parts, "master", resume)["coordinator"])
+            resume.loaded = None  # the arrays now live in the vertices
             log.info("resumed %s from the checkpoint at superstep %d", self.graph.name, resume.superstep)
         metrics: list[dict[str, Any]] = []
         while (begin := coord.next_begin()) is not None:
@@ -99,6 +101,13 @@ class LocalRuntime:
         tracer.master(master_record(superstep, wall0, end, {w: stop - start for w, (start, stop) in enumerate(spans)},
                                     aggregates))
         tracer.end_superstep()
+
+
+def _part(parts: dict[str, Any], name: str, info: CheckpointInfo) -> Any:
+    if name not in parts:
+        raise StorageError(f"{info.path}: no part {name!r}: resume with the worker count of the checkpoint "
+                           f"({sum(n.startswith('worker-') for n in parts)} workers)")
+    return parts[name]
 
 
 def write_checkpoint(checkpoints: Checkpoints, coord: Coordinator, write_parts: Callable[[], list[dict[str, Any]]],

@@ -47,22 +47,26 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
 
     checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
     tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
-    start = resume_point(run_dir, keep_checkpoints) if resume else None
+    start = resume_point(run_dir, keep_checkpoints, load=True) if resume else None
     spy = Capture(capture, run_dir, capture_limit_mb << 20) if capture and run_dir is not None else None
     return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start,
                                                        tracer, spy)
 
 
-def resume_point(run_dir: RunDir | None, keep: int = 3) -> CheckpointInfo:
-    """The newest valid checkpoint of ``run_dir``, with the run directory rewound to it."""
-    start = newest_checkpoint(Checkpoints(run_dir, keep) if run_dir is not None else None)
+def resume_point(run_dir: RunDir | None, keep: int = 3, load: bool = False) -> CheckpointInfo:
+    """The newest valid checkpoint of ``run_dir``, with the run directory rewound to it.
+
+    ``load``: read its parts now (verified in the same pass) for a runtime in this process;
+    the cluster's workers read their own parts, so there the checkpoint is only verified.
+    """
+    start = newest_checkpoint(Checkpoints(run_dir, keep) if run_dir is not None else None, load)
     rewind(run_dir, start.superstep)
     return start
 
 
-def newest_checkpoint(checkpoints: Checkpoints | None) -> CheckpointInfo:
+def newest_checkpoint(checkpoints: Checkpoints | None, load: bool = False) -> CheckpointInfo:
     """The newest valid checkpoint, or a ``UsageError`` saying there is none."""
-    info = checkpoints.newest_valid() if checkpoints is not None else None
+    info = checkpoints.newest_valid(load) if checkpoints is not None else None
     if info is None:
         where = checkpoints.run_dir.url if checkpoints is not None else "(no run directory)"
         raise UsageError(f"no valid checkpoint in {where} to resume from")

@@ -130,8 +130,9 @@ class Capture:
 
 
 def capture_path(vertex_id: str, superstep: int) -> str:
-    safe = vertex_id.replace("/", "%2F")
-    return f"capture/{safe}/ss-{superstep:06d}.npz"
+    """Where ``--capture`` stores a vertex's messages of one superstep (a part file, storage.partfile)."""
+    safe = str(vertex_id).replace("/", "%2F")
+    return f"capture/{safe}/ss-{superstep:06d}.part"
 
 
 def master_record(superstep: int, start: float, end: float, arrivals: dict[int, float],

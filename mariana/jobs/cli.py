@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from .. import __version__
 from ..engine import run as engine_run
-from ..errors import MarianaError, UsageError, VertexError
+from ..errors import MarianaError, StorageError, UsageError, VertexError
 from ..storage import RunDir, default_run_url
 from .registry import BUILTIN_JOBS, BuildContext, get_job, resolve_config
 
@@ -224,15 +224,21 @@ def _params_from_checkpoint(run_dir: RunDir, superstep: int | None) -> tuple[lis
     if job.export is None:
         raise UsageError(f"job {job.name} has no model parameters to export")
     ck = Checkpoints(run_dir)
-    info = ck.inspect(superstep) if superstep is not None else ck.newest_valid()
-    if info is None or not info.valid:
-        why = info.why if info is not None else "no valid checkpoint"
-        raise UsageError(f"{run_dir.url}: cannot export from checkpoint {superstep if superstep is not None else ''}: {why}")
+    if superstep is None:
+        info = ck.newest_valid(load=True)
+        if info is None:
+            raise UsageError(f"{run_dir.url}: cannot export from a checkpoint: no valid checkpoint")
+        parts, superstep = info.loaded or {}, info.superstep
+    else:
+        try:
+            parts = ck.load(superstep)
+        except StorageError as exc:
+            raise UsageError(f"{run_dir.url}: cannot export from checkpoint {superstep}: {exc}") from None
     states: dict[str, Any] = {}
-    for part in ck.manifest(info.superstep)["parts"]:
-        if part["name"].startswith("worker-"):
-            states.update(ck.read(info.superstep, part["name"])["vertices"])
-    return job.export(states, resolve_config(job, prev["config"])), f"checkpoint at superstep {info.superstep}"
+    for name, part in sorted(parts.items()):
+        if name.startswith("worker-"):
+            states.update(part["vertices"])
+    return job.export(states, resolve_config(job, prev["config"])), f"checkpoint at superstep {superstep}"
 
 
 def _load_toml(path: str | None) -> dict[str, Any]:

@@ -1,72 +1,30 @@
 """Checkpoints in a run directory: ``RUN/checkpoints/ss-NNNNNN/`` with one part per worker,
 a master part, and ``manifest.json`` written last.
 
-A part is an ``.npz`` file: the arrays of the state as ``.npy`` members plus ``__meta__``, the
-msgpack of the state with each array replaced by a reference to its member. The manifest
-records the size and sha256 of every part; a checkpoint without a manifest, or with a part
-that does not match it, does not exist. Only the newest ``keep`` committed checkpoints are
-kept, and older ones are deleted only after a newer one is committed.
+A part is a ``.part`` file (``partfile``): the state's plain data with its arrays as ``.npy``
+records, streamed to storage while its sha256 is computed. The manifest records the size and
+sha256 of every part; a checkpoint without a manifest, or with a part that does not match it,
+does not exist. ``read``/``load`` verify while they read (one pass over the data), so nothing
+from a damaged part is ever used. Only the newest ``keep`` committed checkpoints are kept, and
+older ones are deleted only after a newer one is committed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-import numpy as np
-
 from ..errors import StorageError
+from . import partfile
+from .partfile import pack, unpack
 from .rundir import RunDir
 
 log = logging.getLogger(__name__)
 
 __all__ = ["pack", "unpack", "Checkpoints", "CheckpointInfo"]
-
-_REF = "__npy__"
-
-
-def pack(obj: Any) -> bytes:
-    """Plain data with numpy arrays anywhere inside -> one ``.npz`` blob."""
-    arrays: dict[str, np.ndarray] = {}
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, np.ndarray):
-            name = f"a{len(arrays)}"
-            arrays[name] = v
-            return {_REF: name}
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [walk(x) for x in v]
-        return v
-
-    meta = msgpack.packb(walk(obj), use_bin_type=True)
-    buf = io.BytesIO()
-    np.savez(buf, __meta__=np.frombuffer(meta, dtype=np.uint8), **arrays)
-    return buf.getvalue()
-
-
-def unpack(data: bytes) -> Any:
-    """Inverse of ``pack`` (no pickle: object arrays are refused)."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    meta = msgpack.unpackb(arrays.pop("__meta__").tobytes(), raw=False, strict_map_key=False)
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, dict):
-            if len(v) == 1 and _REF in v:
-                return arrays[v[_REF]]
-            return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
-
-    return walk(meta)
 
 
 @dataclass
@@ -79,6 +37,8 @@ class CheckpointInfo:
     why: str = ""
     time: str = ""
     size: int = 0
+    #: the parts, read and verified, when ``newest_valid(load=True)`` found it
+    loaded: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 class Checkpoints:
@@ -93,10 +53,11 @@ class Checkpoints:
         return f"checkpoints/ss-{superstep:06d}"
 
     def write_part(self, superstep: int, name: str, state: Any) -> dict[str, Any]:
-        """Pack and write one part; returns its manifest entry."""
-        data = pack(state)
-        self.run_dir.write_bytes(f"{self.folder(superstep)}/{name}.npz", data)
-        return {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        """Stream one part to storage; returns its manifest entry."""
+        file = f"{name}.part"
+        with self.run_dir.open_write(f"{self.folder(superstep)}/{file}") as f:
+            size, sha = partfile.write_part(f, state)
+        return {"name": name, "file": file, "bytes": size, "sha256": sha}
 
     def commit(self, superstep: int, parts: list[dict[str, Any]], **meta: Any) -> None:
         """Write the manifest (the commit point), then prune older checkpoints."""
@@ -128,11 +89,11 @@ class Checkpoints:
         return any(f.rstrip("/") != folder.rstrip("/") for f in inside)  # SeaweedFS lists the emptied folder
 
     def inspect(self, superstep: int, verify: bool = True) -> CheckpointInfo:
-        """Whether a checkpoint is complete and intact, and if not, why."""
+        """Whether a checkpoint is complete and intact, and if not, why (hashes every part)."""
         folder = self.folder(superstep)
         info = CheckpointInfo(superstep, f"{self.run_dir.url}/{folder}", False)
         try:
-            manifest = self.run_dir.read_json(f"{folder}/manifest.json")
+            manifest = self.manifest(superstep)
         except (StorageError, ValueError) as exc:
             info.why = f"no valid manifest ({exc})"
             return info
@@ -142,34 +103,70 @@ class Checkpoints:
             if not verify:
                 continue
             try:
-                data = self.run_dir.read_bytes(f"{folder}/{part['name']}.npz")
+                with self.run_dir.open_read(f"{folder}/{_file(part)}") as f:
+                    n, digest = _digest(f)
             except StorageError as exc:
                 info.why = f"part {part['name']} unreadable: {exc}"
                 return info
-            if len(data) != part["bytes"]:
-                info.why = f"part {part['name']} has {len(data)} bytes, the manifest says {part['bytes']}"
+            if n != part["bytes"]:
+                info.why = f"part {part['name']} has {n} bytes, the manifest says {part['bytes']}"
                 return info
-            if hashlib.sha256(data).hexdigest() != part["sha256"]:
+            if digest != part["sha256"]:
                 info.why = f"part {part['name']} does not match its sha256"
                 return info
         info.valid = True
         return info
 
-    def newest_valid(self) -> CheckpointInfo | None:
-        """The newest checkpoint that verifies; warns about every newer one that does not."""
+    def newest_valid(self, load: bool = False) -> CheckpointInfo | None:
+        """The newest checkpoint that verifies; warns about every newer one that does not.
+
+        With ``load``, its parts are read (and verified on the way) into ``info.loaded``: one
+        pass over the data for a resume in this process, instead of a hashing pass and a read.
+        """
         for ss in self.supersteps():
-            info = self.inspect(ss)
+            if load:
+                info = CheckpointInfo(ss, f"{self.run_dir.url}/{self.folder(ss)}", False)
+                try:
+                    manifest = self.manifest(ss)
+                    info.loaded = self.load(ss, manifest)
+                except (StorageError, ValueError, KeyError, TypeError) as exc:
+                    info.why = str(exc)
+                else:
+                    info.valid, info.time = True, manifest.get("time", "")
+                    info.size = sum(p["bytes"] for p in manifest["parts"])
+            else:
+                info = self.inspect(ss)
             if info.valid:
                 return info
             log.warning("skipping checkpoint at superstep %d: %s", ss, info.why)
         return None
 
-    def read(self, superstep: int, name: str) -> Any:
-        """One part of a checkpoint that ``inspect`` found valid."""
-        return unpack(self.run_dir.read_bytes(f"{self.folder(superstep)}/{name}.npz"))
+    def read(self, superstep: int, name: str, manifest: dict[str, Any] | None = None) -> Any:
+        """One part, verified against the manifest while it is read."""
+        manifest = manifest if manifest is not None else self.manifest(superstep)
+        entry = next((p for p in manifest.get("parts", []) if p.get("name") == name), None)
+        if entry is None:
+            raise StorageError(f"{self.run_dir.url}/{self.folder(superstep)}: the manifest has no part {name!r}")
+        rel = f"{self.folder(superstep)}/{_file(entry)}"
+        where = f"{self.run_dir.url}/{rel}"
+        if "file" not in entry:  # an .npz part of an earlier version
+            data = self.run_dir.read_bytes(rel)
+            if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise StorageError(f"{where}: does not match its manifest entry")
+            return unpack(data, where)
+        with self.run_dir.open_read(rel) as f:
+            return partfile.read_part(f, where, entry["bytes"], entry["sha256"])
+
+    def load(self, superstep: int, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Every part of a checkpoint by name, each verified while it is read."""
+        manifest = manifest if manifest is not None else self.manifest(superstep)
+        return {p["name"]: self.read(superstep, p["name"], manifest) for p in manifest["parts"]}
 
     def manifest(self, superstep: int) -> dict[str, Any]:
-        return self.run_dir.read_json(f"{self.folder(superstep)}/manifest.json")
+        manifest = self.run_dir.read_json(f"{self.folder(superstep)}/manifest.json")
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("parts"), list):
+            raise StorageError(f"{self.run_dir.url}/{self.folder(superstep)}/manifest.json: no list of parts")
+        return manifest
 
     def prune(self) -> None:
         """Delete all but the newest ``keep`` committed checkpoints (and stale incomplete ones)."""
@@ -183,3 +180,19 @@ class Checkpoints:
                 self.run_dir.fs.rm(self.run_dir.path(self.folder(ss)), recursive=True)
             except Exception as exc:  # noqa: BLE001 - pruning is best effort, never fatal
                 log.warning("could not delete old checkpoint %s: %s", self.folder(ss), exc)
+
+
+def _file(entry: dict[str, Any]) -> str:
+    """A part's file name (``NAME.npz`` for checkpoints written before the part format)."""
+    return entry.get("file") or f"{entry['name']}.npz"
+
+
+def _digest(f: Any) -> tuple[int, str]:
+    """(bytes, sha256) of a stream, read in 8 MiB chunks into one reused buffer."""
+    sha, n = hashlib.sha256(), 0
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    while got := f.readinto(view):
+        sha.update(view[:got])
+        n += got
+    return n, sha.hexdigest()

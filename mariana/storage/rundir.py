@@ -21,13 +21,14 @@ import os
 import posixpath
 import time
 import uuid
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import IO, Any, Iterable, Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
-from ..errors import StorageError
+from ..errors import MarianaError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,42 @@ class RunDir:
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a whole file so that readers see the old or the new content, never a mix."""
+        with self.open_write(rel) as f:
+            f.write(data)
+
+    @contextmanager
+    def open_write(self, rel: str, fsync: bool = True) -> Iterator[IO[bytes]]:
+        """A file to stream into; it appears at ``rel`` whole, only if the block ends without error.
+
+        Local disk: an unbuffered temp file in the same directory, fsync, ``os.replace``, fsync
+        of the directory. Object stores: the upload completes on close and is discarded on error.
+        Any failure of the filesystem becomes one ``StorageError`` naming the file.
+        """
         try:
-            _write_whole(self.fs, self.path(rel), data, fsync=True)
+            with _open_whole(self.fs, self.path(rel), fsync) as f:
+                yield f
+        except MarianaError:
+            raise
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot write {self.url}/{rel}: {exc}") from exc
+
+    @contextmanager
+    def open_read(self, rel: str) -> Iterator[IO[bytes]]:
+        """A file to stream from (unbuffered on a local disk: ``readinto`` lands in the caller's buffer)."""
+        path = self.path(rel)
+        try:
+            f = open(path, "rb", buffering=0) if isinstance(self.fs, LocalFileSystem) else self.fs.open(path, "rb")
+        except FileNotFoundError:
+            raise StorageError(f"{self.url}/{rel}: no such file") from None
+        except _FS_ERRORS as exc:
+            raise StorageError(f"cannot read {self.url}/{rel}: {exc}") from exc
+        try:
+            with f:
+                yield f
+        except MarianaError:
+            raise
+        except _FS_ERRORS as exc:
+            raise StorageError(f"cannot read {self.url}/{rel}: {exc}") from exc
 
     def read_bytes(self, rel: str) -> bytes:
         try:
@@ -159,19 +192,31 @@ def write_bytes(url: str, data: bytes) -> None:
 
 
 def _write_whole(fs: Any, path: str, data: bytes, fsync: bool) -> None:
-    """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one PUT."""
+    with _open_whole(fs, path, fsync) as f:
+        f.write(data)
+
+
+@contextmanager
+def _open_whole(fs: Any, path: str, fsync: bool) -> Iterator[IO[bytes]]:
+    """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one upload."""
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
     if not isinstance(fs, LocalFileSystem):
-        fs.pipe_file(path, data)
+        f = fs.open(path, "wb")
+        try:
+            yield f
+        except BaseException:
+            if hasattr(f, "discard"):
+                f.discard()  # a buffered upload: never complete it with part of the data
+            raise
+        f.close()
         return
     tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
+        with open(tmp, "wb", buffering=0) as f:
+            yield f
             if fsync:
-                f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
         if fsync:  # the rename itself must survive a crash: it is what commits a checkpoint

@@ -20,8 +20,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..engine.tracing import capture_path as capture_rel
 from ..errors import MarianaError, UsageError
 from ..storage import RunDir
+from ..storage.partfile import unpack
 
 __all__ = [
     "PHASES", "Trace", "load_trace", "summary", "format_summary", "show", "format_show",
@@ -539,11 +541,6 @@ def format_summary(s: dict) -> str:
 # show
 
 
-def capture_rel(vertex: str, superstep: int) -> str:
-    """Where ``--capture`` stores a vertex's messages of one superstep (as mariana.engine.tracing)."""
-    return f"capture/{str(vertex).replace('/', '%2F')}/ss-{superstep:06d}.npz"
-
-
 def _arrays(value: Any, key: str, out: list[tuple[str, np.ndarray]], depth: int = 0) -> None:
     """(path, array) for every array or number inside a payload."""
     if isinstance(value, np.ndarray):
@@ -697,14 +694,12 @@ def _show_vertex(trace: Trace, superstep: int, recs: dict[int, dict], vertex: st
         try:
             run_dir = RunDir(run)
             if run_dir.exists(rel):
-                from ..storage.checkpoint import unpack
-
-                capture = _capture_summary(unpack(run_dir.read_bytes(rel)))
+                capture = _capture_summary(unpack(run_dir.read_bytes(rel), "capture file"))
         except UsageError:
             raise
         except MarianaError as exc:
-            raise UsageError(f"{run}/{rel}: {exc}") from None
-        except Exception as exc:  # a damaged .npz: say which file
+            raise UsageError(f"{run}/{rel}: cannot read the capture ({exc})") from None
+        except Exception as exc:  # a damaged capture: say which file
             raise UsageError(f"{run}/{rel}: cannot read the capture ({type(exc).__name__}: {exc})") from None
     if not slowest and not flags and not hangs and capture is None:
         raise UsageError(f"vertex {vertex!r} not found in superstep {superstep}")

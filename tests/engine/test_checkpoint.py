@@ -87,7 +87,7 @@ def test_a_damaged_checkpoint_is_detected_and_resume_falls_back(tmp_path, damage
     argv, part = _pagerank(tmp_path, "cut", "--set", "checkpoint_every=10")
     assert main(argv + ["--max-supersteps", "25"]) == 0
     folder = tmp_path / "cut" / "checkpoints" / "ss-000020"
-    target = folder / "worker-0.npz"
+    target = folder / "worker-0.part"
     if damage == "flip":
         data = bytearray(target.read_bytes())
         data[len(data) // 2] ^= 0x40

@@ -109,7 +109,7 @@ def make_run(url: str, capture: bool = True) -> RunDir:
         rd.append_jsonl(f"trace/worker-{k}.jsonl", recs[4:])
     rd.append_jsonl("trace/master.jsonl", master)
     if capture:
-        rd.write_bytes("capture/v7/ss-000003.npz", pack(CAPTURE))
+        rd.write_bytes("capture/v7/ss-000003.part", pack(CAPTURE))
     return rd
 
 
@@ -321,7 +321,7 @@ def test_show_vertex_with_capture(run):
     assert v["id"] == "v7"
     assert v["slowest"] == [{"worker": 1, "seconds": pytest.approx(0.6), "rank": 1}]
     assert v["flags"] == [{"worker": 1, "flag": "nan", "vertex": "v7", "where": "message", "key": "payload.g"}]
-    assert v["capture_path"] == "capture/v7/ss-000003.npz"
+    assert v["capture_path"] == "capture/v7/ss-000003.part"
     cap = v["capture"]
     assert cap["superstep"] == 3 and cap["inbox"]["count"] == 4 and cap["outbox"]["count"] == 1
     groups = {(g["tag"], g["peer"]): g for g in cap["inbox"]["groups"]}
@@ -369,8 +369,8 @@ def test_show_errors(run):
     with pytest.raises(UsageError, match=r"^vertex 'v5' not found in superstep 3$"):
         show(t, 3, worker=0, vertex="v5")  # v5 is among worker 2's slowest, not worker 0's
     # a capture file that is not a capture: one clear line naming the file
-    RunDir(run).write_bytes("capture/v0/ss-000002.npz", b"garbage")
-    with pytest.raises(UsageError, match=r"capture/v0/ss-000002.npz: cannot read the capture"):
+    RunDir(run).write_bytes("capture/v0/ss-000002.part", b"garbage")
+    with pytest.raises(UsageError, match=r"capture/v0/ss-000002.part: cannot read the capture"):
         show(t, 2, vertex="v0", run=run)
 
 
@@ -393,7 +393,7 @@ def test_format_summary_top(run):
 def test_capture_path_of_a_vertex_id_with_a_slash(run):
     from mariana.trace import capture_rel
 
-    assert capture_rel("layer/3", 4) == "capture/layer%2F3/ss-000004.npz"  # as the engine writes it
+    assert capture_rel("layer/3", 4) == "capture/layer%2F3/ss-000004.part"  # as the engine writes it
     RunDir(run).write_bytes(capture_rel("layer/3", 4), pack({"superstep": 4, "vertex": "layer/3", "inbox": [],
                                                                 "outbox": [["v0", 1, [1.0, 2.0]]],
                                                                 "aggregates": {}, "broadcasts": {}}))

@@ -56,7 +56,8 @@ class Checkpoints:
         """Stream one part to storage; returns its manifest entry."""
         file = f"{name}.part"
         with self.run_dir.open_write(f"{self.folder(superstep)}/{file}") as f:
-            size, sha = partfile.write_part(f, state)
+            digest = partfile.stream_part(f, state)
+        size, sha = digest()  # the last chunks were hashed while the file was fsynced
         return {"name": name, "file": file, "bytes": size, "sha256": sha}
 
     def commit(self, superstep: int, parts: list[dict[str, Any]], **meta: Any) -> None:

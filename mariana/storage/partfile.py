@@ -31,14 +31,14 @@ import io
 import struct
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 import msgpack
 import numpy as np
 
 from ..errors import StorageError
 
-__all__ = ["MAGIC", "write_part", "read_part", "pack", "unpack", "is_part"]
+__all__ = ["MAGIC", "write_part", "stream_part", "read_part", "pack", "unpack", "is_part"]
 
 MAGIC = b"MRNPART1"
 _REF = "__npy__"
@@ -66,25 +66,28 @@ def _as_bytes(a: np.ndarray) -> memoryview:
 # writing
 # ---------------------------------------------------------------------------------------------
 class _HashingWriter:
-    """Writes to ``f`` and hashes what it writes; big buffers are hashed on the helper thread."""
+    """Writes to ``f`` and hashes what it writes; big buffers are queued to the helper thread
+    (one thread, so in order) and the writer goes on: ``digest()`` waits for the queue."""
 
     def __init__(self, f: IO[bytes]) -> None:
         self.f, self.sha, self.n = f, hashlib.sha256(), 0
+        self._last: Future | None = None
 
     def write(self, data: Any) -> None:
         mv = memoryview(data).cast("B")
-        if mv.nbytes < _INLINE:
+        if mv.nbytes < _INLINE and self._last is None:
             self.sha.update(mv)
-            self._write_all(mv)
-            return
-        pool = _hasher_pool()
-        for i in range(0, mv.nbytes, _CHUNK):
-            chunk = mv[i:i + _CHUNK]
-            hashed = pool.submit(self.sha.update, chunk)  # in order: one chunk at a time
-            try:
-                self._write_all(chunk)
-            finally:
-                hashed.result()
+        else:
+            pool = _hasher_pool()
+            for i in range(0, mv.nbytes, _CHUNK):
+                self._last = pool.submit(self.sha.update, mv[i:i + _CHUNK])
+        self._write_all(mv)
+
+    def digest(self) -> tuple[int, str]:
+        """(bytes written, sha256 hex) once the helper thread has hashed everything."""
+        if self._last is not None:
+            self._last.result()
+        return self.n, self.sha.hexdigest()
 
     def _write_all(self, mv: memoryview) -> None:
         while mv.nbytes:
@@ -124,6 +127,15 @@ def _npy_header(a: np.ndarray) -> bytes:
 
 def write_part(f: IO[bytes], obj: Any) -> tuple[int, str]:
     """Stream ``obj`` (plain data with arrays anywhere inside) to ``f``; returns (bytes, sha256 hex)."""
+    return stream_part(f, obj)()
+
+
+def stream_part(f: IO[bytes], obj: Any) -> Callable[[], tuple[int, str]]:
+    """Write ``obj`` to ``f``; returns a function that waits for the sha256 and gives (bytes, hex).
+
+    The hash of the last chunks may still be running when the data is written: call it after
+    ``fsync`` so the two overlap. ``obj``'s arrays must not change until it has returned.
+    """
     arrays: list[np.ndarray] = []
     tree = _walk_out(obj, arrays, {}, "")
     arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
@@ -139,7 +151,7 @@ def write_part(f: IO[bytes], obj: Any) -> tuple[int, str]:
         w.write(b"\0" * (_round_up(w.n) - w.n) + header)
         if a.nbytes:
             w.write(_as_bytes(a))
-    return w.n, w.sha.hexdigest()
+    return w.digest
 
 
 def _round_up(n: int) -> int:

@@ -22,7 +22,7 @@ from .tracing import PHASES, Capture, TraceWriter, master_record
 log = logging.getLogger(__name__)
 _HOST = socket.gethostname()
 
-__all__ = ["LocalRuntime", "write_checkpoint"]
+__all__ = ["LocalRuntime", "write_checkpoint", "worker_parts"]
 
 
 class LocalRuntime:
@@ -72,8 +72,7 @@ class LocalRuntime:
             if tracer is not None:
                 self._trace(tracer, begin.superstep, wall0, dones, outs, spans, coord.aggregates)
             if checkpoints is not None and coord.checkpoint_due(checkpoint_every):
-                parts = lambda: [checkpoints.write_part(coord.superstep, f"worker-{p.worker}", p.snapshot())  # noqa: E731
-                                 for p in partitions]
+                parts = lambda: [e for p in partitions for e in worker_parts(checkpoints, coord.superstep, p)]  # noqa: E731
                 write_checkpoint(checkpoints, coord, parts, record)
             metrics.append(record)
             if on_superstep is not None:
@@ -108,6 +107,16 @@ def _part(parts: dict[str, Any], name: str, info: CheckpointInfo) -> Any:
         raise StorageError(f"{info.path}: no part {name!r}: resume with the worker count of the checkpoint "
                            f"({sum(n.startswith('worker-') for n in parts)} workers)")
     return parts[name]
+
+
+def worker_parts(checkpoints: Checkpoints, superstep: int, partition: Partition) -> list[dict[str, Any]]:
+    """A worker's part of a checkpoint, and its parameter snapshot when its vertices hold parameters."""
+    name = f"worker-{partition.worker}"
+    entries = [checkpoints.write_part(superstep, name, partition.snapshot())]
+    params = partition.params_snapshot()
+    if params:
+        entries.append(checkpoints.params.write_part(superstep, name, params))
+    return entries
 
 
 def write_checkpoint(checkpoints: Checkpoints, coord: Coordinator, write_parts: Callable[[], list[dict[str, Any]]],

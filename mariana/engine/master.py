@@ -220,10 +220,11 @@ class Master:
         for w in self.by_index:
             self._send(w, {"kind": Kind.CHECKPOINT, "ss": superstep})
         self._wait(lambda: len(self._parts) == self.workers, None, f"the checkpoint parts of superstep {superstep}")
-        errors = [f"worker {i}: {h['error']}" for i, h in sorted(self._parts.items()) if "error" in h]
+        errors = [f"worker {i}: {h.get('error') or 'no part entries in its reply'}" for i, h in sorted(self._parts.items())
+                  if "error" in h or not isinstance(h.get("parts"), list)]
         if errors:
             raise StorageError("; ".join(errors))
-        return [h["part"] for _, h in sorted(self._parts.items())]
+        return [e for _, h in sorted(self._parts.items()) for e in h["parts"]]
 
     def _finish(self) -> dict[str, Any]:
         self.phase = "finishing"

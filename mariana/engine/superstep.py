@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import MarianaError, VertexError
 from . import tracing
 from .graph import Graph, MasterContext
-from .state import load_vertex_state, vertex_state
+from .state import load_vertex_state, plain, vertex_state
 from .vertex import Context, Message
 
 log = logging.getLogger(__name__)
@@ -244,6 +244,10 @@ class Partition:
         return {"worker": self.worker, "vertices": {vid: vertex_state(v) for vid, v in self.vertices.items()},
                 "halted": sorted(self.halted),
                 "inbox": [[m.src, m.dst, m.tag, m.payload] for lst in self.inbox.values() for m in lst]}
+
+    def params_snapshot(self) -> dict[str, Any]:
+        """``params_snapshot()`` of every vertex that has one (a parameter shard), by id."""
+        return {vid: plain(v.params_snapshot()) for vid, v in self.vertices.items() if hasattr(v, "params_snapshot")}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Inverse of ``snapshot`` (on a partition freshly built from the same graph and placement)."""

@@ -33,6 +33,11 @@ class Vertex:
 
     ``result()`` is what the job collects at the end (default: ``value``).
     ``size_hint()`` says how many graph items a block vertex holds (placement tables).
+
+    Optional hooks: ``state_dict()``/``load_state_dict()`` replace the default checkpoint
+    capture (engine/state.py); ``params_snapshot()`` returns the model parameters this vertex
+    holds (plain data with arrays), written to ``RUN/params/ss-NNNNNN/`` at every checkpoint
+    so the model can be read while training goes on.
     """
 
     __slots__ = ("id", "value", "edges")

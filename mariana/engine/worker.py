@@ -27,6 +27,7 @@ from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages.kinds import Kind
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
+from .local import worker_parts
 from .superstep import Begin, Partition
 from ..messages import codec
 from .tracing import Capture
@@ -292,8 +293,7 @@ class Worker:
         """Write this worker's part; the master commits the manifest once every part is in."""
         reply: dict[str, Any] = {"kind": Kind.CHECKPOINTED, "ss": superstep}
         try:
-            reply["part"] = Checkpoints(RunDir(self.run_url)).write_part(
-                superstep, f"worker-{self.index}", self.partition.snapshot())
+            reply["parts"] = worker_parts(Checkpoints(RunDir(self.run_url)), superstep, self.partition)
         except MarianaError as exc:
             reply["error"] = str(exc)
         self._send_ctl(reply)

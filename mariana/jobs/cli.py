@@ -102,11 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     pa = sub.add_parser("params", help="read the model parameters of a run")
     psub = pa.add_subparsers(dest="params_command", required=True, parser_class=_Parser)
-    pe = psub.add_parser("export", help="write RUN/params as one .npz of named arrays (0.W, 0.b, ...)")
+    pe = psub.add_parser("export", help="write the model as one .npz of named arrays (0.W, 0.b, ...): the final "
+                         "parameters, else the newest snapshot of a run still training")
     pe.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")
     pe.add_argument("--to", required=True, metavar="FILE.npz")
     pe.add_argument("--checkpoint", type=int, metavar="SUPERSTEP",
-                    help="from this checkpoint instead of the final parameters (default when none were written)")
+                    help="the model as of this checkpoint (its RUN/params snapshot, or the checkpoint itself)")
 
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
@@ -217,6 +218,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def _params_from_checkpoint(run_dir: RunDir, superstep: int | None) -> tuple[list[tuple[str, Any]], str]:
+    """The model from a parameter snapshot (RUN/params/ss-N), else from the checkpoint of that superstep."""
     from ..storage.checkpoint import Checkpoints
 
     prev = run_dir.read_json("job.json")
@@ -224,21 +226,28 @@ def _params_from_checkpoint(run_dir: RunDir, superstep: int | None) -> tuple[lis
     if job.export is None:
         raise UsageError(f"job {job.name} has no model parameters to export")
     ck = Checkpoints(run_dir)
-    if superstep is None:
-        info = ck.newest_valid(load=True)
-        if info is None:
-            raise UsageError(f"{run_dir.url}: cannot export from a checkpoint: no valid checkpoint")
-        parts, superstep = info.loaded or {}, info.superstep
-    else:
-        try:
-            parts = ck.load(superstep)
-        except StorageError as exc:
-            raise UsageError(f"{run_dir.url}: cannot export from checkpoint {superstep}: {exc}") from None
+    parts, source = None, ""
+    for store, what in ((ck.params, "parameter snapshot"), (ck, "checkpoint")):
+        if superstep is None:
+            info = store.newest_valid(load=True)
+            if info is not None:
+                parts, source = info.loaded or {}, f"{what} at superstep {info.superstep}"
+        elif superstep in store.supersteps():
+            try:
+                parts, source = store.load(superstep), f"{what} at superstep {superstep}"
+            except StorageError as exc:
+                log.warning("%s", exc)
+        if parts is not None:
+            break
+    if parts is None:
+        which = f"at superstep {superstep}" if superstep is not None else "at all"
+        raise UsageError(f"{run_dir.url}: no valid parameter snapshot or checkpoint {which} to export from "
+                         "(`mariana checkpoint list` shows what there is)")
     states: dict[str, Any] = {}
     for name, part in sorted(parts.items()):
         if name.startswith("worker-"):
-            states.update(part["vertices"])
-    return job.export(states, resolve_config(job, prev["config"])), f"checkpoint at superstep {superstep}"
+            states.update(part.get("vertices", part))  # a checkpoint part, or a snapshot {vertex: params}
+    return job.export(states, resolve_config(job, prev["config"])), source
 
 
 def _load_toml(path: str | None) -> dict[str, Any]:
@@ -494,15 +503,24 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
     ck = Checkpoints(RunDir(args.run))
     infos = [ck.inspect(ss) for ss in ck.supersteps()]
+    snapshots = set(ck.params.supersteps())
+    params = {i.superstep: ck.params.inspect(i.superstep) if i.superstep in snapshots else None for i in infos}
+
+    def params_status(ss: int) -> str:
+        p = params[ss]
+        return "-" if p is None else "valid" if p.valid else f"INVALID: {p.why}"
+
     if args.json:
-        print(json.dumps([vars(i) for i in infos]))
+        print(json.dumps([{k: v for k, v in vars(i).items() if k != "loaded"} | {"params": params_status(i.superstep)}
+                          for i in infos]))
         return 0
     if not infos:
         print(f"no checkpoints in {args.run}")
         return 0
-    print(f"{'superstep':>9}  {'time':<24}  {'bytes':>12}  status")
+    print(f"{'superstep':>9}  {'time':<24}  {'bytes':>12}  {'params snapshot':<15}  status")
     for i in infos:
-        print(f"{i.superstep:>9}  {i.time or '-':<24}  {i.size:>12}  {'valid' if i.valid else 'INVALID: ' + i.why}")
+        print(f"{i.superstep:>9}  {i.time or '-':<24}  {i.size:>12}  {params_status(i.superstep):<15}  "
+              f"{'valid' if i.valid else 'INVALID: ' + i.why}")
     return 0
 
 

@@ -30,5 +30,5 @@ class Kind(IntEnum):
     ERROR = 12      # this worker failed (vertex error, cannot import the job, ...)
     HEARTBEAT = 13  # liveness, both ways; carries the sender's clock
     CHECKPOINT = 14     # write your part of the checkpoint taken before superstep s
-    CHECKPOINTED = 15   # my part is written (size, sha256), or why it could not be
+    CHECKPOINTED = 15   # my parts are written (checkpoint, parameter snapshot), or why not
     ROLLBACK = 16       # a worker was lost: reload the checkpoint before superstep s, new peers

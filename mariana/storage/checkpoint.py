@@ -42,15 +42,25 @@ class CheckpointInfo:
 
 
 class Checkpoints:
-    """Write, verify, list and prune the checkpoints of one run directory."""
+    """Write, verify, list and prune the checkpoints of one run directory.
 
-    def __init__(self, run_dir: RunDir, keep: int = 3) -> None:
+    ``root="params"`` is the same store for the parameter snapshots (``RUN/params/ss-NNNNNN/``,
+    one part per worker holding its vertices' ``params_snapshot()``, and a manifest): they are
+    written with each checkpoint, committed right after it and pruned with the same ``keep``.
+    """
+
+    def __init__(self, run_dir: RunDir, keep: int = 3, root: str = "checkpoints") -> None:
         self.run_dir = run_dir
         self.keep = max(1, keep)
+        self.root = root
 
-    @staticmethod
-    def folder(superstep: int) -> str:
-        return f"checkpoints/ss-{superstep:06d}"
+    def folder(self, superstep: int) -> str:
+        return f"{self.root}/ss-{superstep:06d}"
+
+    @property
+    def params(self) -> "Checkpoints":
+        """The parameter snapshots that go with these checkpoints."""
+        return Checkpoints(self.run_dir, self.keep, "params")
 
     def write_part(self, superstep: int, name: str, state: Any) -> dict[str, Any]:
         """Stream one part to storage; returns its manifest entry."""
@@ -58,10 +68,22 @@ class Checkpoints:
         with self.run_dir.open_write(f"{self.folder(superstep)}/{file}") as f:
             digest = partfile.stream_part(f, state)
         size, sha = digest()  # the last chunks were hashed while the file was fsynced
-        return {"name": name, "file": file, "bytes": size, "sha256": sha}
+        return {"name": name, "file": file, "bytes": size, "sha256": sha, **({} if self.root == "checkpoints" else
+                                                                             {"store": self.root})}
 
     def commit(self, superstep: int, parts: list[dict[str, Any]], **meta: Any) -> None:
-        """Write the manifest (the commit point), then prune older checkpoints."""
+        """Write the manifest (the commit point), then prune older checkpoints.
+
+        Entries of ``parts`` written by ``self.params`` (``"store": "params"``) are committed as
+        that superstep's parameter snapshot, once the checkpoint itself is committed.
+        """
+        mine = [p for p in parts if p.get("store", "checkpoints") == self.root]
+        self._commit(superstep, mine, meta)
+        snapshots = [p for p in parts if p.get("store") == "params"]
+        if snapshots and self.root != "params":
+            self.params._commit(superstep, snapshots, {})
+
+    def _commit(self, superstep: int, parts: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         manifest = {"superstep": superstep, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "parts": sorted(parts, key=lambda p: p["name"]), **meta}
         self.run_dir.write_json(f"{self.folder(superstep)}/manifest.json", manifest)
@@ -69,25 +91,22 @@ class Checkpoints:
 
     def supersteps(self) -> list[int]:
         """Supersteps of every checkpoint folder present, newest first (valid or not)."""
-        self.run_dir.fs.invalidate_cache(self.run_dir.path("checkpoints"))  # other processes write here
-        try:
-            entries = self.run_dir.fs.ls(self.run_dir.path("checkpoints"), detail=False)
-        except FileNotFoundError:
-            return []
-        out = []
-        for e in entries:
-            base = e.rstrip("/").rsplit("/", 1)[-1]
-            if base.startswith("ss-") and base[3:].isdigit() and self._has_files(e):
-                out.append(int(base[3:]))
-        return sorted(out, reverse=True)
+        return sorted(self._folders(), reverse=True)
 
-    def _has_files(self, folder: str) -> bool:
-        """An emptied folder is not a checkpoint (object stores with real directories keep them)."""
+    def _folders(self) -> dict[int, list[str]]:
+        """``{superstep: file names}`` of every non-empty ``ss-`` folder, from one recursive listing."""
+        top = self.run_dir.path(self.root).rstrip("/")
+        self.run_dir.fs.invalidate_cache(top)  # other processes write here
         try:
-            inside = self.run_dir.fs.find(folder, maxdepth=1)
+            found = self.run_dir.fs.find(top, maxdepth=2)
         except FileNotFoundError:
-            return False
-        return any(f.rstrip("/") != folder.rstrip("/") for f in inside)  # SeaweedFS lists the emptied folder
+            return {}
+        out: dict[int, list[str]] = {}
+        for path in found:
+            rel = path.rstrip("/")[len(top) + 1:].split("/")
+            if len(rel) == 2 and rel[0].startswith("ss-") and rel[0][3:].isdigit() and rel[1]:
+                out.setdefault(int(rel[0][3:]), []).append(rel[1])  # an emptied folder lists nothing inside
+        return out
 
     def inspect(self, superstep: int, verify: bool = True) -> CheckpointInfo:
         """Whether a checkpoint is complete and intact, and if not, why (hashes every part)."""
@@ -139,7 +158,8 @@ class Checkpoints:
                 info = self.inspect(ss)
             if info.valid:
                 return info
-            log.warning("skipping checkpoint at superstep %d: %s", ss, info.why)
+            log.warning("skipping %s at superstep %d: %s", "checkpoint" if self.root == "checkpoints" else
+                        f"{self.root} snapshot", ss, info.why)
         return None
 
     def read(self, superstep: int, name: str, manifest: dict[str, Any] | None = None) -> Any:
@@ -171,12 +191,12 @@ class Checkpoints:
 
     def prune(self) -> None:
         """Delete all but the newest ``keep`` committed checkpoints (and stale incomplete ones)."""
-        committed = [ss for ss in self.supersteps() if self.run_dir.exists(f"{self.folder(ss)}/manifest.json")]
+        folders = self._folders()
+        committed = sorted((ss for ss, names in folders.items() if "manifest.json" in names), reverse=True)
         if not committed:
             return
-        newest = committed[0]
-        doomed = committed[self.keep:] + [ss for ss in self.supersteps() if ss < newest and ss not in committed]
-        for ss in doomed:
+        doomed = committed[self.keep:] + [ss for ss in folders if ss < committed[0] and ss not in committed]
+        for ss in sorted(doomed):
             try:
                 self.run_dir.fs.rm(self.run_dir.path(self.folder(ss)), recursive=True)
             except Exception as exc:  # noqa: BLE001 - pruning is best effort, never fatal

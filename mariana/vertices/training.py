@@ -334,5 +334,9 @@ class ParameterShardVertex(Vertex):
     def result(self) -> dict[str, Any]:
         return {"lo": self.lo, "p": self.value, "updates": self.updates}
 
+    def params_snapshot(self) -> dict[str, Any]:
+        """This shard of the model, for ``RUN/params/ss-NNNNNN/`` (read by ``mariana params export``)."""
+        return {"lo": self.lo, "hi": self.hi, "value": self.value, "updates": self.updates}
+
     def size_hint(self) -> int:
         return self.hi - self.lo

@@ -222,12 +222,43 @@ def test_params_export_reads_a_checkpoint_while_training_goes_on(tmp_path):
     run = tmp_path / "run"
     assert main(["run", "dnn-dp", "--run-dir", str(run), "--set", "epochs=2", "--set", "checkpoint_every=10",
                  "--max-supersteps", "25"]) == 0
-    (run / "params" / "index.json").unlink()  # as if still training: only checkpoints exist
+    (run / "params" / "index.json").unlink()  # as if still training
+    for snapshot in (run / "params").glob("ss-*"):
+        for f in snapshot.iterdir():
+            f.unlink()  # and as if the run predates parameter snapshots: only checkpoints exist
     assert main(["params", "export", str(run), "--to", str(tmp_path / "mid.npz")]) == 0
     with np.load(tmp_path / "mid.npz") as npz:
         assert npz.files == ["0.W", "0.b", "1.W", "1.b", "2.W", "2.b"]
     assert main(["params", "export", str(run), "--to", str(tmp_path / "x.npz"), "--checkpoint", "10"]) == 0
     assert main(["params", "export", str(run), "--to", str(tmp_path / "y.npz"), "--checkpoint", "5"]) == 2
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_shards_snapshot_the_model_into_run_params_at_every_checkpoint(tmp_path, runtime, workers, capsys):
+    run = tmp_path / "run"
+    sets = [x for kv in ["epochs=2", "checkpoint_every=10", "keep_checkpoints=2", "replicas=4"] for x in ("--set", kv)]
+    assert main(["run", "dnn-dp", "--run-dir", str(run), "--workers", str(workers), "--runtime", runtime,
+                 "--max-supersteps", "35", *sets]) == 0
+    (run / "params" / "index.json").unlink()  # as if still training
+    ck = Checkpoints(RunDir(str(run)), keep=2)
+    assert ck.supersteps() == ck.params.supersteps() == [30, 20]  # written and pruned together
+    snapshot = ck.params.load(30)
+    assert sorted(snapshot) == [f"worker-{w}" for w in range(workers)]
+    shards = {vid: s for part in snapshot.values() for vid, s in part.items()}
+    assert sorted(shards) == ["shard-000", "shard-001", "shard-002", "shard-003"]  # one per replica
+    checkpoint = {vid: s for name, part in ck.load(30).items() if name != "master" for vid, s in part["vertices"].items()}
+    for vid, s in shards.items():  # the snapshot is the shard's value at that checkpoint, bit for bit
+        assert s["value"].tobytes() == checkpoint[vid]["value"].tobytes() and s["lo"] == checkpoint[vid]["lo"]
+    capsys.readouterr()
+    # a reader gets the model while training goes on (no final parameters yet): from the snapshot
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "now.npz")]) == 0
+    assert "from the parameter snapshot at superstep 30" in capsys.readouterr().out
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "ck.npz"), "--checkpoint", "20"]) == 0
+    (run / "params" / "ss-000020" / "worker-0.part").write_bytes(b"damaged")
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "fb.npz"), "--checkpoint", "20"]) == 0
+    assert "from the checkpoint at superstep 20" in capsys.readouterr().out  # fell back to the checkpoint
+    with np.load(tmp_path / "ck.npz") as a, np.load(tmp_path / "fb.npz") as b:
+        assert all(a[k].tobytes() == b[k].tobytes() for k in a.files)
 
 
 def test_recovery_with_the_run_directory_on_s3(tmp_path, s3_url):

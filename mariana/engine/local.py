@@ -14,7 +14,9 @@ from typing import Any, Callable
 
 from ..errors import StorageError
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
+from . import checkpointing
 from .graph import Graph
+from .state import detached
 from .result import RunResult
 from .superstep import Coordinator, Partition
 from .tracing import PHASES, Capture, TraceWriter, master_record
@@ -22,7 +24,7 @@ from .tracing import PHASES, Capture, TraceWriter, master_record
 log = logging.getLogger(__name__)
 _HOST = socket.gethostname()
 
-__all__ = ["LocalRuntime", "write_checkpoint", "worker_parts"]
+__all__ = ["LocalRuntime"]
 
 
 class LocalRuntime:
@@ -57,26 +59,33 @@ class LocalRuntime:
             resume.loaded = None  # the arrays now live in the vertices
             log.info("resumed %s from the checkpoint at superstep %d", self.graph.name, resume.superstep)
         metrics: list[dict[str, Any]] = []
-        while (begin := coord.next_begin()) is not None:
-            t0, wall0 = time.perf_counter(), time.time()
-            outs, dones, spans = [], [], []
-            for p in partitions:
-                start = time.time()
-                batches, done = p.compute(begin)
-                outs.append(batches)
-                dones.append(done)
-                spans.append((start, time.time()))
-            for w, p in enumerate(partitions):
-                p.deliver([outs[src][w] for src in range(len(partitions))])
-            record = coord.barrier(dones, time.perf_counter() - t0)
-            if tracer is not None:
-                self._trace(tracer, begin.superstep, wall0, dones, outs, spans, coord.aggregates)
-            if checkpoints is not None and coord.checkpoint_due(checkpoint_every):
-                parts = lambda: [e for p in partitions for e in worker_parts(checkpoints, coord.superstep, p)]  # noqa: E731
-                write_checkpoint(checkpoints, coord, parts, record)
-            metrics.append(record)
-            if on_superstep is not None:
-                on_superstep(record)
+        writer = checkpointing.BackgroundWriter() if checkpoints is not None else None
+        try:
+            while (begin := coord.next_begin()) is not None:
+                t0, wall0 = time.perf_counter(), time.time()
+                outs, dones, spans = [], [], []
+                for p in partitions:
+                    start = time.time()
+                    batches, done = p.compute(begin)
+                    outs.append(batches)
+                    dones.append(done)
+                    spans.append((start, time.time()))
+                for w, p in enumerate(partitions):
+                    p.deliver([outs[src][w] for src in range(len(partitions))])
+                record = coord.barrier(dones, time.perf_counter() - t0)
+                if tracer is not None:
+                    self._trace(tracer, begin.superstep, wall0, dones, outs, spans, coord.aggregates)
+                if writer is not None:
+                    if coord.checkpoint_due(checkpoint_every):
+                        writer.submit(coord.superstep, _checkpoint_job(checkpoints, coord, partitions), record)
+                    else:
+                        writer.settle(record)
+                metrics.append(record)
+                if on_superstep is not None:
+                    on_superstep(record)
+        finally:
+            if writer is not None:
+                writer.close()  # the last checkpoint is on storage before run() returns
         if tracer is not None:
             tracer.flush()
         log.info("job %s ended after %d supersteps: %s", self.graph.name, coord.superstep, coord.halt_reason)
@@ -102,38 +111,20 @@ class LocalRuntime:
         tracer.end_superstep()
 
 
+def _checkpoint_job(checkpoints: Checkpoints, coord: Coordinator, partitions: list[Partition]) -> Callable[[], None]:
+    """Copy the state after this barrier now; the returned function writes and commits it."""
+    ss, master = coord.superstep, detached(coord.snapshot())
+    states = [(p.worker, *checkpointing.capture(p, copy=True)) for p in partitions]
+
+    def job() -> None:
+        entries = [e for w, snap, params in states for e in checkpointing.write_worker(checkpoints, ss, w, snap, params)]
+        checkpointing.commit(checkpoints, ss, entries, master)
+
+    return job
+
+
 def _part(parts: dict[str, Any], name: str, info: CheckpointInfo) -> Any:
     if name not in parts:
         raise StorageError(f"{info.path}: no part {name!r}: resume with the worker count of the checkpoint "
                            f"({sum(n.startswith('worker-') for n in parts)} workers)")
     return parts[name]
-
-
-def worker_parts(checkpoints: Checkpoints, superstep: int, partition: Partition) -> list[dict[str, Any]]:
-    """A worker's part of a checkpoint, and its parameter snapshot when its vertices hold parameters."""
-    name = f"worker-{partition.worker}"
-    entries = [checkpoints.write_part(superstep, name, partition.snapshot())]
-    params = partition.params_snapshot()
-    if params:
-        entries.append(checkpoints.params.write_part(superstep, name, params))
-    return entries
-
-
-def write_checkpoint(checkpoints: Checkpoints, coord: Coordinator, write_parts: Callable[[], list[dict[str, Any]]],
-                     record: dict[str, Any]) -> bool:
-    """Write the workers' parts (``write_parts()``), the master part, then commit the manifest.
-
-    A storage failure is reported in the metrics line and the log; the job goes on and the
-    previous checkpoint stays the newest valid one.
-    """
-    ss = coord.superstep
-    try:
-        parts = write_parts()
-        parts.append(checkpoints.write_part(ss, "master", {"coordinator": coord.snapshot()}))
-        checkpoints.commit(ss, parts, workers=len(parts) - 1)
-    except StorageError as exc:
-        log.warning("checkpoint at superstep %d failed, the job goes on: %s", ss, exc)
-        record["checkpoint_failed"] = str(exc)
-        return False
-    record["checkpoint"] = ss
-    return True

@@ -24,7 +24,7 @@ from ..errors import MarianaError, StorageError, VertexError
 from ..messages.kinds import Kind
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
-from .local import write_checkpoint
+from .checkpointing import write_checkpoint
 from .result import RunResult
 from .superstep import Coordinator, Done
 from .tracing import TraceWriter, master_record, rewind

@@ -17,7 +17,7 @@ import numpy as np
 
 from .vertex import Vertex
 
-__all__ = ["vertex_state", "load_vertex_state", "default_state", "load_default_state", "plain", "SKIP"]
+__all__ = ["vertex_state", "load_vertex_state", "default_state", "load_default_state", "plain", "detached", "SKIP"]
 
 #: Attributes never captured: the id and the out-edges are structure the job rebuilds.
 SKIP = frozenset({"id", "edges"})
@@ -43,6 +43,25 @@ def plain(value: Any) -> Any:
     if type(value).__module__.startswith("cupy"):
         return value.get()
     raise _NotPlain(type(value).__name__)
+
+
+def detached(state: Any, memo: dict[tuple, Any] | None = None) -> Any:
+    """A copy of plain data that owns its arrays, so it can be written while the vertices go on.
+
+    An array reached twice (the same memory: the same object, or a view of all of it) is copied
+    once and stays shared in the copy, so the part format still stores it once.
+    """
+    memo = {} if memo is None else memo
+    if isinstance(state, np.ndarray):  # keyed by memory, as the part format dedupes: a view is the same array
+        key = (state.__array_interface__["data"][0], state.shape, state.strides, state.dtype)
+        if key not in memo:
+            memo[key] = state.copy()
+        return memo[key]
+    if isinstance(state, dict):
+        return {k: detached(v, memo) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return [detached(v, memo) for v in state]
+    return state
 
 
 def _attributes(v: Vertex) -> dict[str, Any]:

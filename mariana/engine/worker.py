@@ -27,7 +27,7 @@ from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages.kinds import Kind
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
-from .local import worker_parts
+from .checkpointing import worker_parts
 from .superstep import Begin, Partition
 from ..messages import codec
 from .tracing import Capture

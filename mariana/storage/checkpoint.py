@@ -53,6 +53,8 @@ class Checkpoints:
         self.run_dir = run_dir
         self.keep = max(1, keep)
         self.root = root
+        self._kept: list[int] | None = None  # committed supersteps kept by the last prune (newest first)
+        self._params: Checkpoints | None = None
 
     def folder(self, superstep: int) -> str:
         return f"{self.root}/ss-{superstep:06d}"
@@ -60,12 +62,14 @@ class Checkpoints:
     @property
     def params(self) -> "Checkpoints":
         """The parameter snapshots that go with these checkpoints."""
-        return Checkpoints(self.run_dir, self.keep, "params")
+        if self._params is None:
+            self._params = Checkpoints(self.run_dir, self.keep, "params")
+        return self._params
 
     def write_part(self, superstep: int, name: str, state: Any) -> dict[str, Any]:
         """Stream one part to storage; returns its manifest entry."""
         file = f"{name}.part"
-        with self.run_dir.open_write(f"{self.folder(superstep)}/{file}") as f:
+        with self.run_dir.open_write(f"{self.folder(superstep)}/{file}", sync_dir=False) as f:  # commit syncs it
             digest = partfile.stream_part(f, state)
         size, sha = digest()  # the last chunks were hashed while the file was fsynced
         return {"name": name, "file": file, "bytes": size, "sha256": sha, **({} if self.root == "checkpoints" else
@@ -86,8 +90,9 @@ class Checkpoints:
     def _commit(self, superstep: int, parts: list[dict[str, Any]], meta: dict[str, Any]) -> None:
         manifest = {"superstep": superstep, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "parts": sorted(parts, key=lambda p: p["name"]), **meta}
+        self.run_dir.sync_dir(self.folder(superstep))  # the parts' names are durable before the manifest's
         self.run_dir.write_json(f"{self.folder(superstep)}/manifest.json", manifest)
-        self.prune()
+        self.prune(committed=superstep)
 
     def supersteps(self) -> list[int]:
         """Supersteps of every checkpoint folder present, newest first (valid or not)."""
@@ -189,13 +194,21 @@ class Checkpoints:
             raise StorageError(f"{self.run_dir.url}/{self.folder(superstep)}/manifest.json: no list of parts")
         return manifest
 
-    def prune(self) -> None:
-        """Delete all but the newest ``keep`` committed checkpoints (and stale incomplete ones)."""
-        folders = self._folders()
-        committed = sorted((ss for ss, names in folders.items() if "manifest.json" in names), reverse=True)
-        if not committed:
-            return
-        doomed = committed[self.keep:] + [ss for ss in folders if ss < committed[0] and ss not in committed]
+    def prune(self, committed: int | None = None) -> None:
+        """Delete all but the newest ``keep`` committed checkpoints (and stale incomplete ones).
+
+        ``committed``: the superstep this process has just committed; after a first listing,
+        the folders this process keeps are known and storage is not listed again.
+        """
+        if committed is not None and self._kept is not None:
+            kept, stale = sorted({*self._kept, committed}, reverse=True), []
+        else:
+            folders = self._folders()
+            kept = sorted((ss for ss, names in folders.items() if "manifest.json" in names), reverse=True)
+            if not kept:
+                return
+            stale = [ss for ss in folders if ss < kept[0] and ss not in kept]
+        doomed, self._kept = kept[self.keep:] + stale, kept[:self.keep]
         for ss in sorted(doomed):
             try:
                 self.run_dir.fs.rm(self.run_dir.path(self.folder(ss)), recursive=True)

@@ -162,11 +162,12 @@ def _round_up(n: int) -> int:
 # reading
 # ---------------------------------------------------------------------------------------------
 class _HashingReader:
-    """Reads from ``f`` and hashes what it reads; big reads are hashed on the helper thread while
-    the next chunk is read."""
+    """Reads from ``f`` and hashes what it reads; big reads are queued to the helper thread (in
+    order) while the next chunks are read into their arrays: ``hexdigest()`` waits for the queue."""
 
     def __init__(self, f: IO[bytes], where: str) -> None:
         self.f, self.where, self.sha, self.n = f, where, hashlib.sha256(), 0
+        self._last: Future | None = None
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` bytes (numpy's header parser calls this)."""
@@ -176,22 +177,20 @@ class _HashingReader:
 
     def readinto(self, mv: memoryview) -> None:
         mv = mv.cast("B")
-        if mv.nbytes < _INLINE:
+        if mv.nbytes < _INLINE and self._last is None:
             self._fill(mv)
             self.sha.update(mv)
             return
         pool = _hasher_pool()
-        hashed: Future | None = None
-        try:
-            for i in range(0, mv.nbytes, _CHUNK):
-                chunk = mv[i:i + _CHUNK]
-                self._fill(chunk)
-                if hashed is not None:
-                    hashed.result()
-                hashed = pool.submit(self.sha.update, chunk)
-        finally:
-            if hashed is not None:
-                hashed.result()
+        for i in range(0, mv.nbytes, _CHUNK):
+            chunk = mv[i:i + _CHUNK]  # a view of memory nobody reuses: the array being read, or read()'s buffer
+            self._fill(chunk)
+            self._last = pool.submit(self.sha.update, chunk)
+
+    def hexdigest(self) -> str:
+        if self._last is not None:
+            self._last.result()
+        return self.sha.hexdigest()
 
     def _fill(self, mv: memoryview) -> None:
         while mv.nbytes:
@@ -234,7 +233,7 @@ def read_part(f: IO[bytes], where: str = "part", size: int | None = None, sha256
                            + (f" (the manifest says {size} bytes)" if size is not None else ""))
     if size is not None and r.n != size:
         raise StorageError(f"{where}: has {r.n} bytes, the manifest says {size}")
-    if sha256 is not None and r.sha.hexdigest() != sha256:
+    if sha256 is not None and r.hexdigest() != sha256:
         raise StorageError(f"{where}: does not match its sha256")
     return _walk_in(tree, arrays, where)
 

@@ -90,20 +90,30 @@ class RunDir:
             f.write(data)
 
     @contextmanager
-    def open_write(self, rel: str, fsync: bool = True) -> Iterator[IO[bytes]]:
+    def open_write(self, rel: str, fsync: bool = True, sync_dir: bool = True) -> Iterator[IO[bytes]]:
         """A file to stream into; it appears at ``rel`` whole, only if the block ends without error.
 
         Local disk: an unbuffered temp file in the same directory, fsync, ``os.replace``, fsync
         of the directory. Object stores: the upload completes on close and is discarded on error.
         Any failure of the filesystem becomes one ``StorageError`` naming the file.
+        ``sync_dir=False`` leaves the directory's fsync to the caller (``sync_dir``): one for
+        many files, as a checkpoint's commit does before it writes the manifest.
         """
         try:
-            with _open_whole(self.fs, self.path(rel), fsync) as f:
+            with _open_whole(self.fs, self.path(rel), fsync, sync_dir) as f:
                 yield f
         except MarianaError:
             raise
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot write {self.url}/{rel}: {exc}") from exc
+
+    def sync_dir(self, rel: str) -> None:
+        """Make the names created in folder ``rel`` durable (fsync of the directory; local disk only)."""
+        if isinstance(self.fs, LocalFileSystem):
+            try:
+                _fsync_dir(self.path(rel))
+            except OSError as exc:
+                raise StorageError(f"cannot sync {self.url}/{rel}: {exc}") from exc
 
     @contextmanager
     def open_read(self, rel: str) -> Iterator[IO[bytes]]:
@@ -197,7 +207,7 @@ def _write_whole(fs: Any, path: str, data: bytes, fsync: bool) -> None:
 
 
 @contextmanager
-def _open_whole(fs: Any, path: str, fsync: bool) -> Iterator[IO[bytes]]:
+def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Iterator[IO[bytes]]:
     """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one upload."""
     parent = posixpath.dirname(path)
     if parent:
@@ -219,15 +229,19 @@ def _open_whole(fs: Any, path: str, fsync: bool) -> Iterator[IO[bytes]]:
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-        if fsync:  # the rename itself must survive a crash: it is what commits a checkpoint
-            fd = os.open(parent or ".", os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if fsync and sync_dir:  # the rename itself must survive a crash: it is what commits a checkpoint
+            _fsync_dir(parent or ".")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_bytes(url: str) -> bytes:

@@ -132,8 +132,10 @@ def test_a_failing_checkpoint_write_is_reported_and_the_job_goes_on():
     result = run_job("pagerank", sets=[f"graph={GRAPH}", "tol=0", "iterations=35", "checkpoint_every=10"],
                      run_dir=run_dir, on_superstep=lines.append)
     assert result.supersteps == 36
-    failed = [m for m in lines if "checkpoint_failed" in m]
-    assert [m["superstep"] for m in failed] == [19] and "No space left" in failed[0]["checkpoint_failed"]
+    failed = [m for m in lines if "checkpoint_failed" in m]  # reported once the background write has failed
+    assert len(failed) == 1 and failed[0]["checkpoint_failed"].startswith("superstep 20: ")
+    assert "No space left" in failed[0]["checkpoint_failed"] and 19 <= failed[0]["superstep"] <= 29
+    assert [m["checkpoint"] for m in lines if "checkpoint" in m][:1] == [10]  # 30 may commit after the last line
     ck = Checkpoints(run_dir)
     assert [ss for ss in ck.supersteps() if ck.inspect(ss).valid] == [30, 10]
 

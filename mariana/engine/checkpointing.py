@@ -3,8 +3,9 @@
 A checkpoint of superstep S is the state after S's barrier: every worker's part (vertex states,
 halted set, next inbox) plus its parameter snapshot, then the master's part, then the manifest
 (``storage.checkpoint``). LocalRuntime writes it on a background thread from a copy of the state
-(``BackgroundWriter``) so the next supersteps run while the disk works; the cluster's master
-asks its workers for their parts and commits when all are in (``write_checkpoint``).
+(``BackgroundWriter``) so the next supersteps run while the disk works. On the cluster each
+worker does the same with its part and answers CHECKPOINTED when it is written; the master
+commits once every part is in, while the supersteps go on (engine/master.py).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..errors import StorageError
+from ..errors import MarianaError
 from ..storage.checkpoint import Checkpoints
 from .state import detached
-from .superstep import Coordinator, Partition
+from .superstep import Partition
 
 log = logging.getLogger(__name__)
 
-__all__ = ["capture", "write_worker", "worker_parts", "commit", "write_checkpoint", "BackgroundWriter"]
+__all__ = ["capture", "write_worker", "commit", "report", "BackgroundWriter"]
 
 
 def capture(partition: Partition, copy: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -42,11 +43,6 @@ def write_worker(checkpoints: Checkpoints, superstep: int, worker: int, snap: di
     return entries
 
 
-def worker_parts(checkpoints: Checkpoints, superstep: int, partition: Partition) -> list[dict[str, Any]]:
-    """``write_worker`` of the partition as it is now (the caller does not change it meanwhile)."""
-    return write_worker(checkpoints, superstep, partition.worker, *capture(partition))
-
-
 def commit(checkpoints: Checkpoints, superstep: int, entries: list[dict[str, Any]], coordinator: dict[str, Any]) -> None:
     """Write the master's part, then the manifests (the commit point)."""
     entries = entries + [checkpoints.write_part(superstep, "master", {"coordinator": coordinator})]
@@ -54,57 +50,64 @@ def commit(checkpoints: Checkpoints, superstep: int, entries: list[dict[str, Any
     checkpoints.commit(superstep, entries, workers=workers)
 
 
-def write_checkpoint(checkpoints: Checkpoints, coord: Coordinator, write_parts: Callable[[], list[dict[str, Any]]],
-                     record: dict[str, Any]) -> bool:
-    """Write the workers' parts (``write_parts()``) and commit, now.
-
-    A storage failure is reported in the metrics line and the log; the job goes on and the
-    previous checkpoint stays the newest valid one.
-    """
-    ss = coord.superstep
-    try:
-        commit(checkpoints, ss, write_parts(), coord.snapshot())
-    except StorageError as exc:
-        log.warning("checkpoint at superstep %d failed, the job goes on: %s", ss, exc)
-        record["checkpoint_failed"] = f"superstep {ss}: {exc}"
-        return False
-    record["checkpoint"] = ss
-    return True
+def report(superstep: int, error: MarianaError | None, record: dict[str, Any] | None, tracer: Any = None) -> None:
+    """The outcome of the checkpoint of ``superstep``: the log, the trace events and the metrics
+    line ``record`` (``"checkpoint": S``, or ``"checkpoint_failed": "superstep S: why"``)."""
+    if error is not None:
+        log.warning("checkpoint at superstep %d failed, the job goes on: %s", superstep, error)
+    else:
+        log.debug("checkpoint at superstep %d committed", superstep)
+    if tracer is not None:
+        tracer.event("checkpoint", superstep=superstep, ok=error is None,
+                     **({"error": str(error)} if error is not None else {}))
+    if record is not None:
+        if error is not None:
+            record["checkpoint_failed"] = f"superstep {superstep}: {error}"
+        else:
+            record["checkpoint"] = superstep
 
 
 class BackgroundWriter:
     """Writes checkpoints on one background thread, one at a time.
 
-    ``submit`` takes a function that writes and commits a checkpoint from copies of the state;
+    ``submit`` takes a function that writes (and commits) a checkpoint from copies of the state;
     it first waits for the previous one, so at most one copy of the state is in flight. The
-    outcome goes into the metrics line of the superstep in which it is known (``settle``):
-    ``"checkpoint": S`` once committed, or ``"checkpoint_failed": "superstep S: why"``.
+    outcome is reported (``report``) into the metrics line of the superstep in which it is
+    known: ``settle`` looks without waiting, ``close`` waits for the last one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tracer: Any = None) -> None:
+        self.tracer = tracer
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mariana-checkpoint")
         self._pending: tuple[int, Future] | None = None
 
-    def submit(self, superstep: int, job: Callable[[], None], record: dict[str, Any]) -> None:
+    @property
+    def pending(self) -> int | None:
+        """The superstep of the checkpoint in flight, if any."""
+        return None if self._pending is None else self._pending[0]
+
+    def submit(self, superstep: int, job: Callable[[], Any], record: dict[str, Any] | None) -> None:
         self.settle(record, wait=True)
         self._pending = (superstep, self._pool.submit(job))
 
-    def settle(self, record: dict[str, Any] | None, wait: bool = False) -> None:
-        """Report the checkpoint in flight into ``record`` if it has ended (or once it has, with ``wait``)."""
+    def settle(self, record: dict[str, Any] | None, wait: bool = False,
+               quiet: bool = False) -> tuple[int, Any] | None:
+        """Report the checkpoint in flight into ``record`` if it has ended (or once it has, with
+        ``wait``). Returns (superstep, what its job returned or the MarianaError it raised), or
+        None when none has ended. ``quiet``: leave the reporting to the caller."""
         if self._pending is None or not (wait or self._pending[1].done()):
-            return
+            return None
         ss, done = self._pending
         self._pending = None
         try:
-            done.result()
-        except StorageError as exc:
-            log.warning("checkpoint at superstep %d failed, the job goes on: %s", ss, exc)
-            if record is not None:
-                record["checkpoint_failed"] = f"superstep {ss}: {exc}"
-            return
-        log.debug("checkpoint at superstep %d committed", ss)
-        if record is not None:
-            record["checkpoint"] = ss
+            result = done.result()
+        except MarianaError as exc:
+            if not quiet:
+                report(ss, exc, record, self.tracer)
+            return ss, exc
+        if not quiet:
+            report(ss, None, record, self.tracer)
+        return ss, result
 
     def close(self) -> None:
         """Wait for the checkpoint in flight (its outcome is logged), then stop the thread."""

@@ -59,7 +59,7 @@ class LocalRuntime:
             resume.loaded = None  # the arrays now live in the vertices
             log.info("resumed %s from the checkpoint at superstep %d", self.graph.name, resume.superstep)
         metrics: list[dict[str, Any]] = []
-        writer = checkpointing.BackgroundWriter() if checkpoints is not None else None
+        writer = checkpointing.BackgroundWriter(tracer) if checkpoints is not None else None
         try:
             while (begin := coord.next_begin()) is not None:
                 t0, wall0 = time.perf_counter(), time.time()

@@ -24,8 +24,9 @@ from ..errors import MarianaError, StorageError, VertexError
 from ..messages.kinds import Kind
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
-from .checkpointing import write_checkpoint
+from .checkpointing import commit, report
 from .result import RunResult
+from .state import detached
 from .superstep import Coordinator, Done
 from .tracing import TraceWriter, master_record, rewind
 from .transport import Transport, Unreachable, drain, poller, send
@@ -95,6 +96,8 @@ class Master:
         self.max_restarts, self.rejoin_timeout, self.respawn = max_restarts, rejoin_timeout, respawn
         self.restarts = 0
         self.gen = 0
+        #: the checkpoint being written: {"ss", "coordinator" (its copy), "parts": {worker: CHECKPOINTED}}
+        self._checkpoint: dict[str, Any] | None = None
         self.tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
         self.capture, self.capture_limit = capture, capture_limit_mb << 20
         self.superstep_timeout = superstep_timeout
@@ -111,7 +114,6 @@ class Master:
         self.dropped: dict[str, int] = {}
         self._ready: set[int] = set()
         self._dones: dict[int, dict[str, Any]] = {}
-        self._parts: dict[int, dict[str, Any]] = {}
         self._results: dict[int, dict[str, Any]] = {}
         self._arrivals: dict[int, float] = {}
         self._spares: set[bytes] = set()
@@ -194,8 +196,10 @@ class Master:
             record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
             if self.restarts:
                 record["restarts"] = self.restarts
-            if self.checkpoints is not None and coord.checkpoint_due(self.checkpoint_every):
-                write_checkpoint(self.checkpoints, coord, lambda: self._worker_parts(coord.superstep), record)
+            if self.checkpoints is not None:
+                self._commit_checkpoint(record)
+                if coord.checkpoint_due(self.checkpoint_every):
+                    self._start_checkpoint(coord, record)
             metrics.append(record)
             if self.run_dir is not None:
                 self.run_dir.append_jsonl("metrics.jsonl", [record])
@@ -214,19 +218,44 @@ class Master:
         self.tracer.master(master_record(superstep, self._wall0, end, self._arrivals, aggregates, busy))
         self.tracer.end_superstep()
 
-    def _worker_parts(self, superstep: int) -> list[dict[str, Any]]:
-        """Ask every worker to write its part of the checkpoint; their manifest entries."""
-        self._parts = {}
+    def _start_checkpoint(self, coord: Coordinator, record: dict[str, Any]) -> None:
+        """Ask every worker to write its part of the state after this barrier. The supersteps go
+        on while they write; one checkpoint at a time, so the previous one is committed first."""
+        if self._checkpoint is not None:
+            pending = self._checkpoint
+            self._wait(lambda: len(pending["parts"]) == self.workers, None,
+                       f"the checkpoint parts of superstep {pending['ss']}")
+            self._commit_checkpoint(record)
+        ss = coord.superstep
+        self._checkpoint = {"ss": ss, "coordinator": detached(coord.snapshot()), "parts": {}}
         for w in self.by_index:
-            self._send(w, {"kind": Kind.CHECKPOINT, "ss": superstep})
-        self._wait(lambda: len(self._parts) == self.workers, None, f"the checkpoint parts of superstep {superstep}")
-        errors = [f"worker {i}: {h.get('error') or 'no part entries in its reply'}" for i, h in sorted(self._parts.items())
+            self._send(w, {"kind": Kind.CHECKPOINT, "ss": ss})
+
+    def _commit_checkpoint(self, record: dict[str, Any] | None, wait: bool = False) -> None:
+        """Commit the checkpoint being written once every worker's part is in (``wait``: wait for them)."""
+        pending = self._checkpoint
+        if pending is None:
+            return
+        if wait:
+            self._wait(lambda: len(pending["parts"]) == self.workers, None,
+                       f"the checkpoint parts of superstep {pending['ss']}")
+        if len(pending["parts"]) < self.workers:
+            return
+        self._checkpoint = None
+        ss, replies = pending["ss"], [h for _, h in sorted(pending["parts"].items())]
+        errors = [f"worker {h.get('src')}: {h.get('error') or 'no part entries in its reply'}" for h in replies
                   if "error" in h or not isinstance(h.get("parts"), list)]
-        if errors:
-            raise StorageError("; ".join(errors))
-        return [e for _, h in sorted(self._parts.items()) for e in h["parts"]]
+        try:
+            if errors:
+                raise StorageError("; ".join(errors))
+            commit(self.checkpoints, ss, [e for h in replies for e in h["parts"]], pending["coordinator"])
+        except StorageError as exc:
+            report(ss, exc, record, self.tracer)
+        else:
+            report(ss, None, record, self.tracer)
 
     def _finish(self) -> dict[str, Any]:
+        self._commit_checkpoint(None, wait=True)  # the last checkpoint is on storage before the job ends
         self.phase = "finishing"
         for w in self.by_index:
             self._send(w, {"kind": Kind.FINISH})
@@ -249,6 +278,8 @@ class Master:
         """Replace the lost worker and roll everyone back to the newest valid checkpoint."""
         if self.max_restarts == 0 or lost.index is None:
             raise lost
+        if self.checkpoints is not None:
+            self._commit_checkpoint(None)  # every part was in before the loss: it is a checkpoint
         info = self.checkpoints.newest_valid() if self.checkpoints is not None else None
         if info is None or self.restarts >= self.max_restarts:
             why = ("no checkpoint to roll back to" if info is None else
@@ -265,6 +296,7 @@ class Master:
         self.by_index[lost.index] = None
         self.children = [c for c in self.children if c.poll() is None]
         self.gen += 1
+        self._checkpoint = None  # a checkpoint still being written belongs to the abandoned run: never committed
         self.phase = "rejoining"
         if self.respawn is not None:
             self.children.append(self.respawn())
@@ -368,8 +400,11 @@ class Master:
         elif kind == Kind.DONE and header.get("ss") == self.superstep and self.phase == "running":
             self._dones[w.index] = header
             self._arrivals[w.index] = time.time() - self._wall0
-        elif kind == Kind.CHECKPOINTED and header.get("ss") == self.superstep + 1:
-            self._parts[w.index] = header
+        elif kind == Kind.CHECKPOINTED:
+            if self._checkpoint is not None and header.get("ss") == self._checkpoint["ss"]:
+                self._checkpoint["parts"][w.index] = header
+            else:  # a part of a checkpoint abandoned by a rollback
+                log.debug("ignoring the checkpoint part of superstep %s from %s", header.get("ss"), w.describe())
         elif kind == Kind.RESULT and self.phase == "finishing":
             self._results[w.index] = header
         elif kind == Kind.ERROR:

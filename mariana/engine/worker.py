@@ -27,7 +27,7 @@ from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages.kinds import Kind
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
-from .checkpointing import worker_parts
+from .checkpointing import BackgroundWriter, capture, write_worker
 from .superstep import Begin, Partition
 from ..messages import codec
 from .tracing import Capture
@@ -109,6 +109,7 @@ class Worker:
         self.clock_offset = 0.0  # master clock - this clock, from the heartbeat exchange
         self._best_rtt = float("inf")
         self.state: dict[str, Any] = {"phase": "starting"}  # what heartbeats report (hang diagnosis)
+        self._writer = BackgroundWriter()  # this worker's checkpoint parts, written while supersteps go on
         self._dropped_before: dict[str, int] = {}
 
     # -- setup ------------------------------------------------------------------------------
@@ -124,6 +125,7 @@ class Worker:
             return self._serve(welcome)
         finally:
             self._stop.set()
+            self._writer.close()  # a part being written is finished (never left half-written by us)
             if self._hb_thread is not None:
                 self._hb_thread.join(timeout=5)
             t.close()
@@ -198,7 +200,8 @@ class Worker:
         log.info("worker %d of %d ready: %d vertices", self.index, n, len(self.partition.order))
         poll = poller(self.ctl, self.data)
         while True:
-            events = dict(poll.poll(200))
+            events = dict(poll.poll(5 if self._writer.pending is not None else 200))
+            self._checkpointed()
             if self.data in events:
                 self._drain_data()
             if self.ctl not in events:
@@ -269,12 +272,14 @@ class Worker:
             if self.security is not None:
                 self.security.allow([k for k in self.peer_keys if k])
             self._connect_peers(header["peers"])
+            self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
             code = self._restore(header["ss"])
             if code is None:
                 log.warning("worker %d rolled back to the checkpoint at superstep %d", self.index, header["ss"])
                 self._send_ctl({"kind": Kind.READY, "gen": self.gen})
             return code
         if kind == Kind.FINISH:
+            self._checkpointed(wait=True)
             values = {vid: v.result() for vid, v in self.partition.vertices.items()}
             self._drain_data()
             self._send_ctl({"kind": Kind.RESULT, "values": values, "dropped": self.drops.counts})
@@ -290,12 +295,28 @@ class Worker:
         return None
 
     def _checkpoint(self, superstep: int) -> None:
-        """Write this worker's part; the master commits the manifest once every part is in."""
-        reply: dict[str, Any] = {"kind": Kind.CHECKPOINTED, "ss": superstep}
+        """Copy this worker's state now and write its part in the background; CHECKPOINTED is
+        sent when it is written (``_checkpointed``), and the master commits once every part is in."""
+        self._checkpointed(wait=True)  # one in flight: the previous part first
         try:
-            reply["parts"] = worker_parts(Checkpoints(RunDir(self.run_url)), superstep, self.partition)
+            snap, params = capture(self.partition, copy=True)
         except MarianaError as exc:
-            reply["error"] = str(exc)
+            self._send_ctl({"kind": Kind.CHECKPOINTED, "ss": superstep, "error": str(exc)})
+            return
+        checkpoints = Checkpoints(RunDir(self.run_url))
+        self._writer.submit(superstep, lambda: write_worker(checkpoints, superstep, self.index, snap, params), None)
+
+    def _checkpointed(self, wait: bool = False) -> None:
+        """Tell the master about the part written in the background, once it is (or fails)."""
+        done = self._writer.settle(None, wait=wait, quiet=True)
+        if done is None:
+            return
+        superstep, outcome = done
+        reply: dict[str, Any] = {"kind": Kind.CHECKPOINTED, "ss": superstep}
+        if isinstance(outcome, MarianaError):
+            reply["error"] = str(outcome)
+        else:
+            reply["parts"] = outcome
         self._send_ctl(reply)
 
     def _superstep(self, header: dict[str, Any]) -> int | None:

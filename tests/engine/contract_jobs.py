@@ -204,6 +204,31 @@ def build_faulty(config, bctx: BuildContext) -> Graph:
     return g
 
 
+# -- 10. checkpoints of state that changes in place ------------------------------------------------
+class InPlace(Vertex):
+    """Adds 1 to every element of its array in place each superstep and sends the array itself
+    (the same buffer) to the next vertex: a checkpoint must hold the values at its barrier."""
+
+    def __init__(self, id: str, nxt: str, n: int) -> None:
+        super().__init__(id, np.zeros(n))
+        self.nxt, self.seen = nxt, 0.0
+
+    def compute(self, ctx, messages):
+        for m in messages:
+            self.seen += float(m.payload[0])
+        self.value += 1.0
+        ctx.send(self.nxt, self.value)
+
+
+def build_inplace(config, bctx: BuildContext) -> Graph:
+    g = Graph("inplace")
+    k, n = 4, config["size"]
+    g.add_vertices(InPlace(f"v{i}", f"v{(i + 1) % k}", n) for i in range(k))
+    g.max_supersteps = config["max_supersteps"]
+    g.placement = bctx.placement
+    return g
+
+
 def _job(name: str, build, *keys: Key) -> Job:
     return Job(name=name, description=f"contract test: {name}", keys=tuple(keys), build=build)
 
@@ -216,6 +241,8 @@ aggregators = _job("aggregators", build_aggregators)
 master_job = _job("master", build_master)
 forever = _job("forever", build_forever, Key("max_supersteps", 5, "int", "limit"))
 faulty = _job("faulty", build_faulty, Key("how", "raise", "str", "raise or unknown"))
+inplace = _job("inplace", build_inplace, Key("max_supersteps", 40, "int", "limit"),
+               Key("size", 1 << 18, "int", "elements per vertex array"))
 
 
 def values(result) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,6 +156,34 @@ def test_master_compute_can_ask_for_a_checkpoint(tmp_path):
     g.master_compute = lambda m: m.checkpoint() if m.superstep == 3 else None
     mariana.run(g, run_dir=run_dir)
     assert Checkpoints(run_dir).supersteps() == [4]
+
+
+def test_a_checkpoint_holds_the_state_at_its_barrier_while_the_job_goes_on(tmp_path, runtime):
+    """Checkpoints are written in the background while the vertices keep changing their arrays
+    in place (and the inbox holds those very buffers): each part still has its barrier's values."""
+    run_dir = RunDir(str(tmp_path / "r"))
+    lines = []
+    result = run_job("contract_jobs:inplace", sets=["checkpoint_every=3", "keep_checkpoints=20"], workers=2,
+                     runtime=runtime, run_dir=run_dir, on_superstep=lines.append)
+    ck = Checkpoints(run_dir, keep=20)
+    assert ck.supersteps() == list(range(39, 0, -3))  # every one committed, the last one too
+    for ss in ck.supersteps():
+        parts = ck.load(ss)
+        for name in ("worker-0", "worker-1"):
+            for state in parts[name]["vertices"].values():
+                assert np.all(state["value"] == ss)  # ss supersteps added 1 each: not one more
+            for _src, _dst, _tag, payload in parts[name]["inbox"]:
+                assert np.all(payload == ss)  # a sender's buffer, as sent at that barrier
+    assert all(np.all(v == 40) for v in result.values.values())
+    events = [json.loads(x) for x in (tmp_path / "r" / "trace" / "master.jsonl").read_text().splitlines()
+              if '"event"' in x]
+    assert sorted(e["superstep"] for e in events if e["event"] == "checkpoint" and e["ok"]) == list(range(3, 40, 3))
+    for ss in ck.supersteps():
+        if ss > 21:
+            shutil.rmtree(tmp_path / "r" / "checkpoints" / f"ss-{ss:06d}")
+    resumed = run_job("contract_jobs:inplace", sets=["checkpoint_every=3", "keep_checkpoints=20"], workers=2,
+                      runtime=runtime, run_dir=run_dir, resume=True)
+    assert resumed.supersteps == 40 and all(np.all(v == 40) for v in resumed.values.values())
 
 
 # -- cluster: resume and recovery ----------------------------------------------------------------------

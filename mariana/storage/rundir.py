@@ -21,7 +21,7 @@ import os
 import posixpath
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import IO, Any, Iterable, Iterator
 
 import fsspec
@@ -219,6 +219,8 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Itera
         except BaseException:
             if hasattr(f, "discard"):
                 f.discard()  # a buffered upload: never complete it with part of the data
+                with suppress(Exception):  # marks it closed (it has nothing left to flush)
+                    f.close()
             raise
         f.close()
         return

@@ -152,7 +152,7 @@ class RunDir:
 
     def append_jsonl(self, rel: str, records: Iterable[dict[str, Any]]) -> None:
         """Append JSON lines to ``rel``."""
-        lines = [json.dumps(r, default=str) + "\n" for r in records]
+        lines = [jsonl(r) for r in records]
         if not lines:
             return
         path = self.path(rel)
@@ -179,12 +179,18 @@ class RunDir:
         if not self.exists(rel):
             return
         kept = [r for r in self.read_jsonl(rel) if keep(r)]
-        self.write_bytes(rel, "".join(json.dumps(r, default=str) + "\n" for r in kept).encode())
-        self._lines[rel] = [json.dumps(r, default=str) + "\n" for r in kept]
+        lines = [jsonl(r) for r in kept]
+        self.write_bytes(rel, "".join(lines).encode())
+        self._lines[rel] = lines
 
     def read_jsonl(self, rel: str) -> list[dict[str, Any]]:
         text = self.read_bytes(rel).decode()
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def jsonl(record: dict[str, Any]) -> str:
+    """One JSON line (metrics, traces); what JSON cannot hold (numpy scalars, paths) as its ``str``."""
+    return json.dumps(record, default=str) + "\n"
 
 
 def write_text(url: str, text: str) -> None:

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mariana import trace
@@ -100,3 +101,23 @@ def test_replay_reproduces_the_messages_of_the_original_run(tmp_path, capsys):
     assert r["checkpoint"] == 10 and [s["superstep"] for s in r["replayed"]] == [10, 11, 12, 13]
     assert all(s["matches"] for s in r["replayed"]) and r["replayed"][-1]["sent"] > 0
     assert main(["trace", "replay", str(run), "--vertex", "n30", "--superstep", "13"]) == 2  # not captured
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.complex64])
+def test_nonfinite_finds_nan_and_inf_without_false_alarms_or_warnings(dtype, recwarn):
+    from mariana.engine.tracing import SCAN_LIMIT, nonfinite
+
+    big = np.ones(SCAN_LIMIT - 1, dtype)  # scanned whole
+    assert nonfinite(big) is None
+    big[-1] = np.nan
+    assert nonfinite({"w": [big]}) == ("nan", "payload.w[0]")
+    small = np.ones(100, dtype)
+    small[7] = -np.inf
+    assert nonfinite(small, "g") == ("inf", "g")
+    huge = np.full(1000, 6e4 if dtype == np.float16 else 1e30, dtype)  # x.x overflows, every x is finite
+    assert nonfinite(huge) is None
+    assert nonfinite(np.ones((300, 400), dtype)[:, ::2]) is None  # not contiguous
+    sampled = np.ones(4 * SCAN_LIMIT, dtype)  # scanned on 4 blocks: a NaN at a block start is seen
+    sampled[2 * SCAN_LIMIT] = np.nan
+    assert nonfinite(sampled) == ("nan", "payload")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

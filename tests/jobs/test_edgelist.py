@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from mariana.errors import UsageError
-from mariana.jobs.edgelist import EdgeList, block_subgraphs, example_graph_url, load_edges, parse_edges
+from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, block_subgraphs, example_graph_url,
+                                   load_edges, parse_edges)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -259,3 +260,49 @@ def test_load_edges_default_is_the_shipped_example():
     assert el.n > 0
     assert el.ids == sorted(el.ids)
     assert "amsterdam" in el.ids  # sssp's default source
+
+
+# ----------------------------------------------------------------------------------------------
+# the numeric fast path gives exactly what the line parser gives
+
+
+def _same(a: EdgeList, b: EdgeList) -> bool:
+    return a.ids == b.ids and all(np.array_equal(getattr(a, k), getattr(b, k)) and getattr(a, k).dtype == getattr(b, k).dtype
+                                  for k in ("src", "dst", "weight", "lineno"))
+
+
+def _random_file(rng: random.Random, weighted: bool, n: int = 300, m: int = 2000) -> str:
+    lines = []
+    for _ in range(m):
+        if rng.random() < 0.03:
+            lines.append(rng.choice(["", "   ", "# a comment", "\t"]))
+            continue
+        a, b = rng.randrange(-5, n), rng.randrange(-5, n)
+        sep = rng.choice([" ", "\t", "  ", " \t "])
+        line = f"{a}{sep}{b}"
+        if weighted:
+            line += f" {rng.choice([rng.uniform(-10, 10), float(rng.randrange(100)), 1e-300, 2.5e17])!r}"
+        if rng.random() < 0.05:
+            line += "  # trailing comment"
+        lines.append(line)
+    return rng.choice(["\n", "\r\n"]).join(lines) + rng.choice(["", "\n"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_numeric_fast_path_equals_the_line_parser(seed, weighted):
+    text = _random_file(random.Random(seed), weighted)
+    fast = _parse_numeric(text, URL)
+    assert fast is not None  # integer ids, same field count on every line: the fast path takes it
+    assert _same(fast, _parse_lines(text, URL))
+
+
+@pytest.mark.parametrize("text", [
+    "007 1\n", "+1 2\n", "1.0 2 3\n", "1e3 2\n", "-0 1\n", "a b\n", "1 2\n3 4 5\n", "1 2\n3\n", "1 2 nan\n",
+    "1 2 1_000\n", "99999999999999999999 1\n", "9223372036854775808 1\n", "9007199254740993 1 1.5\n",
+    "1 2\r3 4\n", "1\x0b2\n", "1 2\x0c\n", "z\u00fcrich 1\n", "", "\n\n", "# only\n",
+])
+def test_anything_unusual_goes_to_the_line_parser(text):
+    """Ids that are not canonical integers, uneven lines, bad or exotic input: the fast path
+    declines, so results (and error messages naming the line) are the line parser's."""
+    assert _parse_numeric(text, URL) is None

@@ -44,10 +44,14 @@ def write_worker(checkpoints: Checkpoints, superstep: int, worker: int, snap: di
 
 
 def commit(checkpoints: Checkpoints, superstep: int, entries: list[dict[str, Any]], coordinator: dict[str, Any]) -> None:
-    """Write the master's part, then the manifests (the commit point)."""
-    entries = entries + [checkpoints.write_part(superstep, "master", {"coordinator": coordinator})]
-    workers = sum(1 for e in entries if e["name"].startswith("worker-") and "store" not in e)
-    checkpoints.commit(superstep, entries, workers=workers)
+    """Write the master's part, then the manifest (the commit point), then the parameter
+    snapshot's manifest: ``entries`` are the workers' parts of both stores."""
+    parts = [e for e in entries if e["store"] == checkpoints.root]
+    parts.append(checkpoints.write_part(superstep, "master", {"coordinator": coordinator}))
+    checkpoints.commit(superstep, parts, workers=len(parts) - 1)
+    snapshot = [e for e in entries if e["store"] == checkpoints.params.root]
+    if snapshot:
+        checkpoints.params.commit(superstep, snapshot)
 
 
 def report(superstep: int, error: MarianaError | None, record: dict[str, Any] | None, tracer: Any = None) -> None:

@@ -248,7 +248,10 @@ class Master:
         try:
             if errors:
                 raise StorageError("; ".join(errors))
-            commit(self.checkpoints, ss, [e for h in replies for e in h["parts"]], pending["coordinator"])
+            try:
+                commit(self.checkpoints, ss, [e for h in replies for e in h["parts"]], pending["coordinator"])
+            except (KeyError, TypeError) as exc:  # a malformed entry from a worker
+                raise StorageError(f"malformed part entry from a worker: {exc!r}") from None
         except StorageError as exc:
             report(ss, exc, record, self.tracer)
         else:

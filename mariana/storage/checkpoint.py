@@ -72,22 +72,10 @@ class Checkpoints:
         with self.run_dir.open_write(f"{self.folder(superstep)}/{file}", sync_dir=False) as f:  # commit syncs it
             digest = partfile.stream_part(f, state)
         size, sha = digest()  # the last chunks were hashed while the file was fsynced
-        return {"name": name, "file": file, "bytes": size, "sha256": sha, **({} if self.root == "checkpoints" else
-                                                                             {"store": self.root})}
+        return {"name": name, "file": file, "bytes": size, "sha256": sha, "store": self.root}
 
     def commit(self, superstep: int, parts: list[dict[str, Any]], **meta: Any) -> None:
-        """Write the manifest (the commit point), then prune older checkpoints.
-
-        Entries of ``parts`` written by ``self.params`` (``"store": "params"``) are committed as
-        that superstep's parameter snapshot, once the checkpoint itself is committed.
-        """
-        mine = [p for p in parts if p.get("store", "checkpoints") == self.root]
-        self._commit(superstep, mine, meta)
-        snapshots = [p for p in parts if p.get("store") == "params"]
-        if snapshots and self.root != "params":
-            self.params._commit(superstep, snapshots, {})
-
-    def _commit(self, superstep: int, parts: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        """Write the manifest (the commit point), then prune older checkpoints."""
         manifest = {"superstep": superstep, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "parts": sorted(parts, key=lambda p: p["name"]), **meta}
         self.run_dir.sync_dir(self.folder(superstep))  # the parts' names are durable before the manifest's

@@ -16,8 +16,8 @@ from ..errors import StorageError
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from . import checkpointing
 from .graph import Graph
-from .state import detached
 from .result import RunResult
+from .state import detached
 from .superstep import Coordinator, Partition
 from .tracing import PHASES, Capture, TraceWriter, master_record
 

@@ -221,11 +221,7 @@ class Master:
     def _start_checkpoint(self, coord: Coordinator, record: dict[str, Any]) -> None:
         """Ask every worker to write its part of the state after this barrier. The supersteps go
         on while they write; one checkpoint at a time, so the previous one is committed first."""
-        if self._checkpoint is not None:
-            pending = self._checkpoint
-            self._wait(lambda: len(pending["parts"]) == self.workers, None,
-                       f"the checkpoint parts of superstep {pending['ss']}")
-            self._commit_checkpoint(record)
+        self._commit_checkpoint(record, wait=True)
         ss = coord.superstep
         self._checkpoint = {"ss": ss, "coordinator": detached(coord.snapshot()), "parts": {}}
         for w in self.by_index:
@@ -245,17 +241,15 @@ class Master:
         ss, replies = pending["ss"], [h for _, h in sorted(pending["parts"].items())]
         errors = [f"worker {h.get('src')}: {h.get('error') or 'no part entries in its reply'}" for h in replies
                   if "error" in h or not isinstance(h.get("parts"), list)]
-        try:
-            if errors:
-                raise StorageError("; ".join(errors))
+        error: StorageError | None = StorageError("; ".join(errors)) if errors else None
+        if error is None:
             try:
                 commit(self.checkpoints, ss, [e for h in replies for e in h["parts"]], pending["coordinator"])
+            except StorageError as exc:
+                error = exc
             except (KeyError, TypeError) as exc:  # a malformed entry from a worker
-                raise StorageError(f"malformed part entry from a worker: {exc!r}") from None
-        except StorageError as exc:
-            report(ss, exc, record, self.tracer)
-        else:
-            report(ss, None, record, self.tracer)
+                error = StorageError(f"malformed part entry from a worker: {exc!r}")
+        report(ss, error, record, self.tracer)
 
     def _finish(self) -> dict[str, Any]:
         self._commit_checkpoint(None, wait=True)  # the last checkpoint is on storage before the job ends

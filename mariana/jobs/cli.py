@@ -202,8 +202,8 @@ def cmd_params(args: argparse.Namespace) -> int:
 
     from ..storage import load_params, write_bytes
 
-    run_dir = RunDir(args.run)
     try:
+        run_dir = RunDir(args.run, create=False)
         if args.checkpoint is None and run_dir.exists("params/index.json"):
             named, source = load_params(run_dir), "final parameters"
         else:
@@ -304,8 +304,8 @@ def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, st
         job = get_job(args.job)
         config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
         return job, config, 1 if args.workers is None else args.workers, args.placement, None
-    run_dir = RunDir(resume)
     try:
+        run_dir = RunDir(resume, create=False)
         prev = run_dir.read_json("job.json")
     except (MarianaError, ValueError) as exc:
         raise UsageError(f"--resume {resume}: not a run directory ({exc})") from None
@@ -501,7 +501,10 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     """``mariana checkpoint list RUN``: every checkpoint with its superstep, time, size, validity."""
     from ..storage.checkpoint import Checkpoints
 
-    ck = Checkpoints(RunDir(args.run))
+    try:
+        ck = Checkpoints(RunDir(args.run, create=False))
+    except StorageError as exc:
+        raise UsageError(str(exc)) from None
     infos = [ck.inspect(ss) for ss in ck.supersteps()]
     snapshots = set(ck.params.supersteps())
     params = {i.superstep: ck.params.inspect(i.superstep) if i.superstep in snapshots else None for i in infos}

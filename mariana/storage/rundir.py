@@ -62,11 +62,22 @@ def default_run_url(job: str, root: str = "runs") -> str:
 
 
 class RunDir:
-    """A run directory at ``url`` (a path or any fsspec URL)."""
+    """A run directory at ``url`` (a path or any fsspec URL).
 
-    def __init__(self, url: str) -> None:
+    ``create=False`` opens an existing one (the commands that only read a run): a missing run
+    directory is a ``StorageError`` and nothing is created.
+    """
+
+    def __init__(self, url: str, create: bool = True) -> None:
         self.url = url
         self.fs, self.root = _fs(url)
+        if not create:
+            try:
+                found = self.fs.isdir(self.root)
+            except _FS_ERRORS as exc:
+                raise StorageError(f"cannot open run directory {url}: {exc}") from exc
+            if not found:
+                raise StorageError(f"{url}: no such run directory")
         try:
             self.fs.makedirs(self.root, exist_ok=True)
         except _FS_ERRORS as exc:

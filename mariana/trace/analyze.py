@@ -123,7 +123,7 @@ def _list_trace(run_dir: RunDir) -> list[str]:
 def load_trace(run: str) -> Trace:
     """Read ``RUN/trace/worker-K.jsonl`` and ``RUN/trace/master.jsonl``."""
     try:
-        run_dir = RunDir(run)
+        run_dir = RunDir(run, create=False)
         names = _list_trace(run_dir)
         workers: dict[int, list[dict]] = {}
         for name in names:
@@ -692,7 +692,7 @@ def _show_vertex(trace: Trace, superstep: int, recs: dict[int, dict], vertex: st
     run = run or trace.url or None
     if run:
         try:
-            run_dir = RunDir(run)
+            run_dir = RunDir(run, create=False)
             if run_dir.exists(rel):
                 capture = _capture_summary(unpack(run_dir.read_bytes(rel), "capture file"))
         except UsageError:

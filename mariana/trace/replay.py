@@ -62,8 +62,8 @@ def same(a: Any, b: Any) -> bool:
 
 def replay(run: str, vertex: str, superstep: int, pdb: bool = False) -> dict[str, Any]:
     """Replay ``vertex`` up to and including ``superstep``; returns what happened."""
-    run_dir = RunDir(run)
     try:
+        run_dir = RunDir(run, create=False)
         prev = run_dir.read_json("job.json")
     except Exception as exc:  # noqa: BLE001 - any failure here means "not a run directory"
         raise UsageError(f"{run}: not a run directory ({exc})") from None

@@ -679,3 +679,17 @@ def test_vertex_program_that_raises_end_to_end(tmp_path, victim, at):
     assert rest and rest[0] == "Traceback (most recent call last):"
     assert rest[-1] == "ZeroDivisionError: kaboom from the test job"
     assert json.loads((tmp_path / "rd" / "job.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize("argv", [
+    ["checkpoint", "list", "{missing}"],
+    ["params", "export", "{missing}", "--to", "{tmp}/p.npz"],
+    ["trace", "summary", "{missing}"],
+    ["trace", "replay", "{missing}", "--vertex", "a", "--superstep", "1"],
+    ["run", "--resume", "{missing}"],
+])
+def test_commands_that_read_a_run_refuse_a_missing_one_and_create_nothing(tmp_path, capsys, argv):
+    missing = tmp_path / "no-such-run"
+    assert main([a.format(missing=missing, tmp=tmp_path) for a in argv]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+    assert not missing.exists()

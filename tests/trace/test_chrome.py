@@ -226,8 +226,11 @@ def test_cmd_export(run, tmp_path):
     out = str(tmp_path / "x.json")
     text, d = cmd_export(run, out)
     assert d["events"] > 0 and d["out"] == out and str(d["events"]) in text and out in text
+    (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="no trace files"):
         cmd_export(str(tmp_path / "empty"), str(tmp_path / "y.json"))
+    with pytest.raises(UsageError, match="no such run directory"):
+        cmd_export(str(tmp_path / "missing"), str(tmp_path / "y.json"))
 
 
 def test_export_to_memory_url(run):

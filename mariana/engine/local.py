@@ -38,11 +38,13 @@ class LocalRuntime:
             on_superstep: Callable[[dict[str, Any]], None] | None = None,
             checkpoints: Checkpoints | None = None, checkpoint_every: int | None = None,
             resume: CheckpointInfo | None = None, tracer: TraceWriter | None = None,
-            capture: Capture | None = None) -> RunResult:
+            capture: Capture | None = None, checkpoint_background: bool = True) -> RunResult:
         """Run to the end; ``on_superstep(metrics_line)`` is called after every barrier.
 
         With ``checkpoints``, a checkpoint is written every ``checkpoint_every`` supersteps and
-        whenever master compute asks; ``resume`` restarts from a verified checkpoint. ``tracer``
+        whenever master compute asks: from a copy of the state on a background thread, or with
+        ``checkpoint_background=False`` right there, before the next superstep (no extra memory).
+        ``resume`` restarts from a verified checkpoint. ``tracer``
         receives the trace records (docs/traces.md); ``capture`` stores matching vertices' messages.
         """
         pl = self.placement
@@ -77,9 +79,10 @@ class LocalRuntime:
                     self._trace(tracer, begin.superstep, wall0, dones, outs, spans, coord.aggregates)
                 if writer is not None:
                     if coord.checkpoint_due(checkpoint_every):
-                        writer.submit(coord.superstep, _checkpoint_job(checkpoints, coord, partitions), record)
-                    else:
-                        writer.settle(record)
+                        writer.settle(record, wait=True)  # the previous one's buffers are free again
+                        job = _checkpoint_job(checkpoints, coord, partitions, copy=checkpoint_background)
+                        writer.submit(coord.superstep, job, record)
+                    writer.settle(record, wait=not checkpoint_background)
                 metrics.append(record)
                 if on_superstep is not None:
                     on_superstep(record)
@@ -111,10 +114,11 @@ class LocalRuntime:
         tracer.end_superstep()
 
 
-def _checkpoint_job(checkpoints: Checkpoints, coord: Coordinator, partitions: list[Partition]) -> Callable[[], None]:
-    """Copy the state after this barrier now; the returned function writes and commits it."""
+def _checkpoint_job(checkpoints: Checkpoints, coord: Coordinator, partitions: list[Partition],
+                    copy: bool) -> Callable[[], None]:
+    """The state after this barrier (``copy``: copied now); the returned function writes and commits it."""
     ss, master = coord.superstep, detached(coord.snapshot())
-    states = [(p.worker, *checkpointing.capture(p, copy=True)) for p in partitions]
+    states = [(p.worker, *checkpointing.capture(p, copy=copy)) for p in partitions]
 
     def job() -> None:
         entries = [e for w, snap, params in states for e in checkpointing.write_worker(checkpoints, ss, w, snap, params)]

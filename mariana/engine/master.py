@@ -226,6 +226,8 @@ class Master:
         self._checkpoint = {"ss": ss, "coordinator": detached(coord.snapshot()), "parts": {}}
         for w in self.by_index:
             self._send(w, {"kind": Kind.CHECKPOINT, "ss": ss})
+        if not self.config.get("checkpoint_background", True):
+            self._commit_checkpoint(record, wait=True)  # the workers write before they go on
 
     def _commit_checkpoint(self, record: dict[str, Any] | None, wait: bool = False) -> None:
         """Commit the checkpoint being written once every worker's part is in (``wait``: wait for them)."""

@@ -24,13 +24,15 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
         max_supersteps: int | None = None, run_dir: Any = None,
         on_superstep: Callable[[dict[str, Any]], None] | None = None,
         checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False,
+        checkpoint_background: bool = True,
         trace: bool = True, capture: str | None = None, capture_limit_mb: int = 64) -> RunResult:
     """Run ``graph`` to the end and return its ``RunResult``.
 
     ``placement``: a strategy name (``hash``, ``range``), a ``Strategy``, a mapping or callable
     ``id -> worker``, or a resolved ``Placement``. ``run_dir``: a ``RunDir`` that receives one
     ``metrics.jsonl`` line per superstep and the checkpoints (every ``checkpoint_every``
-    supersteps, the newest ``keep_checkpoints`` kept). ``resume``: continue from the newest
+    supersteps, the newest ``keep_checkpoints`` kept; written in the background from a copy of the
+    state unless ``checkpoint_background`` is false). ``resume``: continue from the newest
     valid checkpoint in ``run_dir``. ``trace``: write superstep traces to ``run_dir/trace``;
     ``capture``: store the messages of vertices matching this glob (docs/traces.md).
     """
@@ -50,7 +52,7 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
     start = resume_point(run_dir, keep_checkpoints, load=True) if resume else None
     spy = Capture(capture, run_dir, capture_limit_mb << 20) if capture and run_dir is not None else None
     return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start,
-                                                       tracer, spy)
+                                                       tracer, spy, checkpoint_background)
 
 
 def resume_point(run_dir: RunDir | None, keep: int = 3, load: bool = False) -> CheckpointInfo:

@@ -187,6 +187,7 @@ class Worker:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
         self.gen = welcome.get("gen", 0)
         self.run_url = welcome.get("run_dir")
+        self.background = bool((welcome.get("config") or {}).get("checkpoint_background", True))
         self._connect_peers(welcome["peers"])
         self.partition.trace = welcome.get("trace", True)
         if welcome.get("capture") and self.run_url:
@@ -299,12 +300,14 @@ class Worker:
         sent when it is written (``_checkpointed``), and the master commits once every part is in."""
         self._checkpointed(wait=True)  # one in flight: the previous part first
         try:
-            snap, params = capture(self.partition, copy=True)
+            snap, params = capture(self.partition, copy=self.background)
         except MarianaError as exc:
             self._send_ctl({"kind": Kind.CHECKPOINTED, "ss": superstep, "error": str(exc)})
             return
         checkpoints = Checkpoints(RunDir(self.run_url))
         self._writer.submit(superstep, lambda: write_worker(checkpoints, superstep, self.index, snap, params), None)
+        if not self.background:
+            self._checkpointed(wait=True)  # written before the next superstep changes the state
 
     def _checkpointed(self, wait: bool = False) -> None:
         """Tell the master about the part written in the background, once it is (or fails)."""

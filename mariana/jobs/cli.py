@@ -355,6 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = engine_run(graph, workers=workers, placement=placement, max_supersteps=args.max_supersteps,
                                 run_dir=run_dir, on_superstep=record, checkpoint_every=every,
                                 keep_checkpoints=keep, resume=resume_dir is not None, trace=args.trace,
+                                checkpoint_background=config["checkpoint_background"],
                                 capture=args.capture, capture_limit_mb=args.capture_limit_mb)
         else:
             result = _run_cluster(args, info["job"], config, graph, workers, placement_arg, run_dir, record,

@@ -26,7 +26,8 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
     ``runtime``: ``local`` (one process) or ``cluster`` (one process per worker); the default is
     local for one worker and cluster for more. ``cluster_options`` go to ``run_cluster``
     (``heartbeat_interval``, ``worker_timeout``, ``bind``, ``on_start``, ``max_restarts``, ...).
-    Checkpoints (config keys ``checkpoint_every``, ``keep_checkpoints``) go to ``run_dir``;
+    Checkpoints (config keys ``checkpoint_every``, ``keep_checkpoints``, ``checkpoint_background``)
+    go to ``run_dir``;
     ``resume`` continues from its newest valid checkpoint.
     """
     runtime = runtime or ("cluster" if workers > 1 else "local")
@@ -40,6 +41,7 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
     if runtime == "local":
         return engine_run(graph, workers=workers, max_supersteps=max_supersteps, run_dir=run_dir,
                           on_superstep=on_superstep, checkpoint_every=every, keep_checkpoints=keep, resume=resume,
+                          checkpoint_background=resolved.get("checkpoint_background", True),
                           trace=trace, capture=capture, capture_limit_mb=capture_limit_mb)
     from ..engine.cluster import run_cluster
     from ..engine.runner import resume_point

@@ -57,6 +57,8 @@ class Key:
 ENGINE_KEYS = (
     Key("checkpoint_every", 0, "int", "checkpoint every N supersteps into RUN/checkpoints (0: never)"),
     Key("keep_checkpoints", 3, "int", "how many committed checkpoints to keep"),
+    Key("checkpoint_background", True, "bool", "write checkpoints from a copy of the state while supersteps go on "
+        "(false: between supersteps, no extra memory)"),
 )
 
 

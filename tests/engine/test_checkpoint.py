@@ -158,13 +158,16 @@ def test_master_compute_can_ask_for_a_checkpoint(tmp_path):
     assert Checkpoints(run_dir).supersteps() == [4]
 
 
-def test_a_checkpoint_holds_the_state_at_its_barrier_while_the_job_goes_on(tmp_path, runtime):
+@pytest.mark.parametrize("background", [True, False])
+def test_a_checkpoint_holds_the_state_at_its_barrier_while_the_job_goes_on(tmp_path, runtime, background):
     """Checkpoints are written in the background while the vertices keep changing their arrays
-    in place (and the inbox holds those very buffers): each part still has its barrier's values."""
+    in place (and the inbox holds those very buffers): each part still has its barrier's values.
+    With ``checkpoint_background=false`` they are written before the next superstep instead."""
     run_dir = RunDir(str(tmp_path / "r"))
     lines = []
-    result = run_job("contract_jobs:inplace", sets=["checkpoint_every=3", "keep_checkpoints=20"], workers=2,
-                     runtime=runtime, run_dir=run_dir, on_superstep=lines.append)
+    sets = ["checkpoint_every=3", "keep_checkpoints=20", f"checkpoint_background={str(background).lower()}"]
+    result = run_job("contract_jobs:inplace", sets=sets, workers=2, runtime=runtime, run_dir=run_dir,
+                     on_superstep=lines.append)
     ck = Checkpoints(run_dir, keep=20)
     assert ck.supersteps() == list(range(39, 0, -3))  # every one committed, the last one too
     for ss in ck.supersteps():
@@ -175,14 +178,16 @@ def test_a_checkpoint_holds_the_state_at_its_barrier_while_the_job_goes_on(tmp_p
             for _src, _dst, _tag, payload in parts[name]["inbox"]:
                 assert np.all(payload == ss)  # a sender's buffer, as sent at that barrier
     assert all(np.all(v == 40) for v in result.values.values())
+    if not background:  # committed before the metrics line of its own barrier
+        assert [(m["superstep"] + 1, m["checkpoint"]) for m in lines if "checkpoint" in m] == \
+            [(ss, ss) for ss in range(3, 40, 3)]
     events = [json.loads(x) for x in (tmp_path / "r" / "trace" / "master.jsonl").read_text().splitlines()
               if '"event"' in x]
     assert sorted(e["superstep"] for e in events if e["event"] == "checkpoint" and e["ok"]) == list(range(3, 40, 3))
     for ss in ck.supersteps():
         if ss > 21:
             shutil.rmtree(tmp_path / "r" / "checkpoints" / f"ss-{ss:06d}")
-    resumed = run_job("contract_jobs:inplace", sets=["checkpoint_every=3", "keep_checkpoints=20"], workers=2,
-                      runtime=runtime, run_dir=run_dir, resume=True)
+    resumed = run_job("contract_jobs:inplace", sets=sets, workers=2, runtime=runtime, run_dir=run_dir, resume=True)
     assert resumed.supersteps == 40 and all(np.all(v == 40) for v in resumed.values.values())
 
 

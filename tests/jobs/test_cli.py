@@ -518,7 +518,8 @@ def test_set_values_reach_the_config(graph):
     cfg = resolve_config(job, None, [f"graph={graph}", "damping=0.5", "iterations=7", "tol=0", "mode=vertex",
                                      'output="out.tsv"', "top=3"])
     assert cfg == {"graph": str(graph), "damping": 0.5, "iterations": 7, "tol": 0.0, "mode": "vertex",
-                   "output": "out.tsv", "top": 3, "checkpoint_every": 0, "keep_checkpoints": 3}
+                   "output": "out.tsv", "top": 3, "checkpoint_every": 0, "keep_checkpoints": 3,
+                   "checkpoint_background": True}
     assert isinstance(cfg["tol"], float)  # an int given for a float key becomes a float
     cfg = resolve_config(job, None, ["damping=1", "mode='block'", "iterations=2", "iterations=5"])
     assert cfg["damping"] == 1.0 and isinstance(cfg["damping"], float)
@@ -641,7 +642,8 @@ def test_user_job_runs_and_sees_typed_config(capsys, user_module):
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["config"] == {"victim": "v1", "at": 3, "explode": False, "ratio": 2.0, "tags": ["a", 1],
-                             "extra": {"k": True}, "checkpoint_every": 0, "keep_checkpoints": 3}
+                             "extra": {"k": True}, "checkpoint_every": 0, "keep_checkpoints": 3,
+                             "checkpoint_background": True}
     assert doc["values"] == {f"v{i}": 4 for i in range(6)}
 
 

@@ -13,7 +13,8 @@ checkpoint overhead of ``dnn-dp``. Details and findings: bench/README.md.
 2. Where the time goes on the same state: sha256 alone, raw write + fsync, the part format into
    memory and to a file, ``readinto`` vs ``read_part`` vs ``inspect``, and the previous ``.npz``
    format (copied here) with the new/old speedup.
-3. ``dnn-dp`` with ``checkpoint_every=0`` vs ``10``: wall ratios, ms per checkpoint, bytes written
+3. ``dnn-dp`` with ``checkpoint_every=0`` vs ``10`` (in the background, and with
+   ``checkpoint_background=false``): wall ratios, ms per checkpoint, bytes written
    vs array bytes, arrays stored once (shared) or twice (equal contents), a cProfile per model.
 
 OMP/OPENBLAS/MKL threads are forced to 1 before numpy is imported. Progress goes to stderr,
@@ -490,11 +491,12 @@ CENSUS = ("written_bytes", "checkpoint_bytes", "array_bytes", "stored_array_byte
 def dnn_figures(root: str, configs: list[tuple[str, list[str]]], repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for label, sets in configs:
-        runs: dict[int, list[dict[str, Any]]] = {0: [], 10: []}
+        runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": [], "sync": []}
+        variants = {"off": (sets, 0), "on": (sets, 10), "sync": (sets + ["checkpoint_background=false"], 10)}
         for r in range(repeat):
-            for every in ((0, 10) if r % 2 == 0 else (10, 0)):
-                runs[every].append(dnn_run(root, sets, every))
-        off, on = runs[0], runs[10]
+            for name in (("off", "on", "sync") if r % 2 == 0 else ("sync", "on", "off")):
+                runs[name].append(dnn_run(root, *variants[name]))
+        off, on, sync = runs["off"], runs["on"], runs["sync"]
         med = lambda rs, k: statistics.median(x[k] for x in rs)  # noqa: E731
         n_ck = on[0]["checkpoints"]
         per_ck = (med(on, "outside_compute_s") - med(off, "outside_compute_s")) / max(1, n_ck)
@@ -503,6 +505,8 @@ def dnn_figures(root: str, configs: list[tuple[str, list[str]]], repeat: int) ->
                **{k: on[0].get(k) for k in CENSUS}, "runs_off": off,
                "runs_on": [{k: v for k, v in x.items() if k not in CENSUS} for x in on]}
         fig["ratio_engine"] = fig["engine_on"] / fig["engine_off"]
+        fig["engine_sync"] = med(sync, "engine_s")
+        fig["ratio_sync"] = fig["engine_sync"] / fig["engine_off"]
         fig["ratio_run_job"] = fig["run_job_on"] / fig["run_job_off"]
         fig["checkpoint_share_of_on"] = 1 - fig["engine_off"] / fig["engine_on"]
         written = sum((fig["written_bytes"] or {}).values())
@@ -571,13 +575,16 @@ def report(res: dict[str, Any]) -> str:
           f"  checks: read_part equal {b['read_part_ok']}, part sha256 == file sha256 {b['part_sha_is_file_sha']}, "
           f"inspect valid {b['inspect_valid']}, previous format equal {b['old_ok']}, previous .npz read by "
           f"partfile.unpack {b['old_readable_by_unpack']}", "",
-          f"== 3. dnn-dp on LocalRuntime (1 worker, digits), checkpoint_every=10 vs 0, median of {res['args']['repeat']}"]
+          f"== 3. dnn-dp on LocalRuntime (1 worker, digits), checkpoint_every=10 (in the background, and with "
+          f"checkpoint_background=false) vs 0, median of {res['args']['repeat']}"]
     for label, f in res["dnn"].items():
         written = f["written_bytes"] or {}
         L += [f" {label}: {' '.join(f['sets'])}  ({f['supersteps']} supersteps)",
               f"  engine wall  off {f['engine_off']:.3f} s  on {f['engine_on']:.3f} s  ratio {f['ratio_engine']:.2f}"
               f"  (checkpointing = {f['checkpoint_share_of_on'] * 100:.0f}% of the run)",
               f"  run_job wall off {f['run_job_off']:.3f} s  on {f['run_job_on']:.3f} s  ratio {f['ratio_run_job']:.2f}",
+              f"  checkpoint_background=false (written between supersteps, no copy): engine wall "
+              f"{f['engine_sync']:.3f} s  ratio {f['ratio_sync']:.2f}",
               f"  {f['checkpoints']} checkpoints, {f['per_checkpoint_s'] * 1e3:.1f} ms each as seen by the superstep "
               "loop (time outside compute, on minus off)"]
         if f.get("array_bytes"):

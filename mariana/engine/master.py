@@ -14,6 +14,7 @@ sent ABORT. Nothing else is fatal: malformed messages are dropped and counted.
 from __future__ import annotations
 
 import logging
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -343,7 +344,20 @@ class Master:
         try:
             send(self.sock, header, w.identity)
         except Unreachable:
-            raise WorkerLost(f"{w.describe()} is unreachable at superstep {self.superstep}", w.index) from None
+            code = self._exit_code(w)  # a local worker that died says more than "unreachable"
+            how = f"exited with code {code}" if code is not None else "is unreachable"
+            raise WorkerLost(f"{w.describe()} {how} at superstep {self.superstep}", w.index) from None
+
+    def _exit_code(self, w: WorkerInfo) -> int | None:
+        """The exit code of ``w`` if it is a process this master started and it has ended (its
+        connection can close a moment before it can be reaped, hence the short wait)."""
+        for child in self.children:
+            if child.pid == w.pid:
+                try:
+                    return child.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    return None
+        return None
 
     def _wait(self, condition: Callable[[], bool], timeout: float | None, what: str,
               hang_after: float | None = None) -> None:

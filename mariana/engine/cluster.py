@@ -80,7 +80,7 @@ def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, *, workers:
         endpoint = master.start()
         extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
         if secure:
-            extra += ["--server-key", security.public.decode()]
+            extra += [f"--server-key={security.public.decode()}"]  # a Z85 key may start with "-"
         host = parse_endpoint(endpoint)[0]
         for key_file in key_files or [None] * workers:
             procs += spawn_workers(endpoint, 1, host, extra + (["--key", key_file] if key_file else []))

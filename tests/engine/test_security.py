@@ -161,3 +161,21 @@ def test_fuzzing_a_secure_master_and_worker_from_an_insider_key():
     dropped = state["master"].dropped
     assert sum(dropped.values()) == 10_000, dropped
     assert dropped.get("banned", 0) > 0  # a peer past 1,000 malformed messages is ignored from then on
+
+
+def test_a_master_key_that_starts_with_a_dash_reaches_the_workers(tmp_path, monkeypatch):
+    """Z85 keys may start with "-": `run --secure` must pass such a key so that the worker's
+    argument parser takes it as a value, not as an option (it failed about one run in 85)."""
+    real = zmq.curve_keypair
+
+    def dash_first():  # the keys made in this process (the master's) start with "-"
+        while True:
+            public, secret = real()
+            if public.startswith(b"-"):
+                return public, secret
+
+    monkeypatch.setattr(zmq, "curve_keypair", dash_first)
+    out = tmp_path / "labels.tsv"
+    assert main(["run", "wcc", "--workers", "2", "--secure", "--run-dir", str(tmp_path / "run"),
+                 "--set", f"graph={GRAPH}", "--set", f"output={out}"]) == 0
+    assert len(out.read_text().splitlines()) == 59  # every vertex of the small graph labelled

@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="join a master as one worker")
     w.add_argument("--master", metavar="tcp://HOST:PORT")
     w.add_argument("--master-file", metavar="FILE", help="the master's endpoint and public key (from `mariana master`)")
-    w.add_argument("--server-key", metavar="KEY", help="the master's public key: a .key file or its z85 text")
+    w.add_argument("--server-key", metavar="KEY", help="the master's public key: a .key file or its z85 text "
+                   "(write --server-key=KEY: a key may start with '-')")
     w.add_argument("--key", metavar="FILE.key_secret", help="this worker's secret key (`mariana keys add`)")
     w.add_argument("--job", help="refuse to serve a master that runs another job")
     w.add_argument("--host", default="127.0.0.1", help="address to bind this worker's data socket on")

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import StorageError
 
-__all__ = ["MAGIC", "write_part", "stream_part", "read_part", "pack", "unpack", "is_part"]
+__all__ = ["MAGIC", "write_part", "stream_part", "read_part", "pack", "unpack"]
 
 MAGIC = b"MRNPART1"
 _REF = "__npy__"
@@ -276,10 +276,6 @@ def _walk_in(v: Any, arrays: list[np.ndarray], where: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 # whole blobs
 # ---------------------------------------------------------------------------------------------
-def is_part(data: bytes) -> bool:
-    return data[:8] == MAGIC
-
-
 def pack(obj: Any) -> bytes:
     """``obj`` as one part blob (what ``write_part`` writes to a file)."""
     buf = io.BytesIO()

@@ -82,7 +82,7 @@ def test_pagerank_resumes_from_a_checkpoint_to_identical_ranks(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "no-manifest"])
-def test_a_damaged_checkpoint_is_detected_and_resume_falls_back(tmp_path, damage, caplog):
+def test_a_damaged_checkpoint_is_detected_and_resume_falls_back(tmp_path, damage, caplog, capsys):
     argv, out = _pagerank(tmp_path, "full")
     assert main(argv) == 0
     argv, part = _pagerank(tmp_path, "cut", "--set", "checkpoint_every=10")
@@ -100,6 +100,10 @@ def test_a_damaged_checkpoint_is_detected_and_resume_falls_back(tmp_path, damage
     info = Checkpoints(RunDir(str(tmp_path / "cut"))).inspect(20)
     assert not info.valid and info.why
     assert main(["checkpoint", "list", str(tmp_path / "cut")]) == 0
+    if damage != "no-manifest":  # without --verify only the manifests are read: the damage goes unseen
+        assert main(["checkpoint", "list", "--no-verify", "--json", str(tmp_path / "cut")]) == 0
+        listed = {c["superstep"]: c for c in json.loads(capsys.readouterr().out.splitlines()[-1])}
+        assert listed[20]["valid"] and not listed[20]["verified"] and listed[20]["size"] == info.size
     assert main(["run", "--resume", str(tmp_path / "cut")]) == 0
     assert "skipping checkpoint at superstep 20" in caplog.text  # fell back to superstep 10
     assert part.read_bytes() == out.read_bytes()

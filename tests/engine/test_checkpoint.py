@@ -28,7 +28,7 @@ from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from mariana.storage.checkpoint import Checkpoints, pack, unpack
-from test_cluster import alive, children, wait_for
+from test_cluster import alive, children, reap, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -343,10 +343,7 @@ def test_a_remote_worker_that_joins_takes_over_a_lost_partition(tmp_path):
         assert master.wait(timeout=90) == 0
         assert workers[1].wait(timeout=30) == 0 and workers[2].wait(timeout=30) == 0
     finally:
-        for p in [master, *workers]:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        reap(master, *workers)
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["restarts"] == 1 and lines[-1]["test_accuracy"] > 0.9
 
@@ -363,7 +360,4 @@ def test_without_a_replacement_the_job_fails_after_the_rejoin_timeout(tmp_path):
         assert info["status"] == "failed" and "to take over worker" in info["error"] and "--rejoin-timeout" in info["error"]
         wait_for(lambda: workers[1].poll() is not None, 30, "the surviving worker to exit")
     finally:
-        for p in [master, *workers]:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        reap(master, *workers)

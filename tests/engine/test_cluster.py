@@ -46,6 +46,14 @@ def children(pid: int) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
+def reap(*procs) -> None:
+    """Kill and wait for every process of ``procs`` still running (a test's clean-up)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def wait_for(condition, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -114,10 +122,7 @@ def test_two_hosts_on_loopback(tmp_path):
         assert master.wait(timeout=60) == 0
         assert [w.wait(timeout=30) for w in workers] == [0, 0]
     finally:
-        for p in [master, *workers]:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        reap(master, *workers)
     local = tmp_path / "local.tsv"
     assert main(["run", "wcc", "--set", f"graph={GRAPH}", "--set", f"output={local}", "--run-dir", str(tmp_path / "l")]) == 0
     assert out.read_bytes() == local.read_bytes()
@@ -135,10 +140,7 @@ def test_workers_may_start_before_the_master(tmp_path):
                      "--set", f"graph={GRAPH}", "--set", "source=n0", "--set", f"output={tmp_path / 'o.tsv'}"]) == 0
         assert [w.wait(timeout=30) for w in workers] == [0, 0]
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
+        reap(*workers)
 
 
 def _forever_job(**kw):
@@ -373,10 +375,7 @@ def test_two_hosts_in_network_namespaces(two_namespaces, tmp_path):
         assert master.wait(timeout=60) == 0
         assert [w.wait(timeout=30) for w in workers] == [0, 0]
     finally:
-        for p in [master, *workers]:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        reap(master, *workers)
     local = tmp_path / "local.tsv"
     assert main(["run", "pagerank", "--set", f"graph={GRAPH}", "--set", f"output={local}",
                  "--run-dir", str(tmp_path / "l")]) == 0

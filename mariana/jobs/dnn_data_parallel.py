@@ -17,7 +17,9 @@ from ..partitioner import GroupStrategy
 from ..storage import save_params
 from ..vertices.model import build_model
 from ..vertices.optim import OPTIMIZERS, make_optimizer
-from ..vertices.training import DataReader, ParameterShardVertex, ReplicaVertex, load_dataset, shard_ranges
+from ..vertices.data import DataReader, load_dataset
+from ..vertices.exchange import ParameterShardVertex, make_topology
+from ..vertices.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
 
 DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
@@ -40,53 +42,46 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     opt = make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
                          config["eps"], config["adagrad_block"])
     init = np.concatenate([p.ravel() for _, p in model.named_params()]).astype(np.float32)
-    exchange = config["exchange"]
-    if exchange == "linear":
-        shards = [(f"shard-{i:03d}", lo, hi) for i, (lo, hi) in enumerate(shard_ranges(len(init), replicas))]
-    elif exchange == "ps":
-        shards = [(f"ps-{i:03d}", lo, hi) for i, (lo, hi) in enumerate(shard_ranges(len(init), config["ps_shards"]))]
-    else:
-        shards = [("shard-000", 0, len(init))]
-    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, shards=shards,
-                devices=_devices(config["device"], replicas))
+    topology = make_topology(config["exchange"], config["ps_shards"])
+    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, topology=topology,
+                shards=topology.shards(len(init), replicas), devices=devices(config["device"], replicas))
 
 
-def _devices(kind: str, replicas: int) -> list[str]:
-    """Replica r's device: cpu, or GPU r mod (number of GPUs) with device=cuda."""
+def devices(kind: str, count: int, of: Any = None) -> list[str]:
+    """Device of each of ``count`` compute vertices: cpu, or with device=cuda GPU ``of(i)`` mod the
+    number of GPUs (``of`` defaults to i: replica r on GPU r)."""
     if kind == "cpu":
-        return ["cpu"] * replicas
+        return ["cpu"] * count
     try:
         import cupy
 
-        count = cupy.cuda.runtime.getDeviceCount()
+        gpus = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # noqa: BLE001 - no cupy, no driver, no device: one clear message
         raise UsageError(f"device=cuda needs cupy and a CUDA device: {exc}") from None
-    return [f"cuda:{r % count}" for r in range(replicas)]
-
-
-def _group(vid: str) -> tuple[int, int]:
-    """Replica r, its reader and shard r share group r; parameter servers live with group 0."""
-    return (0, 0) if vid.startswith("ps-") else (int(vid.rsplit("-", 1)[1]), 0)
+    return [f"cuda:{(of(i) if of else i) % gpus}" for i in range(count)]
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     plan = _plan(config, bctx)
     ds, n = plan["ds"], plan["replicas"]
     replica_ids = [f"replica-{r:03d}" for r in range(n)]
-    devices = {f"replica-{r:03d}": d for r, d in enumerate(plan["devices"])}
-    g = Graph(name="dnn-dp", placement=GroupStrategy(_group, parts=1), devices=devices)
+    # replica r and its reader on group r; every shard beside the member the topology says
+    home = {s.id: (s.home, 0) for s in plan["shards"]}
+    group = {**home, **{f"{kind}-{r:03d}": (r, 0) for r in range(n) for kind in ("replica", "reader")}}
+    g = Graph(name="dnn-dp", placement=GroupStrategy(group.__getitem__, parts=1),
+              devices=dict(zip(replica_ids, plan["devices"])))
     spec, seed, classes = config["model"], config["seed"], ds.classes
     for r, rid in enumerate(replica_ids):
         reader = f"reader-{r:03d}"
         g.add_lazy(reader, lambda r=r, rid=rid, reader=reader: DataReader(
             reader, rid, ds.x_train, ds.y_train, config["batch_size"], n, r, seed, plan["total"]))
         g.add_lazy(rid, lambda r=r, rid=rid, reader=reader: ReplicaVertex(
-            rid, r, n, lambda: build_model(spec, ds.input_shape, classes, seed), reader, plan["shards"],
-            config["exchange"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
-            ds.x_test[r::n], ds.y_test[r::n], replica_ids, plan["devices"][r]))
-    for sid, lo, hi in plan["shards"]:
-        g.add_lazy(sid, lambda sid=sid, lo=lo, hi=hi: ParameterShardVertex(
-            sid, lo, hi, plan["init"], plan["opt"], replica_ids), size_hint=hi - lo)
+            rid, r, replica_ids, lambda: build_model(spec, ds.input_shape, classes, seed), reader, plan["shards"],
+            plan["topology"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
+            ds.x_test[r::n], ds.y_test[r::n], plan["devices"][r]))
+    for s in plan["shards"]:
+        g.add_lazy(s.id, lambda s=s: ParameterShardVertex(s.id, s.lo, s.hi, plan["init"], plan["opt"], replica_ids),
+                   size_hint=s.hi - s.lo)
     for name in ("loss", "test_loss", "test_accuracy"):
         g.add_aggregator(name, "wmean")
     g.add_aggregator("epoch", "max")

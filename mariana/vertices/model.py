@@ -36,7 +36,7 @@ from .layers import (
     array_module_of, to_module,
 )
 
-__all__ = ["Model", "build_model", "parse_entry", "LayerKind", "register_layer", "LAYERS", "LAYER_TYPES",
+__all__ = ["Model", "build_model", "bind_layers", "parse_entry", "LayerKind", "register_layer", "LAYERS", "LAYER_TYPES",
            "ACTIVATIONS"]
 
 log = logging.getLogger(__name__)
@@ -178,27 +178,8 @@ class Model:
         The buffers must be 1-D, of the model's dtype and length ``num_params``. Their array
         module becomes the model's (binding cupy buffers moves the model to the GPU).
         """
-        n = self.num_params
-        for what, buf in (("flat_params", flat_params), ("flat_grads", flat_grads)):
-            if buf.ndim != 1 or buf.shape[0] != n or buf.dtype != self.dtype:
-                raise ValueError(
-                    f"{what} must be 1-D {self.dtype} of length {n}, got {buf.dtype} of shape {buf.shape}"
-                )
-        xp = array_module_of(flat_params)
-        if array_module_of(flat_grads) is not xp:
-            raise ValueError("flat_params and flat_grads must live in the same array module")
-        offset = 0
-        for layer in self.layers:
-            for key in list(layer.params):
-                p, g = layer.params[key], layer.grads[key]
-                size, shape = int(p.size), p.shape
-                pv = flat_params[offset:offset + size].reshape(shape)
-                gv = flat_grads[offset:offset + size].reshape(shape)
-                pv[...] = to_module(p, xp)
-                gv[...] = to_module(g, xp)
-                layer.params[key], layer.grads[key] = pv, gv
-                offset += size
-        self.xp = xp
+        bind_layers(self.layers, flat_params, flat_grads)
+        self.xp = array_module_of(flat_params)
 
     def to(self, xp: Any) -> "Model":
         """Move every layer to array module ``xp`` (numpy or cupy); returns self.
@@ -213,6 +194,29 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.entries!r}, input_shape={self.input_shape}, classes={self.classes})"
+
+
+def bind_layers(layers: list[Layer], flat_params: Array, flat_grads: Array) -> None:
+    """``Model.bind_flat`` for any list of layers (a partition's slices, say)."""
+    n = sum(int(p.size) for layer in layers for p in layer.params.values())
+    dtype = next((p.dtype for layer in layers for p in layer.params.values()), flat_params.dtype)
+    for what, buf in (("flat_params", flat_params), ("flat_grads", flat_grads)):
+        if buf.ndim != 1 or buf.shape[0] != n or buf.dtype != dtype:
+            raise ValueError(f"{what} must be 1-D {dtype} of length {n}, got {buf.dtype} of shape {buf.shape}")
+    xp = array_module_of(flat_params)
+    if array_module_of(flat_grads) is not xp:
+        raise ValueError("flat_params and flat_grads must live in the same array module")
+    offset = 0
+    for layer in layers:
+        for key in list(layer.params):
+            p, g = layer.params[key], layer.grads[key]
+            size, shape = int(p.size), p.shape
+            pv = flat_params[offset:offset + size].reshape(shape)
+            gv = flat_grads[offset:offset + size].reshape(shape)
+            pv[...] = to_module(p, xp)
+            gv[...] = to_module(g, xp)
+            layer.params[key], layer.grads[key] = pv, gv
+            offset += size
 
 
 # -------------------------------------------------------------------------------------------

@@ -64,17 +64,17 @@ def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, 
     opt = make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
                          config["eps"], config["adagrad_block"])
     topology = make_topology(config["exchange"], config["ps_shards"])
-    make = lambda p: _plan_part(config, ds, p, P)  # noqa: E731 - one partition's plan, built where it runs
+    make = lambda p, g=0: _plan_part(config, ds, p, P, g, G)  # noqa: E731 - one partition's plan, built where it runs
     sizes = [make(p).num_params for p in range(P)]
     shards = [topology.shards(n, G, f"-p{p:02d}") for p, n in enumerate(sizes)]
     return dict(ds=ds, G=G, P=P, spe=spe, total=total, opt=opt, topology=topology, make=make, shards=shards,
                 devices=devices(config["device"], G * P, of=lambda i: i % P))
 
 
-def _plan_part(config: dict[str, Any], ds: Any, p: int, parts: int) -> Any:
+def _plan_part(config: dict[str, Any], ds: Any, p: int, parts: int, g: int, groups: int) -> Any:
     model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
     try:
-        return plan_partition(model, p, parts)
+        return plan_partition(model, p, parts, g, groups)
     except ValueError as exc:
         raise UsageError(f"cannot split the model into {parts} partitions: {exc}") from None
 
@@ -102,11 +102,11 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         graph.add_lazy(reader, lambda g=g, reader=reader, prep=prep: InputReader(
             reader, prep, ds.x_train, ds.y_train, config["batch_size"], G, g, seed, pl["total"]))
         graph.add_lazy(prep, lambda g=g, prep=prep, peers=peers: Preprocess(
-            prep, peers, ds.scale, config["mean"], config["std"], config["augment"], config["crop"], seed, g))
+            prep, peers, ds.scale, config["mean"], config["std"], config["augment"], config["crop"], seed, config["batch_size"]))
         for p in range(P):
             members = [part_id(h, p) for h in range(G)]
             graph.add_lazy(part_id(g, p), lambda g=g, p=p, peers=peers, members=members, reader=reader: PartitionVertex(
-                part_id(g, p), g, G, pl["make"](p), peers, members, pl["shards"][p], pl["topology"], pl["opt"],
+                part_id(g, p), g, G, pl["make"](p, g), peers, members, pl["shards"][p], pl["topology"], pl["opt"],
                 pl["total"], pl["spe"], _normalised(ds.x_test[g::G], config), ds.y_test[g::G], reader,
                 config["pipeline"], pl["devices"][g * P + p]))
     for p, shards in enumerate(pl["shards"]):
@@ -193,7 +193,7 @@ JOB = Job(
         Key("eps", 1e-8, "float", "AdaGrad epsilon"),
         Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
         Key("batch_size", 64, "int", "global batch size (split equally over groups)"),
-        Key("epochs", 10, "int", "passes over the training set"),
+        Key("epochs", 20, "int", "passes over the training set"),
         Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
         Key("seed", 0, "int", "seed of the split, the initialisation, the batch order and augmentation"),
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),

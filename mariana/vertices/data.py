@@ -28,7 +28,7 @@ from ..engine import Context, Message, Vertex
 from ..errors import StorageError, UsageError
 from ..storage import read_bytes
 
-__all__ = ["Dataset", "load_dataset", "batch_indices", "DataReader", "InputReader", "Preprocess", "decode"]
+__all__ = ["Dataset", "load_dataset", "batch_indices", "batch_rows", "DataReader", "InputReader", "Preprocess", "decode"]
 
 
 @dataclass
@@ -124,12 +124,21 @@ def batch_indices(seed: int, epoch_size: int, global_batch: int, step: int, star
     framework sees the same samples for the same step; ``cache`` (a one-item list) keeps the
     current epoch's permutation.
     """
+    return batch_rows(seed, epoch_size, global_batch, step, start, count, cache)[0]
+
+
+def batch_rows(seed: int, epoch_size: int, global_batch: int, step: int, start: int, count: int,
+               cache: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``batch_indices`` and, for each, its position in the global batch (which row of a
+    whole-batch dropout mask is its own, however the batch is split)."""
     steps_per_epoch = epoch_size // global_batch
     epoch, k = divmod(step, steps_per_epoch)
     if not cache or cache[0][0] != epoch:
         cache[:] = [(epoch, np.random.default_rng([seed, epoch]).permutation(epoch_size))]
     begin = k * global_batch + start
-    return np.sort(cache[0][1][begin:begin + count])
+    segment = cache[0][1][begin:begin + count]
+    order = np.argsort(segment, kind="stable")
+    return segment[order], start + order
 
 
 class DataReader(Vertex):
@@ -166,10 +175,12 @@ class DataReader(Vertex):
 
 # -- the input pipeline of cnn-hybrid ---------------------------------------------------------------
 def decode(x: np.ndarray, scale: float, mean: float, std: float, crop: int, rng: np.random.Generator | None,
-           flip: bool) -> np.ndarray:
+           flip: bool, rows: np.ndarray | None = None, total: int = 0) -> np.ndarray:
     """Raw samples (N, C, H, W) -> float32 ``(x * scale - mean) / std``; with ``rng``, a random
     crop of ``crop`` pixels per side (zero padding, as in CIFAR training) and, if ``flip``, a
-    random horizontal flip per sample, drawn in sample order."""
+    random horizontal flip per sample. The draws are made for ``total`` samples (the global
+    batch) and sample i takes draw ``rows[i]`` (its position there), so however a batch is split
+    over groups every sample gets the same crop and flip."""
     out = x.astype(np.float32)
     if scale != 1.0:
         out *= np.float32(scale)
@@ -180,8 +191,10 @@ def decode(x: np.ndarray, scale: float, mean: float, std: float, crop: int, rng:
     if rng is None:
         return out
     n, _, h, w = out.shape
-    shifts = rng.integers(-crop, crop + 1, size=(n, 2)) if crop else np.zeros((n, 2), dtype=np.int64)
-    flips = rng.random(n) < 0.5 if flip else np.zeros(n, dtype=bool)
+    rows = np.arange(n) if rows is None else rows
+    total = max(total, n)
+    shifts = rng.integers(-crop, crop + 1, size=(total, 2))[rows] if crop else np.zeros((n, 2), dtype=np.int64)
+    flips = (rng.random(total) < 0.5)[rows] if flip else np.zeros(n, dtype=bool)
     if crop:
         padded = np.zeros(out.shape[:2] + (h + 2 * crop, w + 2 * crop), dtype=np.float32)
         padded[:, :, crop:crop + h, crop:crop + w] = out
@@ -210,9 +223,9 @@ class InputReader(Vertex):
         for m in messages:  # requests, in the order the consumer made them
             step = int(m.payload)
             if step < self.total_steps:
-                idx = batch_indices(self.seed, len(self.x), self.global_batch, step, self.group * self.local,
-                                    self.local, self._perm)
-                ctx.send(self.preprocess, {"step": step, "x": self.x[idx], "y": self.y[idx]}, tag="raw")
+                idx, pos = batch_rows(self.seed, len(self.x), self.global_batch, step, self.group * self.local,
+                                      self.local, self._perm)
+                ctx.send(self.preprocess, {"step": step, "x": self.x[idx], "y": self.y[idx], "pos": pos}, tag="raw")
                 self.value = step
         ctx.vote_to_halt()
 
@@ -220,26 +233,28 @@ class InputReader(Vertex):
 class Preprocess(Vertex):
     """Raw samples -> the float32 batch every partition of the group trains on.
 
-    Augmentation draws from ``default_rng([seed, group, step])``, so it does not depend on when
-    or where a batch is decoded (pipelined or not, any placement, after a rollback).
+    Augmentation draws from ``default_rng([seed, step])`` for the whole global batch of
+    ``batch_size`` samples, each sample taking the draw of its position: it does not depend on
+    when or where a batch is decoded (pipelined or not, any placement or number of groups, after
+    a rollback).
     """
 
     def __init__(self, id: str, consumers: list[str], scale: float, mean: float, std: float, augment: bool,
-                 crop: int, seed: int, group: int) -> None:
+                 crop: int, seed: int, batch_size: int) -> None:
         super().__init__(id, -1)
         self.consumers, self.scale, self.mean, self.std = consumers, scale, mean, std
-        self.augment, self.crop, self.seed, self.group = augment, crop, seed, group
+        self.augment, self.crop, self.seed, self.batch_size = augment, crop, seed, batch_size
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         for m in messages:
             step = int(m.payload["step"])
-            rng = np.random.default_rng([self.seed, self.group, step]) if self.augment else None
+            rng = np.random.default_rng([self.seed, step]) if self.augment else None
             x = m.payload["x"]
             if x.ndim == 4:
-                x = decode(x, self.scale, self.mean, self.std, self.crop, rng, flip=True)
+                x = decode(x, self.scale, self.mean, self.std, self.crop, rng, True, m.payload["pos"], self.batch_size)
             else:  # flat samples: decoding only
                 x = decode(x, self.scale, self.mean, self.std, 0, None, flip=False)
-            batch = {"step": step, "x": x, "y": m.payload["y"]}
+            batch = {"step": step, "x": x, "y": m.payload["y"], "pos": m.payload["pos"]}
             for c in self.consumers:
                 ctx.send(c, batch, tag="batch")
             self.value = step

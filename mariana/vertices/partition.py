@@ -45,12 +45,19 @@ __all__ = ["Stage", "PartitionPlan", "plan_partition", "SliceDropout", "Partitio
 
 
 class SliceDropout(Layer):
-    """Dropout on slice ``p`` of ``parts`` along axis 1: the whole activation's mask, sliced."""
+    """Dropout on this partition's block of the global activation: the whole mask, sliced.
 
-    def __init__(self, inner: Dropout, p: int, parts: int) -> None:
+    ``rows`` (set before each training forward) are the positions of this group's samples in
+    the global batch, partition ``p`` of ``parts`` holds slice p of axis 1: the mask is drawn for
+    ``(n groups, c parts, ...)`` and cut, so any number of groups and partitions gives the
+    masks of one unsplit model trained on the whole batch.
+    """
+
+    def __init__(self, inner: Dropout, p: int = 0, parts: int = 1, group: int = 0, groups: int = 1) -> None:
         super().__init__()
-        self.inner, self.p, self.parts = inner, p, parts
+        self.inner, self.p, self.parts, self.group, self.groups = inner, p, parts, group, groups
         self.rng = inner.rng
+        self.rows: Any = None
         self._mask: Array | None = None
 
     def forward(self, x: Array, train: bool = True) -> Array:
@@ -58,9 +65,10 @@ class SliceDropout(Layer):
             self._mask = None
             return x
         xp = array_module_of(x)
-        n = x.shape[1]
-        keep = self.rng.random((x.shape[0], n * self.parts, *x.shape[2:])) >= self.inner.p
-        keep = keep[:, self.p * n:(self.p + 1) * n]
+        n, c = x.shape[:2]
+        keep = self.rng.random((n * self.groups, c * self.parts, *x.shape[2:])) >= self.inner.p
+        rows = np.arange(n) if self.rows is None else self.rows
+        keep = keep[rows, self.p * c:(self.p + 1) * c]
         self._mask = xp.asarray((keep / (1.0 - self.inner.p)).astype(x.dtype))
         return x * self._mask
 
@@ -96,8 +104,9 @@ class PartitionPlan:
         return sum(int(a.size) for layer in self.layers for a in layer.params.values())
 
 
-def plan_partition(model: Model, p: int, parts: int) -> PartitionPlan:
-    """Cut ``model`` (a freshly built unsplit model) into partition ``p`` of ``parts``.
+def plan_partition(model: Model, p: int, parts: int, group: int = 0, groups: int = 1) -> PartitionPlan:
+    """Cut ``model`` (a freshly built unsplit model) into partition ``p`` of ``parts`` of group
+    ``group`` of ``groups`` (the group only matters to dropout masks).
 
     Raises ValueError naming the layer whose output size is not divisible by ``parts``.
     """
@@ -116,8 +125,9 @@ def plan_partition(model: Model, p: int, parts: int) -> PartitionPlan:
             stages[-1].layers.append(piece)
             names += [(f"{entry}.{key}", type(layer)) for key in piece.params]
             sliced = True
-        elif isinstance(layer, Dropout) and sliced and parts > 1:
-            stages[-1].layers.append(SliceDropout(layer, p, parts))
+        elif isinstance(layer, Dropout):
+            stages[-1].layers.append(SliceDropout(layer, p, parts, group, groups) if sliced
+                                     else SliceDropout(layer, 0, 1, group, groups))
         else:
             stages[-1].layers.append(layer)
     if stages[0].head < 0:
@@ -241,6 +251,9 @@ class PartitionVertex(SyncedMember, Vertex):
         assert batch["step"] == self.step, (batch["step"], self.step)
         self.phase, self.act, self.labels = "train", self.xp.asarray(batch["x"]), batch["y"]
         self.stage, self.backward = 0, False
+        for layer in self.plan.layers:
+            if isinstance(layer, SliceDropout):
+                layer.rows = batch.get("pos")
         if self.depth:
             self._request(ctx, self.step + self.depth)
         return True

@@ -33,7 +33,8 @@ from .layers import to_module
 from .optim import Optimizer, replica_stats
 
 __all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology",
-           "SyncedMember", "ParameterShardVertex", "shard_ranges", "tree_children", "tree_parent"]
+           "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
+           "tree_parent"]
 
 
 def shard_ranges(num_params: int, shards: int, align: int = 16) -> list[tuple[int, int]]:
@@ -239,3 +240,67 @@ class ParameterShardVertex(Vertex):
 
     def size_hint(self) -> int:
         return self.hi - self.lo
+
+
+class ParameterServerVertex(Vertex):
+    """Server ``s`` of S: owns segment s of every partition's flat vector (cpu-cluster).
+
+    Members of partition k are partition k of every group; they use the ``ParameterServer``
+    topology (``ps-NNN`` ids), so each sends server s its slice ``shard_ranges(len_k, S)[s]``.
+    Per partition the server sums the members' slices in member order, applies the optimizer
+    elementwise and sends the fresh slice back, exactly as ``ParameterShardVertex`` does: S
+    servers give the parameters of one. With ``counters`` it reports the bytes it exchanged
+    as the aggregate ``counter/ID/bytes``.
+    """
+
+    static_attributes = ("optimizer", "members", "partition_of")
+
+    def __init__(self, id: str, segments: list[tuple[int, int, int]], inits: list[np.ndarray], optimizer: Optimizer,
+                 members: list[list[str]], counters: bool = False) -> None:
+        super().__init__(id, None)
+        self.segments = [list(s) for s in segments]  # [k, lo, hi]
+        self.values = [np.array(inits[k][lo:hi], dtype=np.float32) for k, lo, hi in segments]
+        self.optimizer, self.members = optimizer, members
+        self.states = [optimizer.init_state(v) for v in self.values]
+        self.partition_of = {m: k for k, ids in enumerate(members) for m in ids}
+        self.counters = counters
+        self.updates = 0
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        by_part: dict[int, list[dict[str, Any]]] = {}
+        for m in messages:
+            if m.tag == "grad":
+                by_part.setdefault(self.partition_of[m.src], []).append(m.payload)
+        moved = 0
+        for i, (k, lo, _) in enumerate(self.segments):
+            grads = by_part.get(k)
+            if not grads:
+                continue
+            g = grads[0]["g"] if len(grads) == 1 else np.array(grads[0]["g"], dtype=np.float32)
+            stats = grads[0].get("s")
+            if len(grads) > 1 and stats is not None:
+                stats = np.array(stats, dtype=np.float32)
+            for other in grads[1:]:  # in member order (message order is by source id)
+                np.add(g, other["g"], out=g)
+                if stats is not None:
+                    np.add(stats, other["s"], out=stats)
+            self.optimizer.step(self.values[i], g, self.states[i], stats)
+            for member in self.members[k]:
+                ctx.send(member, {"lo": lo, "p": self.values[i]}, tag="param")
+            moved += sum(p["g"].nbytes + (p["s"].nbytes if "s" in p else 0) for p in grads)
+            moved += self.values[i].nbytes * len(self.members[k])
+        if by_part:
+            self.updates += 1
+            if self.counters:
+                ctx.aggregate(f"counter/{self.id}/bytes", moved)
+        ctx.vote_to_halt()
+
+    def result(self) -> dict[str, Any]:
+        return {"segments": self.segments, "values": self.values, "updates": self.updates}
+
+    def params_snapshot(self) -> dict[str, Any]:
+        """This server's segments of the model, for ``RUN/params/ss-NNNNNN/``."""
+        return self.result()
+
+    def size_hint(self) -> int:
+        return sum(hi - lo for _, lo, hi in self.segments)

@@ -167,7 +167,7 @@ class PartitionVertex(SyncedMember, Vertex):
     def __init__(self, id: str, group: int, groups: int, plan: PartitionPlan, peers: list[str], members: list[str],
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, total_steps: int,
                  steps_per_epoch: int, x_test: np.ndarray, y_test: np.ndarray, requests: str | None,
-                 depth: int, device: str = "cpu", classes: int = 0) -> None:
+                 depth: int, device: str = "cpu", report_to: str | None = None, counters: bool = False) -> None:
         super().__init__(id, None)
         self.device, self.xp = device, array_module(device)
         self.group, self.groups, self.plan, self.peers = group, groups, plan, peers
@@ -175,6 +175,8 @@ class PartitionVertex(SyncedMember, Vertex):
         self.total_steps, self.steps_per_epoch = total_steps, steps_per_epoch
         self.x_test, self.y_test = x_test, y_test
         self.requests, self.depth = requests, depth
+        self.report_to, self.counters = report_to, counters
+        self.sent_bytes = 0  # this compute's bytes out (transfers and gradients), for counters
         self.scale = 1.0 / groups
         self.loss_layer = SoftmaxCrossEntropy()
         with on_device(device):
@@ -210,6 +212,9 @@ class PartitionVertex(SyncedMember, Vertex):
                 elif self.take_exchange(ctx, m) and m.tag == "param" and self.params_ready:
                     self.eval_due = self.step == self.total_steps or self.step % self.steps_per_epoch == 0
             self._advance(ctx)
+        if self.counters and self.sent_bytes:
+            ctx.aggregate(f"counter/g{self.group:02d}/bytes", self.sent_bytes)
+        self.sent_bytes = 0
         ctx.vote_to_halt()
 
     def _advance(self, ctx: Context) -> None:
@@ -287,7 +292,9 @@ class PartitionVertex(SyncedMember, Vertex):
             return
         n = len(self.labels)
         loss = self.loss_layer.forward(logits, self.xp.asarray(self.labels))
-        if self.part == 0:
+        if self.part == 0 and self.report_to is not None:  # the coordinator gathers it
+            ctx.send(self.report_to, {"step": self.step, "loss": loss, "n": n}, tag="loss")
+        elif self.part == 0:
             ctx.aggregate("loss", (loss * n, n))
         d = self.loss_layer.backward()
         width = d.shape[1] // self.parts
@@ -302,6 +309,7 @@ class PartitionVertex(SyncedMember, Vertex):
         if not self.depth:
             self._request(ctx, self.step)
         self.push_gradients(ctx)
+        self.sent_bytes += self.grad.nbytes
 
     # -- transfers ------------------------------------------------------------------------------
     def _transfer(self, ctx: Context, kind: str, x: Any) -> None:
@@ -316,6 +324,7 @@ class PartitionVertex(SyncedMember, Vertex):
             for q, peer in enumerate(self.peers):
                 if q != self.part:
                     ctx.send(peer, {"from": self.part, "a": host}, tag="xfer")
+            self.sent_bytes += host.nbytes * (self.parts - 1)
             return
         width = x.shape[1] // self.parts
         for q, peer in enumerate(self.peers):
@@ -323,7 +332,9 @@ class PartitionVertex(SyncedMember, Vertex):
             if q == self.part:
                 self.mine = piece
             else:
-                ctx.send(peer, {"from": self.part, "a": to_module(self.xp.ascontiguousarray(piece), np)}, tag="xfer")
+                piece = to_module(self.xp.ascontiguousarray(piece), np)
+                ctx.send(peer, {"from": self.part, "a": piece}, tag="xfer")
+                self.sent_bytes += piece.nbytes
 
     def _combine(self) -> Any:
         kind, mine, xp = self.awaiting, self.mine, self.xp

@@ -1,0 +1,203 @@
+"""``mariana run cpu-cluster``: the CPU-cluster DNN framework (Mariana framework 3) as a vertex graph.
+
+Per worker group: a Coordinator vertex (mini-batches out, loss in, counters) and K worker
+vertices, each holding slice k of every layer (model parallelism across processes or hosts:
+the partitioned layers and transfer messages of cnn-hybrid, ``vertices/partition.py``). S
+parameter-server vertices each own segment s of every worker slice's parameters, apply the
+optimizer and persist their segments to the run directory at every checkpoint
+(``RUN/params/``, through fsspec). Data parallelism across groups; master compute keeps the
+data ledger that assigns each step's data shards to the groups (``vertices/coordinator.py``).
+
+Placement: worker k of group g on process g*K+k, the coordinator beside worker 0 of its group,
+server s on process s mod N.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine import Graph, RunResult
+from ..errors import UsageError
+from ..partitioner import GroupStrategy
+from ..storage import save_params
+from ..vertices.coordinator import Coordinator, DataLedger
+from ..vertices.data import load_dataset
+from ..vertices.exchange import ParameterServer, ParameterServerVertex
+from ..vertices.model import build_model
+from ..vertices.optim import OPTIMIZERS, make_optimizer
+from ..vertices.partition import PartitionVertex, join_params, plan_partition
+from .dnn_data_parallel import DEFAULT_MODEL
+from .registry import BuildContext, Job, Key
+
+
+def worker_id(g: int, k: int) -> str:
+    return f"w-g{g:02d}-k{k:02d}"
+
+
+def plan(config: dict[str, Any]) -> dict[str, Any]:
+    """Everything the graph, the finisher and the exporter need, validated (one UsageError each)."""
+    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
+    G, K, S, B = config["groups"], config["workers_per_group"], config["param_servers"], config["batch_size"]
+    for key, v in (("groups", G), ("workers_per_group", K), ("param_servers", S)):
+        if v < 1:
+            raise UsageError(f"config key '{key}' must be >= 1, got {v}")
+    if B % G:
+        raise UsageError(f"batch_size {B} is not divisible by groups {G}: each group needs an equal share")
+    if B > len(ds.x_train):
+        raise UsageError(f"batch_size {B} is larger than the training set ({len(ds.x_train)} samples)")
+    spe = len(ds.x_train) // B
+    total = config["steps"] or config["epochs"] * spe
+    opt = make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
+                         config["eps"], config["adagrad_block"])
+
+    def make(k: int, g: int = 0) -> Any:
+        model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
+        try:
+            return plan_partition(model, k, K, g, G)
+        except ValueError as exc:
+            raise UsageError(f"cannot split the model over {K} workers per group: {exc}") from None
+
+    topology = ParameterServer(S)
+    shards = [topology.shards(make(k).num_params, G) for k in range(K)]  # ps-000.. for every slice k
+    return dict(ds=ds, G=G, K=K, S=S, spe=spe, total=total, opt=opt, make=make, topology=topology, shards=shards)
+
+
+def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
+    pl = plan(config)
+    ds, G, K, S = pl["ds"], pl["G"], pl["K"], pl["S"]
+    where: dict[str, tuple[int, int]] = {f"ps-{s:03d}": (0, s) for s in range(S)}
+    for g in range(G):
+        where[f"coord-g{g:02d}"] = (g, 0)
+        where.update({worker_id(g, k): (g, k) for k in range(K)})
+    graph = Graph(name="cpu-cluster", placement=GroupStrategy(where.__getitem__, K, G))
+    members = [[worker_id(g, k) for g in range(G)] for k in range(K)]
+    for g in range(G):
+        peers = [worker_id(g, k) for k in range(K)]
+        coord = f"coord-g{g:02d}"
+        graph.add_lazy(coord, lambda g=g, coord=coord, peers=peers: Coordinator(
+            coord, g, G, peers, ds.x_train, ds.y_train, config["batch_size"], config["seed"], pl["total"],
+            log_samples=config["log_samples"]))
+        for k in range(K):
+            graph.add_lazy(worker_id(g, k), lambda g=g, k=k, peers=peers, coord=coord: PartitionVertex(
+                worker_id(g, k), g, G, pl["make"](k, g), peers, members[k], pl["shards"][k], pl["topology"],
+                pl["opt"], pl["total"], pl["spe"], ds.x_test[g::G], ds.y_test[g::G], None, 0,
+                report_to=coord, counters=True))
+    for s in range(S):
+        segments = [(k, pl["shards"][k][s].lo, pl["shards"][k][s].hi) for k in range(K)]
+        graph.add_lazy(f"ps-{s:03d}", lambda s=s, segments=segments: ParameterServerVertex(
+            f"ps-{s:03d}", segments, [_flat(pl["make"](k)) for k in range(K)], pl["opt"], members, counters=True),
+            size_hint=sum(hi - lo for _, lo, hi in segments))
+    graph.master_compute = DataLedger(G, pl["spe"], pl["total"])
+    for name in ("loss", "test_loss", "test_accuracy"):
+        graph.add_aggregator(name, "wmean")
+    graph.add_aggregator("epoch", "max")
+    graph.add_aggregator("want", "min")
+    for name in ["counter/samples", *(f"counter/ps-{s:03d}/bytes" for s in range(S)),
+                 *(f"counter/g{g:02d}/bytes" for g in range(G))]:
+        graph.add_aggregator(name, "sum")
+    if config["log_samples"]:
+        graph.add_aggregator("samples_served", _merge_served)
+    return graph
+
+
+def _merge_served(a: Any, b: Any) -> dict[str, list[int]]:
+    """``samples_served``: sample ids by epoch (``[epoch, ids]`` items or merged dicts)."""
+    out: dict[str, list[int]] = {}
+    for part in (a, b):
+        items = part.items() if isinstance(part, dict) else [(str(part[0]), part[1])]
+        for epoch, ids in items:
+            out.setdefault(epoch, []).extend(ids)
+    return out
+
+
+def _flat(part_plan: Any) -> np.ndarray:
+    return np.concatenate([a.ravel() for layer in part_plan.layers for a in layer.params.values()]).astype(np.float32)
+
+
+def _assemble(servers: list[dict[str, Any]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The unsplit model's named tensors from every server's segments."""
+    if not servers:
+        return []
+    pl = plan(config)
+    pieces: dict[int, list[tuple[int, np.ndarray]]] = {k: [] for k in range(pl["K"])}
+    for st in servers:
+        for (k, lo, _), value in zip(st["segments"], st["values"]):
+            pieces[int(k)].append((int(lo), np.asarray(value)))
+    flats = [np.concatenate([v for _, v in sorted(pieces[k], key=lambda item: item[0])]) for k in range(pl["K"])]
+    return join_params([pl["make"](k) for k in range(pl["K"])], flats)
+
+
+def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    return _assemble([v for vid, v in sorted(result.values.items()) if vid.startswith("ps-")], config)
+
+
+def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The model held by the servers' checkpointed states or snapshots (``mariana params export``)."""
+    return _assemble([st for _, st in sorted(states.items()) if "segments" in st], config)
+
+
+def counters(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals of every ``counter/...`` aggregate and samples per second of superstep wall time."""
+    totals: dict[str, float] = {}
+    for line in metrics:
+        for key, value in line.items():
+            if key.startswith("counter/") and isinstance(value, (int, float)):
+                totals[key[len("counter/"):]] = totals.get(key[len("counter/"):], 0) + value
+    wall = sum(line.get("wall_s", 0.0) for line in metrics)
+    out: dict[str, Any] = {k: int(v) for k, v in sorted(totals.items())}
+    if wall > 0 and "samples" in totals:
+        out["samples_per_s"] = round(totals["samples"] / wall, 1)
+    return out
+
+
+def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
+    params = final_params(result, config)
+    if run_dir is not None:
+        save_params(run_dir, params, job="cpu-cluster", supersteps=result.supersteps)
+    evals = [m for m in result.metrics if "test_accuracy" in m]
+    last = evals[-1] if evals else {}
+    steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith("w-")), default=0)
+    acc, loss = last.get("test_accuracy"), last.get("test_loss")
+    count = counters(result.metrics)
+    text = (f"cpu-cluster: {steps} steps on {config['groups']} group(s) x {config['workers_per_group']} worker(s), "
+            f"{config['param_servers']} parameter server(s), optimizer={config['optimizer']}, "
+            f"{result.supersteps} supersteps, {result.wall_s:.1f}s\n")
+    text += f"counters: {', '.join(f'{k} {v}' for k, v in count.items())}\n"
+    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
+    return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss, "counters": count,
+                  "params": {name: list(p.shape) for name, p in params}}
+
+
+JOB = Job(
+    name="cpu-cluster",
+    description="CPU-cluster DNN: coordinators + model-parallel workers + parameter servers (Mariana framework 3)",
+    keys=(
+        Key("data", "digits", "str", "'digits' (bundled 8x8 handwritten digits) or an .npz with arrays x and y at any URL"),
+        Key("model", DEFAULT_MODEL, "list", "layers as dnn-dp: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], "
+                                            "maxpool:K, flatten, dropout:P, relu|tanh|sigmoid"),
+        Key("groups", 1, "int", "worker groups (data parallelism)"),
+        Key("workers_per_group", 2, "int", "worker vertices per group, each holding a slice of every layer"),
+        Key("param_servers", 1, "int", "parameter-server vertices (each owns a segment of every slice)"),
+        Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
+        Key("lr", 0.05, "float", "learning rate"),
+        Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
+        Key("weight_decay", 0.0, "float", "L2 weight decay"),
+        Key("eps", 1e-8, "float", "AdaGrad epsilon"),
+        Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
+        Key("batch_size", 64, "int", "global batch size (split equally over groups)"),
+        Key("epochs", 20, "int", "passes over the training set"),
+        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
+        Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
+        Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
+        Key("classes", 0, "int", "number of classes (0: max label + 1)"),
+        Key("log_samples", False, "bool", "write the sample ids each epoch trained to metrics.jsonl (an audit)"),
+    ),
+    build=build,
+    finish=finish,
+    progress_metric="loss",
+    export=export_params,
+)
+
+__all__ = ["JOB", "counters", "final_params", "export_params"]

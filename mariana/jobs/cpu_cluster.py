@@ -22,6 +22,7 @@ from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..storage import save_params
+from ..trace.analyze import counters
 from ..vertices.coordinator import Coordinator, DataLedger
 from ..vertices.data import load_dataset
 from ..vertices.exchange import ParameterServer, ParameterServerVertex
@@ -138,20 +139,6 @@ def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[
     return _assemble([st for _, st in sorted(states.items()) if "segments" in st], config)
 
 
-def counters(metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    """Totals of every ``counter/...`` aggregate and samples per second of superstep wall time."""
-    totals: dict[str, float] = {}
-    for line in metrics:
-        for key, value in line.items():
-            if key.startswith("counter/") and isinstance(value, (int, float)):
-                totals[key[len("counter/"):]] = totals.get(key[len("counter/"):], 0) + value
-    wall = sum(line.get("wall_s", 0.0) for line in metrics)
-    out: dict[str, Any] = {k: int(v) for k, v in sorted(totals.items())}
-    if wall > 0 and "samples" in totals:
-        out["samples_per_s"] = round(totals["samples"] / wall, 1)
-    return out
-
-
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     params = final_params(result, config)
     if run_dir is not None:
@@ -187,7 +174,7 @@ JOB = Job(
         Key("eps", 1e-8, "float", "AdaGrad epsilon"),
         Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
         Key("batch_size", 64, "int", "global batch size (split equally over groups)"),
-        Key("epochs", 20, "int", "passes over the training set"),
+        Key("epochs", 8, "int", "passes over the training set"),
         Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
         Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),

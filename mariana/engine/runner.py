@@ -41,18 +41,12 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
     if runtime not in RUNTIMES:
         raise UsageError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
 
-    def record(line: dict[str, Any]) -> None:
-        if run_dir is not None:
-            run_dir.append_jsonl("metrics.jsonl", [line])
-        if on_superstep is not None:
-            on_superstep(line)
-
     checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
     tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
     start = resume_point(run_dir, keep_checkpoints, load=True) if resume else None
     spy = Capture(capture, run_dir, capture_limit_mb << 20) if capture and run_dir is not None else None
-    return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start,
-                                                       tracer, spy, checkpoint_background)
+    return LocalRuntime(graph, workers, placement).run(max_supersteps, on_superstep, checkpoints, checkpoint_every,
+                                                       start, tracer, spy, checkpoint_background, run_dir)
 
 
 def resume_point(run_dir: RunDir | None, keep: int = 3, load: bool = False) -> CheckpointInfo:

@@ -458,7 +458,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
                              "and its own secret key (--key)")
         security = Security.for_worker(args.key, load_public(server_key))
-    return Worker(master, args.host, args.connect_timeout, args.max_message_mb << 20, security, args.job).run()
+    from .launch import build_graph
+
+    return Worker(master, build_graph, args.host, args.connect_timeout, args.max_message_mb << 20, security,
+                  args.job).run()
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

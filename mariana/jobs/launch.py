@@ -9,7 +9,7 @@ from ..engine import run as engine_run
 from ..errors import UsageError
 from .registry import BuildContext, Job, get_job, resolve_config
 
-__all__ = ["run_job", "RUNTIMES"]
+__all__ = ["run_job", "build_graph", "RUNTIMES"]
 
 RUNTIMES = ("local", "cluster")
 
@@ -52,3 +52,10 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
                        on_superstep=on_superstep, run_dir=run_dir, checkpoint_every=every, keep_checkpoints=keep,
                        resume=start, trace=trace, capture=capture, capture_limit_mb=capture_limit_mb,
                        **cluster_options)
+
+
+def build_graph(job_name: str, config: dict[str, Any], workers: int, placement: Any = None) -> Any:
+    """The graph of job ``job_name`` for ``workers`` partitions: what a cluster worker builds
+    from its WELCOME (``engine.worker.GraphBuilder``)."""
+    job = get_job(job_name)
+    return job.build(resolve_config(job, config), BuildContext(workers, placement))

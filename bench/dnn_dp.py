@@ -367,7 +367,7 @@ def split(details: list[dict[str, Any]], steps: int, warm: int) -> dict[str, Any
     return out
 
 
-TRACE_PHASES = ("compute_s", "combine_s", "encode_s", "send_s", "wait_s", "barrier_s")
+TRACE_PHASES = ("compute_s", "combine_s", "encode_s", "send_s", "wait_s", "barrier_s")  # mariana.engine.tracing.PHASES + "_s" (numpy may not be imported yet here)
 
 
 def trace_breakdown(run_dir: str, steps: int, warm: int, workers: int) -> dict[str, Any]:

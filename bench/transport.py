@@ -449,12 +449,13 @@ def profile_bigarray(elements: int, steps: int, outdir: str) -> dict[str, Any]:
     """Master in this process (as ``run_cluster`` does), workers as ``python -m cProfile ... worker``."""
     from mariana.engine.cluster import stop_processes
     from mariana.engine.master import Master
+    from mariana.engine.options import RunOptions
     from mariana.jobs.registry import BuildContext, get_job, resolve_config
 
     name = "transport_jobs:bigarray"
     job = get_job(name)
     cfg = resolve_config(job, None, [f"elements={elements}", f"supersteps={steps}"])
-    master = Master(name, cfg, job.build(cfg, BuildContext(2, None)), workers=2)
+    master = Master(name, cfg, job.build(cfg, BuildContext(2, None)), RunOptions(workers=2))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     procs: list[subprocess.Popen] = []

@@ -48,7 +48,7 @@ class LocalExchange:
             done.arrival = stop - start  # as if the partitions had run side by side
             if self.trace:
                 done.trace = {"host": _HOST, "pid": os.getpid(), "start": start, "end": stop,
-                              **{k: 0.0 for k in PHASES}, **done.trace,
+                              **{f"{k}_s": 0.0 for k in PHASES}, **done.trace,
                               "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0}
             outs.append(batches)
             dones.append(done)

@@ -26,10 +26,10 @@ from ..errors import MarianaError, ProtocolError, StorageError, VertexError
 from ..messages.kinds import Kind
 from ..messages import wire
 from ..messages.wire import DropCounter
-from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .checkpointing import commit, report
 from .driver import Driver
+from .options import RunOptions
 from .result import RunResult
 from .superstep import Begin, Coordinator, Done
 from .tracing import TraceWriter, rewind
@@ -77,38 +77,32 @@ class Master:
     ``rejoin_timeout`` takes the lost partition.
     """
 
-    def __init__(self, job_name: str, config: dict[str, Any], graph: Any, *, workers: int,
-                 placement: str | None = None, bind: str = "tcp://127.0.0.1:0", heartbeat_interval: float = 0.5,
-                 worker_timeout: float = 10.0, join_timeout: float = 120.0, max_supersteps: int | None = None,
-                 on_superstep: Callable[[dict[str, Any]], None] | None = None,
-                 max_message_bytes: int = 1 << 30, run_dir: RunDir | None = None, checkpoint_every: int | None = None,
-                 keep_checkpoints: int = 3, resume: CheckpointInfo | None = None, max_restarts: int = 3,
-                 rejoin_timeout: float = 60.0, respawn: Callable[[], Any] | None = None, trace: bool = True,
-                 capture: str | None = None, capture_limit_mb: int = 64,
-                 superstep_timeout: float | None = None, security: Any = None,
-                 max_malformed: int = 1000) -> None:
+    def __init__(self, job_name: str, config: dict[str, Any], graph: Any, options: RunOptions, *,
+                 security: Any = None, resume: CheckpointInfo | None = None,
+                 respawn: Callable[[], Any] | None = None) -> None:
+        o = self.options = options
         self.job_name, self.config, self.graph = job_name, config, graph
-        self.workers, self.placement = workers, placement
-        self.bind = bind
-        self.heartbeat_interval, self.worker_timeout, self.join_timeout = heartbeat_interval, worker_timeout, join_timeout
-        self.max_supersteps = max_supersteps
-        self.on_superstep = on_superstep
-        self.run_dir = run_dir
-        self.checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
-        self.checkpoint_every, self.resume = checkpoint_every, resume
-        self.background = bool(config.get("checkpoint_background", True))
-        self.max_restarts, self.rejoin_timeout, self.respawn = max_restarts, rejoin_timeout, respawn
+        self.workers, self.placement = o.workers, o.placement
+        self.bind = o.bind
+        self.heartbeat_interval, self.worker_timeout, self.join_timeout = o.heartbeat_interval, o.worker_timeout, o.join_timeout
+        self.max_supersteps = o.max_supersteps
+        self.on_superstep = o.on_superstep
+        self.run_dir = run_dir = o.run_dir
+        self.checkpoints = Checkpoints(run_dir, o.keep_checkpoints) if run_dir is not None else None
+        self.checkpoint_every, self.resume = o.checkpoint_every, resume
+        self.background = o.checkpoint_background
+        self.max_restarts, self.rejoin_timeout, self.respawn = o.max_restarts, o.rejoin_timeout, respawn
         self.restarts = 0
         self.gen = 0
         #: the checkpoint being written: {"ss", "coordinator" (its copy), "parts": {worker: Checkpointed}}
         self._checkpoint: dict[str, Any] | None = None
-        self.tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
-        self.capture, self.capture_limit = capture, capture_limit_mb << 20
-        self.superstep_timeout = superstep_timeout
+        self.tracer = TraceWriter(run_dir) if run_dir is not None and o.trace else None
+        self.capture, self.capture_limit = o.capture, o.capture_limit_mb << 20
+        self.superstep_timeout = o.superstep_timeout
         self.job_id = uuid.uuid4().hex
         self.security = security
-        self.transport = Transport(max_message_bytes, security)
-        self.drops = DropCounter("master", max_malformed)
+        self.transport = Transport(o.max_message_bytes, security)
+        self.drops = DropCounter("master", o.max_malformed)
         self.joined: dict[bytes, WorkerInfo] = {}
         self.by_index: list[WorkerInfo | None] = []
         self.children: list[Any] = []

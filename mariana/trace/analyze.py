@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import posixpath
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..engine.tracing import PHASES
 from ..engine.tracing import capture_path as capture_rel
 from ..errors import MarianaError, UsageError
 from ..storage import RunDir
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 #: The phases of a superstep on a worker, in the order they happen.
-PHASES = ("compute", "combine", "encode", "send", "wait", "barrier")
 
 _WORKER_FILE = re.compile(r"^worker-(\d+)\.jsonl$")
 
@@ -110,21 +109,11 @@ def _parse_jsonl(data: bytes, where: str) -> list[dict]:
     return out
 
 
-def _list_trace(run_dir: RunDir) -> list[str]:
-    try:
-        names = run_dir.fs.ls(run_dir.path("trace"), detail=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:
-        raise UsageError(f"{run_dir.url}/trace: cannot list: {exc}") from None
-    return sorted(posixpath.basename(str(n).rstrip("/")) for n in names)
-
-
 def load_trace(run: str) -> Trace:
     """Read ``RUN/trace/worker-K.jsonl`` and ``RUN/trace/master.jsonl``."""
     try:
         run_dir = RunDir(run, create=False)
-        names = _list_trace(run_dir)
+        names = run_dir.list("trace")
         workers: dict[int, list[dict]] = {}
         for name in names:
             m = _WORKER_FILE.match(name)
@@ -248,35 +237,54 @@ def summary(trace: Trace, top: int = 5) -> dict:
     per_ss: dict[int, dict[int, dict]] = {s: trace.records(s) for s in sups}
     lines = {s: _superstep_line(trace, s, per_ss[s]) for s in sups}
     reruns = sum(len(recs) for recs in trace.workers.values()) - sum(len(r) for r in per_ss.values())
+    workers = sorted(trace.workers)
+    msgs = {s: sum(_total(r.get("messages_out")) for r in per_ss[s].values()) for s in sups}
+    byts = {s: sum(_total(r.get("bytes_out")) for r in per_ss[s].values()) for s in sups}
+    wall, elapsed = _wall(lines)
+    slowest_supersteps = _slowest_supersteps(sups, lines, per_ss, top)
+    hosts = sorted({str(r.get("host")) for recs in trace.workers.values() for r in recs if r.get("host")})
+    return _clean({
+        "run": trace.url, "top": top, "workers": len(workers), "hosts": hosts, "supersteps": len(sups),
+        "first_superstep": sups[0] if sups else None, "last_superstep": sups[-1] if sups else None,
+        "reruns": reruns, "wall_s": wall, "elapsed_s": elapsed, "phases": _phase_shares(per_ss),
+        "messages": _volume(msgs), "bytes": _volume(byts), "stragglers": _stragglers(workers, sups, lines, per_ss),
+        "slowest_superstep": slowest_supersteps[0] if slowest_supersteps else None,
+        "slowest_supersteps": slowest_supersteps, "flags": _flags(sups, per_ss, top),
+        "dropped": _dropped(sups, per_ss), "events": _events(trace),
+    })
 
-    # time by phase, summed over workers
+
+def _phase_shares(per_ss: dict[int, dict[int, dict]]) -> dict[str, dict[str, float]]:
+    """Seconds in each phase, summed over workers and supersteps, and each phase's share."""
     phase_s = {p: 0.0 for p in PHASES}
     for recs in per_ss.values():
         for r in recs.values():
             for p, v in _phases(r).items():
                 phase_s[p] += v
     all_phases = sum(phase_s.values())
-    phases = {p: {"s": v, "share": (v / all_phases) if all_phases > 0 else 0.0} for p, v in phase_s.items()}
+    return {p: {"s": v, "share": (v / all_phases) if all_phases > 0 else 0.0} for p, v in phase_s.items()}
 
-    # messages and bytes
-    msgs = {s: sum(_total(r.get("messages_out")) for r in per_ss[s].values()) for s in sups}
-    byts = {s: sum(_total(r.get("bytes_out")) for r in per_ss[s].values()) for s in sups}
 
-    def volume(d: dict[int, int]) -> dict:
-        if not d:
-            return {"total": 0, "mean_per_superstep": 0.0, "max_per_superstep": 0, "max_superstep": None}
-        s_max = max(d, key=lambda s: (d[s], -s))
-        return {"total": sum(d.values()), "mean_per_superstep": sum(d.values()) / len(d),
-                "max_per_superstep": d[s_max], "max_superstep": s_max}
+def _volume(d: dict[int, int]) -> dict:
+    """Total, mean and largest per superstep of a per-superstep count (messages, bytes)."""
+    if not d:
+        return {"total": 0, "mean_per_superstep": 0.0, "max_per_superstep": 0, "max_superstep": None}
+    s_max = max(d, key=lambda s: (d[s], -s))
+    return {"total": sum(d.values()), "mean_per_superstep": sum(d.values()) / len(d),
+            "max_per_superstep": d[s_max], "max_superstep": s_max}
 
-    # wall time
+
+def _wall(lines: dict[int, dict]) -> tuple[float, float]:
+    """(sum of the supersteps' wall times, first start to last end)."""
     wall = sum(_num(line.get("wall_s")) for line in lines.values())
     starts = [_num(line.get("start")) for line in lines.values() if "start" in line]
     ends = [_num(line.get("end")) for line in lines.values() if "end" in line]
-    elapsed = (max(ends) - min(starts)) if starts and ends else 0.0
+    return wall, (max(ends) - min(starts)) if starts and ends else 0.0
 
-    # stragglers
-    workers = sorted(trace.workers)
+
+def _stragglers(workers: list[int], sups: list[int], lines: dict[int, dict],
+                per_ss: dict[int, dict[int, dict]]) -> list[dict]:
+    """Per worker: how often it was the straggler, its lag, and its compute against the median."""
     strag: dict[int, dict[str, Any]] = {k: {"worker": k, "count": 0, "supersteps": [], "lags": [], "ratios": [],
                                             "excess": []} for k in workers}
     for s in sups:
@@ -304,8 +312,12 @@ def summary(trace: Trace, top: int = 5) -> dict:
         row["compute_vs_median"] = sum(ratios) / len(ratios) if ratios else None
         row["compute_excess_s"] = sum(excess) / len(excess) if excess else None
         stragglers.append(row)
+    return stragglers
 
-    # slowest supersteps
+
+def _slowest_supersteps(sups: list[int], lines: dict[int, dict], per_ss: dict[int, dict[int, dict]],
+                        top: int) -> list[dict]:
+    """The ``top`` supersteps with the longest wall time, with their straggler and slowest vertex."""
     by_wall = sorted(sups, key=lambda s: (-_num(lines[s].get("wall_s")), s))
     slowest_supersteps = []
     for s in by_wall[:max(top, 1)]:
@@ -313,8 +325,11 @@ def summary(trace: Trace, top: int = 5) -> dict:
         slowest_supersteps.append({"superstep": s, "wall_s": _num(line.get("wall_s")), "straggler": _straggler(line),
                                    "lag_s": line.get("lag_s"), "slowest_vertex": _slowest_vertex(per_ss[s]),
                                    "derived": line.get("derived", False)})
+    return slowest_supersteps
 
-    # flags
+
+def _flags(sups: list[int], per_ss: dict[int, dict[int, dict]], top: int) -> dict:
+    """NaN/Inf flags: counts by flag, key and vertex, the first ones."""
     flags_all = []
     for s in sups:
         for k, r in per_ss[s].items():
@@ -332,8 +347,11 @@ def summary(trace: Trace, top: int = 5) -> dict:
              "first_superstep": flags_all[0]["superstep"] if flags_all else None, "first": flags_all[:top],
              "top_vertices": [{"vertex": v, "count": n} for v, n in
                               sorted(vertices.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]}
+    return flags
 
-    # dropped messages
+
+def _dropped(sups: list[int], per_ss: dict[int, dict[int, dict]]) -> dict:
+    """Dropped messages by kind and worker, and the first superstep of each kind."""
     dropped_by_kind: dict[str, int] = {}
     dropped_by_worker: dict[str, int] = {}
     dropped_first: dict[str, int] = {}
@@ -351,8 +369,11 @@ def summary(trace: Trace, top: int = 5) -> dict:
                 dropped_first.setdefault(kind, s)
     dropped = {"total": sum(dropped_by_kind.values()), "by_kind": dropped_by_kind, "by_worker": dropped_by_worker,
                "first_superstep": dropped_first}
+    return dropped
 
-    # events
+
+def _events(trace: Trace) -> dict:
+    """The master's events: hangs, recoveries, checkpoints (and the failed ones), others."""
     hangs = [e for e in trace.events if e.get("event") == "hang"]
     recoveries = [e for e in trace.events if e.get("event") == "recovery"]
     checkpoints = [e for e in trace.events if e.get("event") == "checkpoint"]
@@ -360,16 +381,7 @@ def summary(trace: Trace, top: int = 5) -> dict:
     other = [e for e in trace.events if e.get("event") not in ("hang", "recovery", "checkpoint")]
     events = {"hangs": hangs, "recoveries": recoveries, "checkpoints": len(checkpoints),
               "checkpoints_failed": failed, "other": other}
-
-    hosts = sorted({str(r.get("host")) for recs in trace.workers.values() for r in recs if r.get("host")})
-    return _clean({
-        "run": trace.url, "top": top, "workers": len(workers), "hosts": hosts, "supersteps": len(sups),
-        "first_superstep": sups[0] if sups else None, "last_superstep": sups[-1] if sups else None,
-        "reruns": reruns, "wall_s": wall, "elapsed_s": elapsed, "phases": phases,
-        "messages": volume(msgs), "bytes": volume(byts), "stragglers": stragglers,
-        "slowest_superstep": slowest_supersteps[0] if slowest_supersteps else None,
-        "slowest_supersteps": slowest_supersteps, "flags": flags, "dropped": dropped, "events": events,
-    })
+    return events
 
 
 def _f(v: Any, fmt: str = ".3f", none: str = "-") -> str:

@@ -79,6 +79,7 @@ def env_with_tests() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job,extra", [("pagerank", ["--set", "tol=1e-12"]), ("sssp", ["--set", "source=n3"]),
                                        ("wcc", [])])
 @pytest.mark.parametrize("mode", ["block", "vertex"])
@@ -164,6 +165,7 @@ def test_kill_9_of_a_worker_fails_the_job_with_a_clear_error_and_leaves_no_proce
     assert not any(alive(p.pid) for p in procs)
 
 
+@pytest.mark.slow
 def test_a_worker_that_stops_answering_is_detected_by_heartbeat():
     procs = []
 
@@ -180,6 +182,7 @@ def test_a_worker_that_stops_answering_is_detected_by_heartbeat():
     assert not any(alive(p.pid) for p in procs)
 
 
+@pytest.mark.slow
 def test_a_worker_whose_master_vanishes_exits_by_itself(tmp_path):
     master = subprocess.Popen(
         [sys.executable, "-m", "mariana", "run", "contract_jobs:forever", "--set", "max_supersteps=1000000",

@@ -211,7 +211,7 @@ def cmd_params(args: argparse.Namespace) -> int:
     except MarianaError as exc:
         raise UsageError(str(exc)) from None
     buf = io.BytesIO()
-    np.savez(buf, **dict(named))
+    np.savez(buf, **dict(named))  # type: ignore[arg-type]  # numpy stubs
     write_bytes(args.to, buf.getvalue())
     print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) from the {source} to {args.to}")
     return 0

@@ -178,9 +178,7 @@ def _superstep_line(trace: Trace, s: int, recs: dict[int, dict]) -> dict:
     """The master line of superstep ``s``, or one derived from the worker records."""
     line = trace.master_line(s)
     if line is not None:
-        out = dict(line)
-        out["derived"] = False
-        return out
+        return {**line, "derived": False}
     starts = [_num(r.get("start")) for r in recs.values() if "start" in r]
     start = min(starts) if starts else 0.0
     arrivals = {k: _num(r.get("end")) - start for k, r in recs.items() if "end" in r}

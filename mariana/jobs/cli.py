@@ -7,18 +7,15 @@ import argparse
 import json
 import logging
 import os
-import platform
-import socket
 import sys
 import time
 import tomllib
 from typing import Any, Sequence
 
 from .. import __version__
-from ..engine import run as engine_run
 from ..errors import MarianaError, StorageError, UsageError, VertexError
 from ..storage import RunDir, default_run_url
-from .registry import BUILTIN_JOBS, BuildContext, get_job, resolve_config
+from .registry import BUILTIN_JOBS, get_job, resolve_config
 
 log = logging.getLogger("mariana")
 
@@ -214,7 +211,7 @@ def cmd_params(args: argparse.Namespace) -> int:
     except MarianaError as exc:
         raise UsageError(str(exc)) from None
     buf = io.BytesIO()
-    np.savez(buf, **dict(named))
+    np.savez(buf, **dict(named))  # type: ignore[arg-type]  # numpy stubs
     write_bytes(args.to, buf.getvalue())
     print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) from the {source} to {args.to}")
     return 0
@@ -263,16 +260,6 @@ def _load_toml(path: str | None) -> dict[str, Any]:
         raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
-
-
-def _versions() -> dict[str, str]:
-    import fsspec
-    import msgpack
-    import numpy
-    import zmq
-
-    return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-            "pyzmq": zmq.__version__, "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec.__version__}
 
 
 class Progress:
@@ -324,100 +311,62 @@ def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``mariana run`` and ``mariana master``: options from the arguments, then the one launch path."""
+    from ..engine.options import RunOptions
+    from .launch import explain_placement, launch
+
     job, config, workers, placement_arg, resume_dir = _resolve_run(args)
     if workers < 1:
         raise UsageError(f"--workers must be >= 1, got {workers}")
     if args.max_supersteps is not None and args.max_supersteps < 0:
         raise UsageError(f"--max-supersteps must be >= 0, got {args.max_supersteps}")
-    if args.command == "master":
-        runtime = "cluster"
-        args.security = _master_security(args)  # refuse a bad bind before anything is written
-    else:
-        runtime = args.runtime or ("cluster" if workers > 1 else "local")
-    graph = job.build(config, BuildContext(workers, placement_arg))
-    placement = graph.place(workers)
     if getattr(args, "explain_placement", False):
-        print(placement.explain())
+        print(explain_placement(job, config, workers, placement_arg))
         return 0
-    run_dir = resume_dir or RunDir(args.run_dir or default_run_url(job.name))
-    info = {"job": args.job or job.name, "config": config, "workers": workers, "runtime": runtime,
-            "placement_arg": placement_arg, "graph": {"name": graph.name, "vertices": len(graph)},
-            "placement": placement.summary(), "versions": _versions(), "host": socket.gethostname(),
-            "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
-    if resume_dir is not None:
-        info["resumed"] = True
-        info["job"] = resume_dir.read_json("job.json")["job"]
-    run_dir.write_json("job.json", info)
-    log.info("run directory: %s", run_dir.url)
+    master = args.command == "master"
+    security = _master_security(args) if master else None  # refuse a bad bind before anything is written
+    run_dir = resume_dir or args.run_dir or default_run_url(job.name)  # a URL is created once the job builds
     progress = Progress(job.progress_metric)
-
-    record = progress  # the runtimes append each line to RUN/metrics.jsonl themselves
-    every, keep = config["checkpoint_every"] or None, config["keep_checkpoints"]
+    options = RunOptions.from_config(
+        config, workers=workers, runtime="cluster" if master else args.runtime, placement=placement_arg,
+        max_supersteps=args.max_supersteps, run_dir=run_dir, on_superstep=progress, resume=resume_dir is not None,
+        trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
+        heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
+        superstep_timeout=args.superstep_timeout, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
+        max_message_bytes=args.max_message_mb << 20, secure=args.secure, spawn=not master, security=security,
+        bind=args.bind if master else "tcp://127.0.0.1:0", on_start=_worker_hint(args, security) if master else None)
     try:
-        if runtime == "local":
-            result = engine_run(graph, workers=workers, placement=placement, max_supersteps=args.max_supersteps,
-                                run_dir=run_dir, on_superstep=record, checkpoint_every=every,
-                                keep_checkpoints=keep, resume=resume_dir is not None, trace=args.trace,
-                                checkpoint_background=config["checkpoint_background"],
-                                capture=args.capture, capture_limit_mb=args.capture_limit_mb)
-        else:
-            result = _run_cluster(args, info["job"], config, graph, workers, placement_arg, run_dir, record,
-                                  resume_dir is not None)
+        done = launch(job, config, options, name=args.job or job.name, finish=True)
+    finally:
         progress.close()
-        text, summary = job.finish(result, config, run_dir) if job.finish else ("", {})
-    except MarianaError as exc:
-        progress.close()
-        info.update(status="failed", error=str(exc))
-        run_dir.write_json("job.json", info)
-        raise
-    info.update(status="finished", supersteps=result.supersteps, halt_reason=result.halt_reason,
-                wall_s=round(result.wall_s, 6))
-    run_dir.write_json("job.json", info)
+    result, url = done.result, done.run_dir.url
     if args.json:
-        print(json.dumps({"job": job.name, "run_dir": run_dir.url, "supersteps": result.supersteps,
-                          "halt_reason": result.halt_reason, "wall_s": result.wall_s, **summary}, default=str))
+        print(json.dumps({"job": job.name, "run_dir": url, "supersteps": result.supersteps,
+                          "halt_reason": result.halt_reason, "wall_s": result.wall_s, **done.summary}, default=str))
     else:
-        print(text)
-        print(f"run directory: {run_dir.url}", file=sys.stderr)
+        print(done.text)
+        print(f"run directory: {url}", file=sys.stderr)
     return 0
 
 
-def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any], graph: Any, workers: int,
-                 placement: str | None, run_dir: RunDir, record: Any, resume: bool) -> Any:
-    """``run --workers N``: spawn local workers; ``master``: wait for workers from anywhere."""
-    from ..engine.cluster import run_cluster
-    from ..engine.master import Master
-    from ..engine.runner import resume_point
+def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
+    """``mariana master``: once bound, say (and with keys write) how workers join from other hosts."""
     from ..engine.transport import is_loopback, parse_endpoint
 
-    start = resume_point(run_dir, config["keep_checkpoints"]) if resume else None
-    options = dict(workers=workers, placement=placement, max_supersteps=args.max_supersteps,
-                   on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
-                   max_message_bytes=args.max_message_mb << 20, run_dir=run_dir,
-                   checkpoint_every=config["checkpoint_every"] or None, keep_checkpoints=config["keep_checkpoints"],
-                   resume=start, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
-                   trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
-                   superstep_timeout=args.superstep_timeout)
-    if args.command == "run":
-        return run_cluster(job_name, config, graph, secure=args.secure, **options)
-    host, _ = parse_endpoint(args.bind)
-    security = args.security
-    master = Master(job_name, config, graph, bind=args.bind, security=security, **options)
-    try:
-        endpoint = master.start()
-        where = "" if is_loopback(host) else " (reachable from other hosts)"
+    def hint(master: Any, procs: list[Any]) -> None:
+        endpoint = master.endpoint
+        where = "" if is_loopback(parse_endpoint(args.bind)[0]) else " (reachable from other hosts)"
         if security is not None:
             master_file = args.master_file or os.path.join(args.keys, "master.json")
             with open(master_file, "w") as f:
-                json.dump({"endpoint": endpoint, "server_key": security.public.decode(), "job": job_name}, f)
-            hint = f"mariana worker --master-file {master_file} --key {args.keys}/NAME.key_secret"
+                json.dump({"endpoint": endpoint, "server_key": security.public.decode(), "job": master.job_name}, f)
+            how = f"mariana worker --master-file {master_file} --key {args.keys}/NAME.key_secret"
         else:
-            hint = f"mariana worker --master {endpoint}"
-        print(f"mariana master: waiting for {workers} worker(s) at {endpoint}{where}; on each worker host run:\n"
-              f"    {hint}", file=sys.stderr, flush=True)
-        return master.run()
-    finally:
-        master.close()
+            how = f"mariana worker --master {endpoint}"
+        print(f"mariana master: waiting for {master.workers} worker(s) at {endpoint}{where}; on each worker host "
+              f"run:\n    {how}", file=sys.stderr, flush=True)
+
+    return hint
 
 
 def _master_security(args: argparse.Namespace) -> Any:
@@ -458,7 +407,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
                              "and its own secret key (--key)")
         security = Security.for_worker(args.key, load_public(server_key))
-    return Worker(master, args.host, args.connect_timeout, args.max_message_mb << 20, security, args.job).run()
+    from .launch import build_graph
+
+    return Worker(master, build_graph, args.host, args.connect_timeout, args.max_message_mb << 20, security,
+                  args.job).run()
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

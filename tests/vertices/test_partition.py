@@ -72,7 +72,7 @@ def test_the_model_is_cut_into_stages_at_every_gathering_parameter_layer():
     assert [s.gather for s in plan.stages] == [False, True, True, True]
     heads = [type(s.layers[s.head]).__name__ for s in plan.stages]
     assert heads == ["Conv2D", "Conv2D", "Dense", "Dense"]
-    assert [getattr(s.layers[s.head], "input_grad") for s in plan.stages] == [False, True, True, True]
+    assert [s.layers[s.head].input_grad for s in plan.stages] == [False, True, True, True]
     assert any(isinstance(la, SliceDropout) for la in plan.stages[0].layers)  # after the first conv: sliced
     assert [n for n, _ in plan.names] == ["0.W", "0.b", "3.W", "3.b", "5.W", "5.b", "6.W", "6.b"]
     assert plan.num_params * 2 == model.num_params

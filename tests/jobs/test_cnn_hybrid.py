@@ -92,6 +92,7 @@ def test_placement_puts_partition_p_of_group_g_on_worker_g_times_p_plus_p():
     assert small.worker_of("prep-g01") == 2  # no spare: beside the group's partition 0
 
 
+@pytest.mark.slow  # the whole default job: 20 s (cnn-hybrid) / 10 s (cpu-cluster) on a quiet machine
 def test_the_main_job_trains_digits_to_97_percent_and_exports_the_unsplit_names(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["run", "cnn-hybrid", "--run-dir", str(run)]) == 0

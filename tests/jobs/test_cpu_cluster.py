@@ -129,6 +129,7 @@ def test_the_ledger_reassigns_shards_after_a_kill_so_every_sample_is_trained_onc
         assert sorted(ids) == sorted(expected.tolist())  # each sample of the epoch exactly once
 
 
+@pytest.mark.slow  # the whole default job: 20 s (cnn-hybrid) / 10 s (cpu-cluster) on a quiet machine
 def test_the_main_job_trains_on_two_processes_with_counters(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["run", "cpu-cluster", "--workers", "2", "--run-dir", str(run), "--json"]) == 0

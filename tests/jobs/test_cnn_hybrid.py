@@ -175,3 +175,18 @@ def test_flat_samples_with_a_conv_model_are_refused(tmp_path, capsys):
                  "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs NCHW input" in err[0], err
+
+
+@pytest.mark.gpu
+def test_partitions_on_gpus_match_the_cpu():
+    """device=cuda puts partition p on GPU p mod #GPUs; transfers are staged through the host."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no usable CUDA device: {exc}")
+    cpu, _ = train(SMALL + ["partitions=2", "groups=2"])
+    gpu, _ = train(SMALL + ["partitions=2", "groups=2", "device=cuda"])
+    two, _ = train(SMALL + ["partitions=2", "groups=2", "device=cuda"], workers=2, runtime="cluster")
+    assert max_diff(cpu, gpu) < 1e-4 and all(gpu[k].tobytes() == two[k].tobytes() for k in gpu)

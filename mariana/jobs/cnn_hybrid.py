@@ -21,14 +21,13 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
-from ..storage import save_params
 from ..vertices.data import InputReader, Preprocess, load_dataset
 from ..vertices.exchange import ParameterShardVertex, make_topology
 from ..vertices.model import build_model
-from ..vertices.optim import OPTIMIZERS, make_optimizer
 from ..vertices.partition import PartitionVertex, join_params, plan_partition
 from .dnn_data_parallel import devices
 from .registry import BuildContext, Job, Key
+from .trainjob import OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of, schedule, schedule_keys
 
 DEFAULT_MODEL = ["conv:16:3:1:1:relu", "maxpool:2", "conv:32:3:1:1:relu", "maxpool:2", "dense:64:relu", "dense:10"]
 
@@ -53,16 +52,10 @@ def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, 
             raise UsageError(f"config key '{key}' must be >= 1, got {v}")
     if G * P > B:
         raise UsageError(f"groups*partitions = {G * P} is larger than batch_size {B}")
-    if B % G:
-        raise UsageError(f"batch_size {B} is not divisible by groups {G}: each group needs an equal share")
-    if B > len(ds.x_train):
-        raise UsageError(f"batch_size {B} is larger than the training set ({len(ds.x_train)} samples)")
     if config["pipeline"] < 0:
         raise UsageError(f"config key 'pipeline' must be >= 0, got {config['pipeline']}")
-    spe = len(ds.x_train) // B
-    total = config["steps"] or config["epochs"] * spe
-    opt = make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
-                         config["eps"], config["adagrad_block"])
+    spe, total = schedule(config, len(ds.x_train), G, "groups")
+    opt = optimizer_of(config)
     topology = make_topology(config["exchange"], config["ps_shards"])
     make = lambda p, g=0: _plan_part(config, ds, p, P, g, G)  # noqa: E731 - one partition's plan, built where it runs
     sizes = [make(p).num_params for p in range(P)]
@@ -113,10 +106,8 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         members = [part_id(h, p) for h in range(G)]
         for s in shards:
             graph.add_lazy(s.id, lambda s=s, p=p, members=members: ParameterShardVertex(
-                s.id, s.lo, s.hi, _flat(pl["make"](p)), pl["opt"], members), size_hint=s.hi - s.lo)
-    for name in ("loss", "test_loss", "test_accuracy"):
-        graph.add_aggregator(name, "wmean")
-    graph.add_aggregator("epoch", "max")
+                s.id, s.lo, s.hi, flat_of(pl["make"](p).layers), pl["opt"], members), size_hint=s.hi - s.lo)
+    add_training_aggregators(graph)
     return graph
 
 
@@ -128,10 +119,6 @@ def _normalised(x: np.ndarray, config: dict[str, Any]) -> np.ndarray:
     if config["std"] != 1.0:
         out /= np.float32(config["std"])
     return out
-
-
-def _flat(part_plan: Any) -> np.ndarray:
-    return np.concatenate([a.ravel() for layer in part_plan.layers for a in layer.params.values()]).astype(np.float32)
 
 
 def _assemble(values: dict[str, tuple[int, np.ndarray]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
@@ -158,19 +145,9 @@ def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    params = final_params(result, config)
-    if run_dir is not None:
-        save_params(run_dir, params, job="cnn-hybrid", supersteps=result.supersteps)
-    evals = [m for m in result.metrics if "test_accuracy" in m]
-    last = evals[-1] if evals else {}
-    steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith("part-")), default=0)
-    acc, loss = last.get("test_accuracy"), last.get("test_loss")
-    text = (f"cnn-hybrid: {steps} steps on {config['groups']} group(s) x {config['partitions']} partition(s), "
-            f"exchange={config['exchange']}, optimizer={config['optimizer']}, {result.supersteps} supersteps, "
-            f"{result.wall_s:.1f}s\n")
-    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
-    return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss,
-                  "params": {name: list(p.shape) for name, p in params}}
+    return finish_training(result, config, run_dir, "cnn-hybrid", final_params(result, config), "part-",
+                           f"{config['groups']} group(s) x {config['partitions']} partition(s), "
+                           f"exchange={config['exchange']}")
 
 
 JOB = Job(
@@ -186,18 +163,8 @@ JOB = Job(
                                     "channels or units)"),
         Key("exchange", "linear", "str", "parameter exchange between groups", choices=("linear", "tree", "ps")),
         Key("ps_shards", 1, "int", "parameter-server vertices per partition for exchange=ps"),
-        Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
-        Key("lr", 0.05, "float", "learning rate"),
-        Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
-        Key("weight_decay", 0.0, "float", "L2 weight decay"),
-        Key("eps", 1e-8, "float", "AdaGrad epsilon"),
-        Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
-        Key("batch_size", 64, "int", "global batch size (split equally over groups)"),
-        Key("epochs", 20, "int", "passes over the training set"),
-        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
-        Key("seed", 0, "int", "seed of the split, the initialisation, the batch order and augmentation"),
-        Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
-        Key("classes", 0, "int", "number of classes (0: max label + 1)"),
+        *OPTIMIZER_KEYS,
+        *schedule_keys(20, "groups"),
         Key("augment", False, "bool", "random crop (zero padding of 'crop' pixels) and horizontal flip per sample"),
         Key("crop", 1, "int", "pixels of random shift per side when augment=true"),
         Key("mean", 0.0, "float", "subtracted from every decoded pixel"),

@@ -21,16 +21,15 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
-from ..storage import save_params
 from ..trace.analyze import counters
 from ..vertices.coordinator import Coordinator, DataLedger
 from ..vertices.data import load_dataset
 from ..vertices.exchange import ParameterServer, ParameterServerVertex
 from ..vertices.model import build_model
-from ..vertices.optim import OPTIMIZERS, make_optimizer
 from ..vertices.partition import PartitionVertex, join_params, plan_partition
 from .dnn_data_parallel import DEFAULT_MODEL
 from .registry import BuildContext, Job, Key
+from .trainjob import OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of, schedule, schedule_keys
 
 
 def worker_id(g: int, k: int) -> str:
@@ -40,18 +39,12 @@ def worker_id(g: int, k: int) -> str:
 def plan(config: dict[str, Any]) -> dict[str, Any]:
     """Everything the graph, the finisher and the exporter need, validated (one UsageError each)."""
     ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
-    G, K, S, B = config["groups"], config["workers_per_group"], config["param_servers"], config["batch_size"]
+    G, K, S = config["groups"], config["workers_per_group"], config["param_servers"]
     for key, v in (("groups", G), ("workers_per_group", K), ("param_servers", S)):
         if v < 1:
             raise UsageError(f"config key '{key}' must be >= 1, got {v}")
-    if B % G:
-        raise UsageError(f"batch_size {B} is not divisible by groups {G}: each group needs an equal share")
-    if B > len(ds.x_train):
-        raise UsageError(f"batch_size {B} is larger than the training set ({len(ds.x_train)} samples)")
-    spe = len(ds.x_train) // B
-    total = config["steps"] or config["epochs"] * spe
-    opt = make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
-                         config["eps"], config["adagrad_block"])
+    spe, total = schedule(config, len(ds.x_train), G, "groups")
+    opt = optimizer_of(config)
 
     def make(k: int, g: int = 0) -> Any:
         model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
@@ -88,12 +81,10 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     for s in range(S):
         segments = [(k, pl["shards"][k][s].lo, pl["shards"][k][s].hi) for k in range(K)]
         graph.add_lazy(f"ps-{s:03d}", lambda s=s, segments=segments: ParameterServerVertex(
-            f"ps-{s:03d}", segments, [_flat(pl["make"](k)) for k in range(K)], pl["opt"], members, counters=True),
+            f"ps-{s:03d}", segments, [flat_of(pl["make"](k).layers) for k in range(K)], pl["opt"], members, counters=True),
             size_hint=sum(hi - lo for _, lo, hi in segments))
     graph.master_compute = DataLedger(G, pl["spe"], pl["total"])
-    for name in ("loss", "test_loss", "test_accuracy"):
-        graph.add_aggregator(name, "wmean")
-    graph.add_aggregator("epoch", "max")
+    add_training_aggregators(graph)
     graph.add_aggregator("want", "min")
     for name in ["counter/samples", *(f"counter/ps-{s:03d}/bytes" for s in range(S)),
                  *(f"counter/g{g:02d}/bytes" for g in range(G))]:
@@ -111,10 +102,6 @@ def _merge_served(a: Any, b: Any) -> dict[str, list[int]]:
         for epoch, ids in items:
             out.setdefault(epoch, []).extend(ids)
     return out
-
-
-def _flat(part_plan: Any) -> np.ndarray:
-    return np.concatenate([a.ravel() for layer in part_plan.layers for a in layer.params.values()]).astype(np.float32)
 
 
 def _assemble(servers: list[dict[str, Any]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
@@ -140,21 +127,9 @@ def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    params = final_params(result, config)
-    if run_dir is not None:
-        save_params(run_dir, params, job="cpu-cluster", supersteps=result.supersteps)
-    evals = [m for m in result.metrics if "test_accuracy" in m]
-    last = evals[-1] if evals else {}
-    steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith("w-")), default=0)
-    acc, loss = last.get("test_accuracy"), last.get("test_loss")
-    count = counters(result.metrics)
-    text = (f"cpu-cluster: {steps} steps on {config['groups']} group(s) x {config['workers_per_group']} worker(s), "
-            f"{config['param_servers']} parameter server(s), optimizer={config['optimizer']}, "
-            f"{result.supersteps} supersteps, {result.wall_s:.1f}s\n")
-    text += f"counters: {', '.join(f'{k} {v}' for k, v in count.items())}\n"
-    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
-    return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss, "counters": count,
-                  "params": {name: list(p.shape) for name, p in params}}
+    return finish_training(result, config, run_dir, "cpu-cluster", final_params(result, config), "w-",
+                           f"{config['groups']} group(s) x {config['workers_per_group']} worker(s), "
+                           f"{config['param_servers']} parameter server(s)", {"counters": counters(result.metrics)})
 
 
 JOB = Job(
@@ -167,18 +142,8 @@ JOB = Job(
         Key("groups", 1, "int", "worker groups (data parallelism)"),
         Key("workers_per_group", 2, "int", "worker vertices per group, each holding a slice of every layer"),
         Key("param_servers", 1, "int", "parameter-server vertices (each owns a segment of every slice)"),
-        Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
-        Key("lr", 0.05, "float", "learning rate"),
-        Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
-        Key("weight_decay", 0.0, "float", "L2 weight decay"),
-        Key("eps", 1e-8, "float", "AdaGrad epsilon"),
-        Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
-        Key("batch_size", 64, "int", "global batch size (split equally over groups)"),
-        Key("epochs", 8, "int", "passes over the training set"),
-        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
-        Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
-        Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
-        Key("classes", 0, "int", "number of classes (0: max label + 1)"),
+        *OPTIMIZER_KEYS,
+        *schedule_keys(8, "groups"),
         Key("log_samples", False, "bool", "write the sample ids each epoch trained to metrics.jsonl (an audit)"),
     ),
     build=build,

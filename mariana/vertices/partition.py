@@ -203,7 +203,7 @@ class PartitionVertex(SyncedMember, Vertex):
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         with on_device(self.device):
             if ctx.superstep == 0:
-                self._request(ctx, self.depth if self.depth else 0)
+                self._request(ctx, self.depth)  # the first step and `depth` more
             for m in messages:
                 if m.tag == "batch":
                     self.batches.append(m.payload)

@@ -7,7 +7,7 @@
     python bench/cnn_hybrid.py --report F    # the table of a saved --json result
 
 Every figure and its baseline come from the same run, on seeded synthetic data written under
-``bench/out/`` (git-ignored), ``test_fraction=0`` (no evaluation pass inside timed steps):
+``bench/out/cnn_hybrid/`` (git-ignored), ``test_fraction=0`` (no evaluation pass inside timed steps):
 
 1. **Peak array memory per partition, P=2 vs P=1** (Mariana: 3.99 GB -> 2.15 GB per GPU, 0.54;
    target <= 0.55). CNN "alexnet-ish" on float32 3x32x32 images, batch 64:
@@ -72,7 +72,7 @@ from typing import Any
 
 BENCH = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(BENCH))
-OUT = os.path.join(ROOT, "bench", "out")
+OUT = os.path.join(ROOT, "bench", "out", "cnn_hybrid")
 BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 TARGETS = {"memory_ratio": 0.55, "engine_vs_ceiling": 0.8, "pipeline_speedup": 1.2, "prep_share": 1 / 3}

@@ -31,23 +31,30 @@ Every figure and its baseline come from the same run, on seeded synthetic data w
    workers inherit it), same model and batch as figure 1. P=1 runs on the *cluster* runtime with
    1 worker process (so both sides pay the same runtime: a worker process, the master's barrier,
    heartbeats; LocalRuntime P=1 is printed beside it for reference), P=2 on the cluster runtime
-   with 2 workers. Steady-state step time = interval between the master's ``on_superstep``
+   with 2 workers. Step time = the median interval between the master's ``on_superstep``
    callbacks of the supersteps that report ``loss`` (one per step), after ``warm`` steps
    (process start-up, the data load and the first steps are excluded). Ceiling, same run: one
    plain numpy process doing the whole CNN forward + backward + momentum update at the same
    batch, vs two plain numpy processes at once, each doing half the output channels/units of
    every layer from the whole input (the partition's work: im2col of the whole input, a
    concatenation standing in for each gather and an add for each reduce-scatter, no transfer).
-   Reported: engine speedup, ceiling speedup, engine/ceiling (target >= 0.8). A traced P=2 run
-   (``RUN/trace/worker-K.jsonl``, docs/traces.md) splits each worker's step into vertex compute
-   (partition / shard / input pipeline), encode + send, wait for peers, barrier and the rest.
+   Reported per round (3) and as the median of the per-round figures: engine speedup, ceiling
+   speedup, engine/ceiling (target >= 0.8). Companion figures that survive a loaded machine: the
+   same ratios from CPU seconds per step of the busiest process (``/proc/PID/stat`` of each
+   worker, all threads; ``time.process_time`` in the numpy processes); they do not see idle
+   waiting. The P=2 run's traces (``RUN/trace/worker-K.jsonl``, docs/traces.md) split each
+   worker's step into vertex compute (partition / shard / input pipeline), encode + send, wait
+   for peers, other, and the time outside its supersteps (barrier, master, idle).
 3. **Pipeline overlap**: uint8 3x16x16 images, ``augment=true crop=2 mean=0.5 std=0.25``
    (decode to float32 + random crop + flip per sample in the preprocess vertex), a light CNN
    (conv 8 4x4 stride 4, dense 10), batch 4096, G=1 P=1 on ``--workers 2`` (cluster) so the
    reader and the preprocess vertex sit on the spare worker 1; ``pipeline=2`` vs ``pipeline=0``.
    The preprocessing share of a step is taken from the ``pipeline=0`` run's traces (time of the
    reader + preprocess vertices per step / step time), and cross-checked by timing
-   ``mariana.vertices.data.decode`` on one batch here. Target: pipelined >= 1.2x the samples/s.
+   ``mariana.vertices.data.decode`` on one batch here. Target: pipelined >= 1.2x the samples/s
+   (median of 5 rounds, alternating which depth runs first). Companion: what two otherwise idle
+   cores would allow, projected from CPU times (both workers' CPU per on-demand step over the
+   busier worker's CPU per pipelined step).
 
 BLAS variants: the measuring children run once with the environment as it is and once with
 ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed for that child only (``--variants auto``,
@@ -242,7 +249,7 @@ def child_memory(spec: dict[str, Any]) -> dict[str, Any]:
                                    in_partition=probe.peak.get((w, "plan")), in_shard=probe.peak.get((w, "shard")))
                       for w in workers}
         out[f"P{parts}"] = {"workers": per_worker, "peak": max(probe.peak[w]["total"] for w in workers),
-                            "calls": probe.calls, "supersteps": res.supersteps, "wall_s": wall,
+                            "calls": probe.calls, "supersteps": res.supersteps, "wall_s": wall, "process_peak": process_peak,
                             "num_params": int(sum(v.plan.num_params for w in probe.vertices.values()
                                                   for v in w.values() if hasattr(v, "plan")))}
         del graph, res, probe
@@ -794,7 +801,7 @@ def _fig2_lines(v: dict[str, Any], f2: dict[str, Any], c: dict[str, Any]) -> lis
                      + " / ".join(_ms(t) for t in ce["two_s"]) + f" ms [load {ce['load'][0]}->{ce['load'][1]}]")
         lines.append(f"            engine speedup {rd['engine_speedup']:.3f}, ceiling speedup {ce['speedup']:.3f}, "
                      f"engine/ceiling {rd['engine_vs_ceiling']:.3f}")
-        lines.append(f"            CPU s/step of the busiest process: engine P=1 "
+        lines.append("            CPU s/step of the busiest process: engine P=1 "
                      + "/".join(_ms(x) for x in p1["worker_cpu_s"]) + " ms, P=2 "
                      + "/".join(_ms(x) for x in p2["worker_cpu_s"]) + f" ms (master {_ms(p2['master_cpu_s'])}); "
                      f"numpy {_ms(ce['one_cpu_s'])} vs " + "/".join(_ms(x) for x in ce["two_cpu_s"])

@@ -744,7 +744,7 @@ def report(res: dict[str, Any]) -> str:
     mem = res.get("memory")
     if mem:
         lines.append("")
-        lines.append(f"1. peak array memory per worker (partition + its shards), MB  "
+        lines.append(f"1. peak array memory per worker (partition + its shards), MiB  "
                      f"[load {mem['load_start']} -> {mem['load_end']}]")
         cats = ("params", "caches", "transfer", "batch", "inbox", "other")
         lines.append(f"   {'':16} {'peak':>8} {'held':>8} " + " ".join(f"{k:>9}" for k in cats)
@@ -761,7 +761,7 @@ def report(res: dict[str, Any]) -> str:
                                  + f" {_mb(q['transient']):>9}  {q['vertex']} ss {q['superstep']}")
         lines.append(f"   params per partition: P=1 {mem['P1']['num_params']:,}, P=2 {mem['P2']['num_params'] // 2:,} "
                      f"each")
-        lines.append(f"   peak P=2 / P=1 = {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MB = "
+        lines.append(f"   peak P=2 / P=1 = {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MiB = "
                      f"{mem['ratio']:.3f}  (target <= {TARGETS['memory_ratio']}: {ok(mem['ratio'], TARGETS['memory_ratio'], True)};"
                      f" Mariana 0.54)")
     for name, v in res["variants"].items():
@@ -823,7 +823,7 @@ def _fig2_lines(v: dict[str, Any], f2: dict[str, Any], c: dict[str, Any]) -> lis
                      f"supersteps/step, step {_ms(run['step_s'])} median / {_ms(run['mean_step_s'])} mean; stragglers "
                      f"{tr['straggler_counts']}):")
         for w, ph in tr["workers"].items():
-            lines.append(f"     worker {w}: {_phases(ph)}; sent {_mb(ph['bytes_out'])} MB/step")
+            lines.append(f"     worker {w}: {_phases(ph)}; sent {_mb(ph['bytes_out'])} MiB/step")
     return lines
 
 
@@ -859,7 +859,7 @@ def summary(res: dict[str, Any]) -> list[str]:
     lines = ["SUMMARY"]
     mem = res.get("memory")
     if mem:
-        lines.append(f"  1. peak array memory per worker P=2 / P=1: {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MB"
+        lines.append(f"  1. peak array memory per worker P=2 / P=1: {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MiB"
                      f" = {mem['ratio']:.3f} (target <= {TARGETS['memory_ratio']}: "
                      f"{ok(mem['ratio'], TARGETS['memory_ratio'], True)})")
     for name, v in res["variants"].items():

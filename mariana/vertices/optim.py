@@ -28,6 +28,9 @@ from ..errors import UsageError
 __all__ = ["Optimizer", "SGD", "AdaGrad", "make_optimizer", "replica_stats", "OPTIMIZERS"]
 
 OPTIMIZERS = ("sgd", "momentum", "adagrad", "adagrad_dp", "adagrad_approx")
+#: Elements updated per pass: the step's temporaries stay this small (and in cache) instead of
+#: the size of the shard. Every update is elementwise, so chunking changes no bit of the result.
+CHUNK = 1 << 16
 
 
 @dataclass
@@ -45,6 +48,22 @@ class Optimizer:
     def _decayed(self, param: Any, grad: Any) -> Any:
         return grad + self.weight_decay * param if self.weight_decay else grad
 
+    def step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any = None) -> None:
+        """Update ``param`` in place from the summed gradient, ``CHUNK`` elements at a time."""
+        if stats is None and self.stats is not None:
+            raise ValueError(f"{type(self).__name__} with stats={self.stats!r} needs the replicas' statistics")
+        per_block = self.stats == "block"
+        chunk = max(self.block, CHUNK // self.block * self.block)  # whole blocks of adagrad_approx
+        for lo in range(0, param.size, chunk):
+            hi = min(param.size, lo + chunk)
+            blocks = slice(lo // self.block, -(-hi // self.block))
+            part = {k: v[blocks] if per_block and k == "G" else v[lo:hi] for k, v in state.items()}
+            s = None if stats is None else stats[blocks] if per_block else stats[lo:hi]
+            self._step(param[lo:hi], grad[lo:hi], part, s)
+
+    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define _step")
+
 
 @dataclass
 class SGD(Optimizer):
@@ -55,7 +74,7 @@ class SGD(Optimizer):
     def init_state(self, param: Any) -> dict[str, Any]:
         return {"v": np.zeros_like(param)} if self.momentum else {}
 
-    def step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any = None) -> None:
+    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
         g = self._decayed(param, grad)
         if self.momentum:
             v = state["v"]
@@ -76,15 +95,13 @@ class AdaGrad(Optimizer):
             return {"G": np.zeros(-(-param.size // self.block), dtype=param.dtype)}
         return {"G": np.zeros_like(param)}
 
-    def step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any = None) -> None:
+    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
         g = self._decayed(param, grad)
         G = state["G"]
         if self.stats is None:
             G += g * g
             scale = np.sqrt(G)
         else:
-            if stats is None:
-                raise ValueError(f"AdaGrad with stats={self.stats!r} needs the replicas' statistics")
             G += stats
             scale = np.sqrt(G) if self.stats == "sq" else np.repeat(np.sqrt(G / self.block), self.block)[: param.size]
         scale += self.eps

@@ -6,6 +6,7 @@ as on the cluster runtime; it is the reference semantics for every other runtime
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -120,10 +121,27 @@ class LocalRuntime:
                         checkpoints=checkpoints is not None, checkpoint_every=checkpoint_every,
                         background=checkpoint_background, started=started)
         try:
-            driver.run()
+            with blas_threads_of(pl.num_workers):
+                driver.run()
         finally:
             exchange.close()
         return driver.finish(pl, self.graph.name)
+
+
+def blas_threads_of(workers: int) -> Any:
+    """BLAS thread pools capped at what each of ``workers`` cluster workers gets on this machine.
+
+    OpenBLAS sums in a different order with a different number of threads, so the in-process
+    reference uses the cluster's per-worker count: the same placement then gives bit-identical
+    results on both runtimes (DESIGN section 2.9). Thread variables the user set win everywhere.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from .cluster import THREAD_VARS, blas_threads
+
+    if workers <= 1 or any(var in os.environ for var in THREAD_VARS):
+        return contextlib.nullcontext()
+    return threadpool_limits(blas_threads(workers), user_api="blas")
 
 
 def _checkpoint_job(checkpoints: Checkpoints, ss: int, master: dict[str, Any], partitions: list[Partition],

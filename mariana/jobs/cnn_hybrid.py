@@ -23,11 +23,11 @@ from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..vertices.data import InputReader, Preprocess, load_dataset
 from ..vertices.exchange import ParameterShardVertex, make_topology
-from ..vertices.model import build_model
-from ..vertices.partition import PartitionVertex, join_params, plan_partition
+from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import devices
 from .registry import BuildContext, Job, Key
-from .trainjob import OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of, schedule, schedule_keys
+from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of,
+                       partition_maker, schedule, schedule_keys)
 
 DEFAULT_MODEL = ["conv:16:3:1:1:relu", "maxpool:2", "conv:32:3:1:1:relu", "maxpool:2", "dense:64:relu", "dense:10"]
 
@@ -57,19 +57,11 @@ def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, 
     spe, total = schedule(config, len(ds.x_train), G, "groups")
     opt = optimizer_of(config)
     topology = make_topology(config["exchange"], config["ps_shards"])
-    make = lambda p, g=0: _plan_part(config, ds, p, P, g, G)  # noqa: E731 - one partition's plan, built where it runs
+    make = partition_maker(config, ds, P, G, "partitions")
     sizes = [make(p).num_params for p in range(P)]
     shards = [topology.shards(n, G, f"-p{p:02d}") for p, n in enumerate(sizes)]
     return dict(ds=ds, G=G, P=P, spe=spe, total=total, opt=opt, topology=topology, make=make, shards=shards,
                 devices=devices(config["device"], G * P, of=lambda i: i % P))
-
-
-def _plan_part(config: dict[str, Any], ds: Any, p: int, parts: int, g: int, groups: int) -> Any:
-    model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
-    try:
-        return plan_partition(model, p, parts, g, groups)
-    except ValueError as exc:
-        raise UsageError(f"cannot split the model into {parts} partitions: {exc}") from None
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:

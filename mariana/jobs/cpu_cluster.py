@@ -25,11 +25,11 @@ from ..trace.analyze import counters
 from ..vertices.coordinator import Coordinator, DataLedger
 from ..vertices.data import load_dataset
 from ..vertices.exchange import ParameterServer, ParameterServerVertex
-from ..vertices.model import build_model
-from ..vertices.partition import PartitionVertex, join_params, plan_partition
+from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import DEFAULT_MODEL
 from .registry import BuildContext, Job, Key
-from .trainjob import OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of, schedule, schedule_keys
+from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of,
+                       partition_maker, schedule, schedule_keys)
 
 
 def worker_id(g: int, k: int) -> str:
@@ -53,13 +53,7 @@ def plan(config: dict[str, Any], workers: int = 1) -> dict[str, Any]:
     spe, total = schedule(config, len(ds.x_train), G, "groups")
     opt = optimizer_of(config)
 
-    def make(k: int, g: int = 0) -> Any:
-        model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
-        try:
-            return plan_partition(model, k, K, g, G)
-        except ValueError as exc:
-            raise UsageError(f"cannot split the model over {K} workers per group: {exc}") from None
-
+    make = partition_maker(config, ds, K, G, "worker slices")
     topology = ParameterServer(S)
     shards = [topology.shards(make(k).num_params, G) for k in range(K)]  # ps-000.. for every slice k
     return dict(ds=ds, G=G, K=K, S=S, spe=spe, total=total, opt=opt, make=make, topology=topology, shards=shards)

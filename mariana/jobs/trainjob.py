@@ -4,7 +4,8 @@ parameter vector of a list of layers, and the finisher that saves and reports th
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, Callable
 
 import numpy as np
 
@@ -12,11 +13,13 @@ from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..storage import save_params
 from ..vertices.layers import Layer
+from ..vertices.model import build_model
+from ..vertices.partition import PartitionPlan, plan_partition
 from ..vertices.optim import OPTIMIZERS, Optimizer, make_optimizer
 from .registry import Key
 
 __all__ = ["OPTIMIZER_KEYS", "schedule_keys", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
-           "finish_training"]
+           "partition_maker", "finish_training"]
 
 OPTIMIZER_KEYS = (
     Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
@@ -66,6 +69,27 @@ def add_training_aggregators(graph: Graph) -> None:
 def flat_of(layers: list[Layer]) -> np.ndarray:
     """The layers' parameters as one float32 vector, in order (a shard's initial values)."""
     return np.concatenate([a.ravel() for layer in layers for a in layer.params.values()]).astype(np.float32)
+
+
+def partition_maker(config: dict[str, Any], ds: Any, parts: int, groups: int,
+                    what: str) -> Callable[..., PartitionPlan]:
+    """``make(p, g=0)``: partition p (of ``parts``) of group g of the config's model.
+
+    The unsplit model is built once per process (its He initialisation is the slow part of
+    start-up) and copied for every partition, which then keeps only its slices.
+    """
+    base: list[Any] = []
+
+    def make(p: int, g: int = 0) -> PartitionPlan:
+        if not base:
+            base.append(build_model(config["model"], ds.input_shape, ds.classes, config["seed"]))
+        try:
+            model = copy.deepcopy(base[0], {id(np): np})  # the array module is shared, not copied
+            return plan_partition(model, p, parts, g, groups)
+        except ValueError as exc:
+            raise UsageError(f"cannot split the model into {parts} {what}: {exc}") from None
+
+    return make
 
 
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,

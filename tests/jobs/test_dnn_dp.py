@@ -171,3 +171,13 @@ def test_data_parallel_equivalence_on_gpu():
     cpu, _ = train(SMALL + ["replicas=2"])
     gpu, _ = train(SMALL + ["replicas=2", "device=cuda"])
     assert max_diff(cpu, gpu) < 1e-4
+
+
+def test_the_same_placement_is_bit_identical_with_matmuls_big_enough_for_blas_threads():
+    """OpenBLAS sums differently with 1 and 2 threads (64x256 @ 256x128 already differs here);
+    cluster workers get cores // workers threads, so the local runtime simulating the same
+    workers must use as many, or the runtimes stop agreeing once a model is more than a toy."""
+    sets = ["steps=4", "replicas=2", "batch_size=128"]  # the default 64-256-256-10 model
+    local, _ = train(sets, workers=2, runtime="local")
+    cluster, _ = train(sets, workers=2, runtime="cluster")
+    assert all(local[k].tobytes() == cluster[k].tobytes() for k in local)

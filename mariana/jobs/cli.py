@@ -383,10 +383,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if resume_dir is not None:
         info["resumed"] = True
         info["job"] = resume_dir.read_json("job.json")["job"]
+    hooks = _run_hooks(args, run_dir.url, config, info["job"])  # --ui, --tensorboard: bad values fail here
     run_dir.write_json("job.json", info)
     log.info("run directory: %s", run_dir.url)
     progress = Progress(job.progress_metric)
-    hooks = _run_hooks(args, run_dir.url, config, info["job"])  # --ui, --tensorboard
+    url = hooks.start()
+    if url:
+        print(f"mariana: job page at {url} (JSON: {url}api/state)", file=sys.stderr, flush=True)
 
     def record(line: dict[str, Any]) -> None:  # the runtimes append each line to RUN/metrics.jsonl themselves
         progress(line)
@@ -429,14 +432,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_hooks(args: argparse.Namespace, run_url: str, config: dict[str, Any], job_name: str) -> Any:
-    """The live page (--ui) and TensorBoard writer (--tensorboard) of this run; the page's URL on stderr."""
+    """The live page (--ui) and TensorBoard writer (--tensorboard) of this run, not started yet."""
     from ..report.hooks import RunHooks
 
-    hooks = RunHooks(run_url, ui=args.ui, tensorboard=args.tensorboard, config=config, job=job_name)
-    url = hooks.start()
-    if url:
-        print(f"mariana: job page at {url} (JSON: {url}api/state)", file=sys.stderr, flush=True)
-    return hooks
+    return RunHooks(run_url, ui=args.ui, tensorboard=args.tensorboard, config=config, job=job_name)
 
 
 def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any], graph: Any, workers: int,

@@ -224,7 +224,9 @@ def collect(run: str) -> dict[str, Any]:
         "run": run, "job": job, "status": job.get("status", "unknown"), "collected": time.time(),
         "superstep": last.get("superstep"), "series": series, "samples_per_s": samples,
         "workers": _workers(trace, lines, job), "counters": counters, "timeline": timeline,
-        "stragglers": (tsum or {}).get("stragglers", []), "lags": lags,
+        # one worker is always last: stragglers exist only among two or more
+        "stragglers": (tsum or {}).get("stragglers", []) if len(trace.workers if trace else {}) > 1 else [],
+        "lags": lags if len(trace.workers if trace else {}) > 1 else [],
         "checkpoints": checkpoints, "checkpoint_marks": sorted({ln["checkpoint"] for ln in lines
                                                                 if isinstance(ln.get("checkpoint"), int)}),
         "restarts": restarts, "hangs": hangs, "flags": flags[:200], "flags_total": len(flags),

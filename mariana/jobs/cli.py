@@ -168,7 +168,8 @@ def _from_env_args(p: argparse.ArgumentParser, master: bool) -> None:
                         f"MASTER_PORT ({what})")
     if master:
         p.add_argument("--worker-key", metavar="FILE.key_secret",
-                       help="with --from-env and --keys: the workers' secret key (default DIR/worker.key_secret)")
+                       help="with --from-env and --keys: each rank's secret key, {rank} replaced by the rank "
+                            "(default DIR/worker-{rank}.key_secret, from `mariana keys add DIR worker-RANK`)")
         p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
                        help="with --from-env: a worker rank gives up joining after S seconds")
 
@@ -530,11 +531,16 @@ def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: 
 
     security = None
     if getattr(args, "keys", None):
-        key = args.worker_key or os.path.join(args.keys, "worker.key_secret")
-        security = Security.for_worker(key, load_public(os.path.join(args.keys, "master.key")))
+        security = Security.for_worker(_worker_key(args, launch.rank), load_public(os.path.join(args.keys, "master.key")))
     host = getattr(args, "host", None) or launch.local_address()
     return Worker(master or launch.master_endpoint, host, args.connect_timeout, args.max_message_mb << 20,
                   security, job)
+
+
+def _worker_key(args: argparse.Namespace, rank: int) -> str:
+    """The secret key of rank ``rank``'s worker: every worker needs its own (peers accept only the others')."""
+    pattern = args.worker_key or os.path.join(args.keys, "worker-{rank}.key_secret")
+    return pattern.replace("{rank}", str(rank))
 
 
 def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str) -> list[Any]:
@@ -548,8 +554,7 @@ def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str) -> list[Any]:
     if args.job:
         extra += ["--job", args.job]
     if args.security is not None:
-        key = args.worker_key or os.path.join(args.keys, "worker.key_secret")
-        extra += [f"--server-key={os.path.join(args.keys, 'master.key')}", "--key", key]
+        extra += [f"--server-key={os.path.join(args.keys, 'master.key')}", "--key", _worker_key(args, 0)]
     return spawn_workers(connect, 1, args.launch.local_address(), extra)
 
 

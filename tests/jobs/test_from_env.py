@@ -185,3 +185,23 @@ def test_slurm_srun_every_task_runs_the_same_command(tmp_path: Path):
     assert f"tcp://127.0.0.1:{port}" in results[1][2]  # the master bound the loopback address of localhost
     assert json.loads((tmp_path / "run" / "job.json").read_text())["workers"] == 2
     assert dict(line.split("\t") for line in out.read_text().splitlines()) == local_result(tmp_path, "pagerank")
+
+
+@pytest.mark.timeout(180)
+def test_torchrun_with_curve_keys(tmp_path: Path):
+    """--keys DIR: rank 0's master uses DIR's keypair; the worker of rank K DIR/worker-K.key_secret and DIR/master.key."""
+    keys = tmp_path / "keys"
+    assert main(["keys", "init", str(keys)]) == 0
+    assert all(main(["keys", "add", str(keys), f"worker-{k}"]) == 0 for k in range(2))
+    port = free_port()
+    base = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    out = tmp_path / "sssp.tsv"
+    cmd = ["master", "sssp", "--from-env", "torchrun", "--keys", str(keys), "--secure", "--set", "source=amsterdam",
+           "--run-dir", str(tmp_path / "run"), "--set", f"output={out}"]
+    results = finish([start(cmd, clean_env(**base, RANK=str(rank))) for rank in (0, 1)])
+    assert [rc for rc, _, _ in results] == [0, 0], [e[-2000:] for _, _, e in results]
+    assert f"--master-file {keys}/master.json" in results[0][2]  # a secure master says how to join it
+    plain = tmp_path / "plain.tsv"
+    assert main(["run", "sssp", "--set", "source=amsterdam", "--run-dir", str(tmp_path / "p"),
+                 "--set", f"output={plain}"]) == 0
+    assert out.read_text() == plain.read_text()

@@ -172,6 +172,7 @@ class LiveServer:
         self._warned: set[str] = set()
         self._js: bytes | None = None
         self._js_loaded = False
+        self._read_once = False
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> str:
@@ -248,8 +249,12 @@ class LiveServer:
         try:
             snap = collect(self.run)
         except Exception as exc:  # the run directory may not exist yet, or a read may fail: keep going
-            self._warn(f"cannot read {self.run}: {exc}")
+            if self._read_once:
+                self._warn(f"cannot read {self.run}: {exc}")
+            else:  # the job has not written it yet (it does once its graph is built)
+                log.debug("job page: %s not readable yet: %s", self.run, exc)
             return
+        self._read_once = True
         figs: dict[str, Any] = {}
         try:
             from .figures import figures
@@ -276,7 +281,7 @@ class LiveServer:
                 view = {}
             snap["phase"] = view.get("phase")
             if view.get("workers"):
-                known = {w["worker"]: w for w in snap.get("workers") or []}
+                known = {w["worker"]: dict(w) for w in snap.get("workers") or []}
                 for w in view["workers"]:
                     row = known.setdefault(w["worker"], {"worker": w["worker"]})
                     row["host"], row["pid"] = row.get("host") or w["host"], row.get("pid") or w["pid"]
@@ -308,14 +313,17 @@ class LiveServer:
             line = dict(self._line)
         return json.loads(json.dumps(line, default=str).replace("NaN", "null").replace("Infinity", "null"))
 
+    #: The snapshot keys that what the job said since the run directory was read may change.
+    LIVE_KEYS = ("status", "phase", "superstep", "workers", "workers_expected", "error", "live", "collected")
+
     def document(self) -> bytes:
-        """The JSON of ``/api/run`` (the snapshot with what the job said since it was read)."""
+        """The JSON of ``/api/run``: the snapshot and its figures as built at the last refresh (not
+        encoded again per request), and under ``live`` the keys the job changed since (the page
+        lays them over the snapshot)."""
         with self._lock:
-            if self._line or self._status is not None or self._master is not None:
-                doc = json.loads(self._doc)
-                doc["snapshot"] = self._overlay(doc["snapshot"])
-                return json.dumps(doc, allow_nan=False).encode()
-            return self._doc
+            snap = self._overlay(dict(self._snap))
+            live = {k: snap.get(k) for k in self.LIVE_KEYS}
+            return b'{"live":' + json.dumps(live, allow_nan=False, default=str).encode() + b"," + self._doc[1:]
 
     def plotly_js(self) -> bytes | None:
         if not self._js_loaded:

@@ -116,7 +116,7 @@ _SCRIPT = r"""
     if (busy) return; busy = true;
     try {
       const r = await fetch(api, {cache: "no-store"});
-      if (r.ok) { const d = await r.json(); window.marianaRender(d.snapshot, d.figures); document.body.dataset.ready = "1"; document.getElementById("error").textContent = ""; }
+      if (r.ok) { const d = await r.json(); window.marianaRender(Object.assign({}, d.snapshot, d.live || {}), d.figures); document.body.dataset.ready = "1"; document.getElementById("error").textContent = ""; }
       else document.getElementById("error").textContent = "job page: " + r.status + " " + (await r.text());
     } catch (e) { document.getElementById("error").textContent = "job page unreachable (the job may have ended): " + e; }
     finally { busy = false; }

@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy is imported
@@ -195,7 +195,7 @@ def old_write(path: str, obj: Any) -> str:
 
     meta = msgpack.packb(tree_map(obj, ref), use_bin_type=True)
     buf = io.BytesIO()
-    np.savez(buf, __meta__=np.frombuffer(meta, dtype=np.uint8), **arrays)
+    np.savez(buf, __meta__=np.frombuffer(meta, dtype=np.uint8), **arrays)  # type: ignore[arg-type]
     data = buf.getvalue()
     sha = hashlib.sha256(data).hexdigest()
     with open(path + ".tmp", "wb", buffering=0) as f:
@@ -267,7 +267,7 @@ def throughput(root: str, state: dict[str, Any], repeat: int) -> dict[str, Any]:
         return out
 
     for r in range(repeat + 1):  # round 0 warms up (first touch of buffers, imports); not counted
-        ss, row = r + 1, {"round": r}
+        ss, row = r + 1, cast(dict[str, Any], {"round": r})
         raw_dir, ck_dir = os.path.join(root, f"raw-{r + 1}"), os.path.join(ck.run_dir.root, ck.folder(r + 1))
         order = ("engine", "raw") if r % 2 == 0 else ("raw", "engine")
         for who in order:
@@ -428,7 +428,8 @@ def array_census(state: Any) -> dict[str, Any]:
     named = arrays_of(state)
     by_id: dict[int, str] = {}
     by_content: dict[tuple, str] = {}
-    shared, dups = [], []
+    shared: list[list[Any]] = []
+    dups: list[list[Any]] = []
     for p, a in named:
         if id(a) in by_id:
             shared.append([p, by_id[id(a)], int(a.nbytes)])

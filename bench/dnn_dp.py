@@ -62,7 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, cast
 
 BENCH = os.path.abspath(__file__)
 BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -164,7 +164,7 @@ class NumpyMLP:
         d = e / s
         d[rows, y] -= 1.0
         d /= n
-        grads = [None] * len(self.params)
+        grads: list[Any] = [None] * len(self.params)
         for i in range(last, -1, -1):
             W = self.params[i][0]
             grads[i] = (acts[i].T @ d, d.sum(axis=0))
@@ -367,6 +367,7 @@ def split(details: list[dict[str, Any]], steps: int, warm: int) -> dict[str, Any
     return out
 
 
+# mariana.engine.tracing.PHASES + "_s" (spelled out: numpy may not be imported yet at this point)
 TRACE_PHASES = ("compute_s", "combine_s", "encode_s", "send_s", "wait_s", "barrier_s")
 
 
@@ -472,7 +473,7 @@ def anatomy(hidden: list[int], batch: int, reps: int) -> dict[str, Any]:
         b = clock()
         g = np.array(grad, dtype=np.float32)  # ParameterShardVertex.compute, one replica
         c = clock()
-        opt.step(shard_p, g, state, None)
+        opt.step(shard_p, g, state, None)  # type: ignore[attr-defined]  # every optimizer has step()
         d = clock()
         flat[:] = shard_p  # ReplicaVertex.compute: the "param" slice into its flat buffer
         e = clock()
@@ -490,7 +491,7 @@ def anatomy(hidden: list[int], batch: int, reps: int) -> dict[str, Any]:
 
 def child_default(spec: dict[str, Any]) -> dict[str, Any]:
     """Figures 1 and 5 (5 again in the 1-thread child): engine vs numpy loop, paired, in one process."""
-    sz, out = spec["sizes"], {"blas": blas_info()}
+    sz, out = spec["sizes"], cast(dict[str, Any], {"blas": blas_info()})
     if spec.get("big", True):
         out["big"] = paired_figure(spec["data"], sz["hidden"], sz["batch"], sz["warm"], sz["steps"], sz["rounds"],
                                    "fig 1")
@@ -586,7 +587,7 @@ def run_child_procs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def child_one_thread(spec: dict[str, Any]) -> dict[str, Any]:
     """Figures 3 and 4 (1 BLAS thread everywhere), plus figure 5 with 1 thread."""
-    sz, out = spec["sizes"], {"blas": blas_info()}
+    sz, out = spec["sizes"], cast(dict[str, Any], {"blas": blas_info()})
     steps = sz["warm"] + sz["cl_steps"]
     local, cluster = [], []
     for r in range(sz["rounds"]):
@@ -626,7 +627,7 @@ def child_one_thread(spec: dict[str, Any]) -> dict[str, Any]:
     out["ceiling"] = {"one_proc_256_s": one["step_s"], "one_proc_128_s": half_alone["step_s"],
                       "two_procs_128_s": [t["step_s"] for t in two["procs"]], "speedup": one["step_s"] / worst,
                       "outside_cores": two["outside_cores"]}
-    bytes_out = {}
+    bytes_out: dict[str, Any] = {}
     for opt in ("sgd", "adagrad_dp", "adagrad_approx"):
         progress(f"fig 4: cluster 2 workers x 2 replicas, optimizer={opt}, {sz['bytes_steps']} steps")
         run = engine_run(engine_config(spec["data"], sz["hidden"], sz["batch"], sz["bytes_steps"], replicas=2,

@@ -49,7 +49,7 @@ def main() -> int:
     args = ap.parse_args()
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')} "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}", file=sys.stderr)
-    out = {}
+    out: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="mariana-tracing-") as tmp:
         graph = os.path.join(tmp, "g.e")
         write_graph(graph, args.vertices, args.edges)
@@ -58,7 +58,7 @@ def main() -> int:
                 "dnn-dp": ("dnn-dp", ["epochs=5"]),
                 "dnn-dp-1024": ("dnn-dp", ['model=["dense:1024:relu", "dense:1024:relu", "dense:10"]', "steps=60"])}
         for name, (job, sets) in jobs.items():
-            times = {True: [], False: []}
+            times: dict[bool, list[float]] = {True: [], False: []}
             timed(job, sets, True, tmp, "warm")
             for r in range(args.rounds):
                 for trace in (False, True) if r % 2 == 0 else (True, False):
@@ -69,9 +69,9 @@ def main() -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        for name, r in out.items():
-            print(f"{name:11} tracing off {r['off_s']:.3f}s  on {r['on_s']:.3f}s  ratio {r['ratio']:.3f} "
-                  f"(target <= 1.03: {'met' if r['target_met'] else 'MISSED'})")
+        for name, row in out.items():
+            print(f"{name:11} tracing off {row['off_s']:.3f}s  on {row['on_s']:.3f}s  ratio {row['ratio']:.3f} "
+                  f"(target <= 1.03: {'met' if row['target_met'] else 'MISSED'})")
     return 0
 
 

@@ -424,7 +424,7 @@ def engine_pagerank(path: str, iterations: int, workers: int, runtime: str) -> t
     # worker_timeout: a cluster worker sends no heartbeat while it builds its partition, and each
     # worker parses the whole 1M-edge list (4-6 s here, more under load); the default 10 s
     # would fail the job as "worker stopped answering at superstep -1" (see bench/README.md).
-    extra = {"worker_timeout": PAGERANK_WORKER_TIMEOUT_S} if runtime == "cluster" else {}
+    extra: dict[str, Any] = {"worker_timeout": PAGERANK_WORKER_TIMEOUT_S} if runtime == "cluster" else {}
     t = time.perf_counter()
     res = run_job("pagerank", sets=[f"graph={path}", f"iterations={iterations}", "tol=0"],
                   workers=workers, runtime=runtime, **extra)
@@ -449,12 +449,13 @@ def profile_bigarray(elements: int, steps: int, outdir: str) -> dict[str, Any]:
     """Master in this process (as ``run_cluster`` does), workers as ``python -m cProfile ... worker``."""
     from mariana.engine.cluster import stop_processes
     from mariana.engine.master import Master
+    from mariana.engine.options import RunOptions
     from mariana.jobs.registry import BuildContext, get_job, resolve_config
 
     name = "transport_jobs:bigarray"
     job = get_job(name)
     cfg = resolve_config(job, None, [f"elements={elements}", f"supersteps={steps}"])
-    master = Master(name, cfg, job.build(cfg, BuildContext(2, None)), workers=2)
+    master = Master(name, cfg, job.build(cfg, BuildContext(2, None)), RunOptions(workers=2))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     procs: list[subprocess.Popen] = []
@@ -496,7 +497,7 @@ _BUCKETS = (
 
 
 def _profile_summary(path: str, steps: int) -> dict[str, Any]:
-    st = pstats.Stats(path)
+    st: Any = pstats.Stats(path)  # .stats and .total_tt are not in the stubs
     per_ss: dict[str, float] = {}
     for fname, func, col, label in _BUCKETS:  # functions this engine version does not have are left out
         hits = [tt if col == "tt" else ct for (file, _line, fn), (_cc, _nc, tt, ct, _callers) in st.stats.items()
@@ -619,7 +620,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         progress(f"[round {rnd + 1}/{rounds}] CURVE: barrier {per_round['barrier_2w_secure'][-1] * 1e3:.3f} ms "
                  f"(plain {per_round['barrier_2w_plain'][-1] * 1e3:.3f}), array superstep "
                  f"{per_round['array_secure'][-1] * 1e3:.1f} ms (plain {per_round['array_plain'][-1] * 1e3:.1f})")
-    sec = {k: summary(v) for k, v in pool.items()}
+    sec: dict[str, Any] = {k: summary(v) for k, v in pool.items()}
     sec["barrier_secure_vs_plain"] = sec["barrier_2w_secure"]["median"] / sec["barrier_2w_plain"]["median"]
     sec["array_gbps_plain"] = nbytes / sec["array_plain"]["median"] / 1e9
     sec["array_gbps_secure"] = nbytes / sec["array_secure"]["median"] / 1e9

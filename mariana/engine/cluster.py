@@ -13,32 +13,50 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Callable
+from typing import Any
 
 from .graph import Graph
 from .master import Master
+from .options import RunOptions
+from .runner import resume_point
 from .security import Security, add_key, load_keypair, local_keys
 from .result import RunResult
 from .transport import parse_endpoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_cluster", "spawn_workers", "stop_processes"]
+__all__ = ["run_cluster", "spawn_workers", "stop_processes", "blas_threads", "THREAD_VARS"]
 
 
 #: Thread-pool variables of the BLAS/OpenMP libraries numpy may use.
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
 
-def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: list[str] | None = None) -> list[subprocess.Popen]:
+def cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def blas_threads(sharing: int) -> int:
+    """BLAS/OpenMP threads for each of ``sharing`` worker processes on this machine."""
+    return max(1, cores() // max(1, sharing))
+
+
+def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: list[str] | None = None,
+                  sharing: int | None = None) -> list[subprocess.Popen]:
     """Start ``n`` local ``mariana worker`` processes that join the master at ``endpoint``.
 
-    Unless the user set them, BLAS thread pools get ``cores // n`` threads each: N processes
-    each spinning up one thread per core oversubscribe the machine (measured here: a dnn-dp step
-    went from 1 ms to 60 ms with 2 workers x 2 OpenBLAS threads on 2 cores).
+    Unless the user set them, BLAS thread pools get ``cores // sharing`` threads each, where
+    ``sharing`` (default ``n``) is the number of worker processes of the job on this machine: a
+    launcher that starts them one at a time passes the job's total. N processes each spinning up
+    one thread per core oversubscribe the machine (measured here: 150 dnn-dp steps on 2 workers
+    took 3.87 s of superstep time with 2 OpenBLAS threads each on 2 cores, 0.44 s with 1).
     """
     env = dict(os.environ)
-    threads = str(max(1, (os.cpu_count() or 1) // n))
+    threads = str(blas_threads(n if sharing is None else sharing))
     for var in THREAD_VARS:
         env.setdefault(var, threads)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
@@ -62,42 +80,46 @@ def stop_processes(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
             p.wait()
 
 
-def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, *, workers: int,
-                on_start: Callable[[Master, list[subprocess.Popen]], None] | None = None, secure: bool = False,
-                **master_options: Any) -> RunResult:
-    """Run a job by name on ``workers`` local worker processes and return its result.
+def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, options: RunOptions) -> RunResult:
+    """Run a job by name on the cluster runtime and return its result.
 
-    ``master_options`` go to ``Master`` (placement, max_supersteps, on_superstep, bind,
-    heartbeat_interval, worker_timeout, max_message_bytes, run_dir, checkpoint_every,
-    keep_checkpoints, resume, max_restarts, rejoin_timeout). A lost worker is respawned here.
-    ``secure``: CURVE on every socket, with keys made for this run in a private temporary folder.
+    With ``options.spawn`` (``mariana run``) the master starts ``options.workers`` local worker
+    processes and respawns a lost one; without (``mariana master``) it waits for ``mariana worker``
+    processes from anywhere. ``options.secure``: CURVE on every socket, with keys made for this
+    run in a private temporary folder; ``options.security``: the master's own keys.
+    ``options.resume``: continue from the newest valid checkpoint of ``options.run_dir``.
     """
-    keys_dir, key_files = local_keys(workers) if secure else (None, [])
-    security = Security.for_master(keys_dir) if secure else None
-    master = Master(job_name, config, graph, workers=workers, security=security, **master_options)
+    workers = options.workers
+    resume = resume_point(options.run_dir, options.keep_checkpoints) if options.resume else None
+    local_secure = options.secure and options.spawn and options.security is None
+    keys_dir, key_files = local_keys(workers) if local_secure else (None, [])
+    security = Security.for_master(keys_dir) if local_secure else options.security
+    master = Master(job_name, config, graph, options, security=security, resume=resume)
     procs: list[subprocess.Popen] = []
     try:
         endpoint = master.start()
-        extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
-        if secure:
-            extra += [f"--server-key={security.public.decode()}"]  # a Z85 key may start with "-"
-        host = parse_endpoint(endpoint)[0]
-        for key_file in key_files or [None] * workers:
-            procs += spawn_workers(endpoint, 1, host, extra + (["--key", key_file] if key_file else []))
+        if options.spawn:
+            extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
+            if security is not None:
+                extra += [f"--server-key={security.public.decode()}"]  # a Z85 key may start with "-"
+            host = parse_endpoint(endpoint)[0]
+            for key_file in key_files or [None] * workers:
+                procs += spawn_workers(endpoint, 1, host, extra + (["--key", key_file] if key_file else []),
+                                       sharing=workers)
 
-        def respawn() -> subprocess.Popen:
-            key = []
-            if secure:  # a fresh key for the replacement, allowed before it connects
-                key_file = str(add_key(keys_dir, f"worker-{len(procs)}"))
-                security.allowed.keys.add(load_keypair(key_file)[0])
-                key = ["--key", key_file]
-            proc = spawn_workers(endpoint, 1, host, extra + key)[0]
-            procs.append(proc)
-            return proc
+            def respawn() -> subprocess.Popen:
+                key = []
+                if keys_dir is not None:  # a fresh key for the replacement, allowed before it connects
+                    key_file = str(add_key(keys_dir, f"worker-{len(procs)}"))
+                    security.allowed.keys.add(load_keypair(key_file)[0])
+                    key = ["--key", key_file]
+                proc = spawn_workers(endpoint, 1, host, extra + key, sharing=workers)[0]
+                procs.append(proc)
+                return proc
 
-        master.respawn = respawn
-        if on_start is not None:
-            on_start(master, procs)
+            master.respawn = respawn
+        if options.on_start is not None:
+            options.on_start(master, procs)
         return master.run(children=procs)
     finally:
         stop_processes(procs, grace=max(3.0, 2 * master.heartbeat_interval))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..messages.combiners import Combiner, resolve_combiner
-from ..partitioner import Strategy, resolve_strategy
+from ..partitioner import resolve_strategy
 from .aggregators import Aggregator, resolve_aggregator
 from .vertex import Vertex
 
@@ -56,7 +56,7 @@ class Graph:
 
     name: str = "graph"
     max_supersteps: int | None = None
-    placement: Strategy | None = None
+    placement: Any = None  # a Strategy, its name, a mapping or a callable id -> worker
     master_compute: MasterCompute | None = None
     devices: Any = None
     _vertices: dict[str, Vertex] = field(default_factory=dict, repr=False)
@@ -75,7 +75,7 @@ class Graph:
         for v in vertices:
             self.add_vertex(v)
 
-    def add_lazy(self, vertex_id: str, factory: Callable[[], Vertex], size_hint: int = 1) -> None:
+    def add_lazy(self, vertex_id: str, factory: Callable[..., Vertex], size_hint: int = 1) -> None:
         """Add a vertex built by ``factory()`` only in the process that owns it."""
         self._check_new(vertex_id)
         self._lazy[vertex_id] = factory

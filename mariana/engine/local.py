@@ -13,18 +13,70 @@ import time
 from typing import Any, Callable
 
 from ..errors import StorageError
+from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from . import checkpointing
 from .graph import Graph
 from .result import RunResult
-from .state import detached
-from .superstep import Coordinator, Partition
-from .tracing import PHASES, Capture, TraceWriter, master_record
+from .driver import Driver
+from .superstep import Begin, Coordinator, Done, Partition
+from .tracing import PHASES, Capture, TraceWriter
 
 log = logging.getLogger(__name__)
 _HOST = socket.gethostname()
 
-__all__ = ["LocalRuntime"]
+__all__ = ["LocalRuntime", "LocalExchange"]
+
+
+class LocalExchange:
+    """The in-process ``Exchange``: partitions run one after another, batches are handed over as
+    lists of ``Message`` objects (never copied), checkpoints are written on a background thread."""
+
+    def __init__(self, partitions: list[Partition], checkpoints: Checkpoints | None = None,
+                 tracer: TraceWriter | None = None, background: bool = True) -> None:
+        self.partitions = partitions
+        self.checkpoints, self.background = checkpoints, background
+        self.writer = checkpointing.BackgroundWriter(tracer) if checkpoints is not None else None
+        self.trace = tracer is not None
+
+    def superstep(self, begin: Begin) -> list[Done]:
+        outs, dones = [], []
+        for p in self.partitions:
+            start = time.time()
+            batches, done = p.compute(begin)
+            stop = time.time()
+            done.arrival = stop - start  # as if the partitions had run side by side
+            if self.trace:
+                done.trace = {"host": _HOST, "pid": os.getpid(), "start": start, "end": stop,
+                              **{f"{k}_s": 0.0 for k in PHASES}, **done.trace,
+                              "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0}
+            outs.append(batches)
+            dones.append(done)
+        n = len(self.partitions)
+        for w, p in enumerate(self.partitions):
+            p.deliver([outs[src][w] for src in range(n)])
+            if self.trace:
+                dones[w].trace["messages_in"] = {str(src): len(outs[src][w]) for src in range(n) if outs[src][w]}
+        return dones
+
+    def annotate(self, record: dict[str, Any]) -> None:
+        pass
+
+    def start_checkpoint(self, superstep: int, coordinator: dict[str, Any]) -> None:
+        assert self.writer is not None and self.checkpoints is not None
+        job = _checkpoint_job(self.checkpoints, superstep, coordinator, self.partitions, copy=self.background)
+        self.writer.submit(superstep, job, None)
+
+    def settle_checkpoint(self, record: dict[str, Any] | None, wait: bool) -> None:
+        if self.writer is not None:
+            self.writer.settle(record, wait=wait)
+
+    def results(self) -> dict[str, Any]:
+        return {vid: v.result() for p in self.partitions for vid, v in p.vertices.items()}
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()  # the last checkpoint is on storage before run() returns
 
 
 class LocalRuntime:
@@ -38,14 +90,16 @@ class LocalRuntime:
             on_superstep: Callable[[dict[str, Any]], None] | None = None,
             checkpoints: Checkpoints | None = None, checkpoint_every: int | None = None,
             resume: CheckpointInfo | None = None, tracer: TraceWriter | None = None,
-            capture: Capture | None = None, checkpoint_background: bool = True) -> RunResult:
+            capture: Capture | None = None, checkpoint_background: bool = True,
+            run_dir: RunDir | None = None) -> RunResult:
         """Run to the end; ``on_superstep(metrics_line)`` is called after every barrier.
 
         With ``checkpoints``, a checkpoint is written every ``checkpoint_every`` supersteps and
         whenever master compute asks: from a copy of the state on a background thread, or with
         ``checkpoint_background=False`` right there, before the next superstep (no extra memory).
-        ``resume`` restarts from a verified checkpoint. ``tracer``
-        receives the trace records (docs/traces.md); ``capture`` stores matching vertices' messages.
+        ``resume`` restarts from a verified checkpoint. ``tracer`` receives the trace records
+        (docs/traces.md); ``capture`` stores matching vertices' messages; ``run_dir`` gets one
+        ``metrics.jsonl`` line per superstep.
         """
         pl = self.placement
         started = time.perf_counter()
@@ -54,70 +108,27 @@ class LocalRuntime:
             p.trace, p.capture = tracer is not None, capture
         coord = Coordinator(self.graph, len(pl.worker), max_supersteps)
         if resume is not None:
+            assert checkpoints is not None
             parts = resume.loaded if resume.loaded is not None else checkpoints.load(resume.superstep)
             for p in partitions:
                 p.restore(_part(parts, f"worker-{p.worker}", resume))
             coord.restore(_part(parts, "master", resume)["coordinator"])
             resume.loaded = None  # the arrays now live in the vertices
             log.info("resumed %s from the checkpoint at superstep %d", self.graph.name, resume.superstep)
-        metrics: list[dict[str, Any]] = []
-        writer = checkpointing.BackgroundWriter(tracer) if checkpoints is not None else None
+        exchange = LocalExchange(partitions, checkpoints, tracer, checkpoint_background)
+        driver = Driver(exchange, coord, run_dir=run_dir, on_superstep=on_superstep, tracer=tracer,
+                        checkpoints=checkpoints is not None, checkpoint_every=checkpoint_every,
+                        background=checkpoint_background, started=started)
         try:
-            while (begin := coord.next_begin()) is not None:
-                t0, wall0 = time.perf_counter(), time.time()
-                outs, dones, spans = [], [], []
-                for p in partitions:
-                    start = time.time()
-                    batches, done = p.compute(begin)
-                    outs.append(batches)
-                    dones.append(done)
-                    spans.append((start, time.time()))
-                for w, p in enumerate(partitions):
-                    p.deliver([outs[src][w] for src in range(len(partitions))])
-                record = coord.barrier(dones, time.perf_counter() - t0)
-                if tracer is not None:
-                    self._trace(tracer, begin.superstep, wall0, dones, outs, spans, coord.aggregates)
-                if writer is not None:
-                    if coord.checkpoint_due(checkpoint_every):
-                        writer.settle(record, wait=True)  # the previous one's buffers are free again
-                        job = _checkpoint_job(checkpoints, coord, partitions, copy=checkpoint_background)
-                        writer.submit(coord.superstep, job, record)
-                    writer.settle(record, wait=not checkpoint_background)
-                metrics.append(record)
-                if on_superstep is not None:
-                    on_superstep(record)
+            driver.run()
         finally:
-            if writer is not None:
-                writer.close()  # the last checkpoint is on storage before run() returns
-        if tracer is not None:
-            tracer.flush()
-        log.info("job %s ended after %d supersteps: %s", self.graph.name, coord.superstep, coord.halt_reason)
-        values = {vid: v.result() for p in partitions for vid, v in p.vertices.items()}
-        return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, metrics,
-                         time.perf_counter() - started, pl)
+            exchange.close()
+        return driver.finish(pl, self.graph.name)
 
 
-    def _trace(self, tracer: TraceWriter, superstep: int, wall0: float, dones: list, outs: list, spans: list,
-               aggregates: dict[str, Any]) -> None:
-        """One record per partition and the master's line; partitions run one after another here."""
-        end = time.time()
-        host, pid = _HOST, os.getpid()
-        for w, (done, (start, stop)) in enumerate(zip(dones, spans)):
-            rec = {"superstep": superstep, "worker": w, "host": host, "pid": pid, "start": start, "end": stop,
-                   **{k: 0.0 for k in PHASES}, **done.trace, "barrier_s": end - stop,
-                   "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0,
-                   "messages_in": {str(src): len(outs[src][w]) for src in range(len(outs)) if outs[src][w]}}
-            tracer.worker(rec)
-        # partitions run one after another here: arrivals are as if they had run side by side
-        tracer.master(master_record(superstep, wall0, end, {w: stop - start for w, (start, stop) in enumerate(spans)},
-                                    aggregates))
-        tracer.end_superstep()
-
-
-def _checkpoint_job(checkpoints: Checkpoints, coord: Coordinator, partitions: list[Partition],
+def _checkpoint_job(checkpoints: Checkpoints, ss: int, master: dict[str, Any], partitions: list[Partition],
                     copy: bool) -> Callable[[], None]:
     """The state after this barrier (``copy``: copied now); the returned function writes and commits it."""
-    ss, master = coord.superstep, detached(coord.snapshot())
     states = [(p.worker, *checkpointing.capture(p, copy=copy)) for p in partitions]
 
     def job() -> None:

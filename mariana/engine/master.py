@@ -1,9 +1,10 @@
-"""Cluster master: control plane, barrier, aggregates and failure detection.
+"""Cluster master: joining, liveness and recovery; the cluster's ``Exchange`` for the driver.
 
 The master binds one ROUTER. Workers join with HELLO; once ``workers`` have joined it sends
 each a WELCOME (its index, the job by name plus resolved config, every peer's data endpoint),
-waits for READY, and then drives the same ``Coordinator`` as ``LocalRuntime``: BEGIN to all,
-DONE from all (the barrier), reduce aggregates, repeat; at the end FINISH, RESULT, BYE.
+waits for READY, and then runs the same ``Driver`` as ``LocalRuntime`` (engine/driver.py): a
+superstep is BEGIN to all and DONE from all (the barrier); at the end FINISH, RESULT, BYE.
+Every message is a typed record of ``messages/wire.py``.
 
 Liveness: every message from a worker (and its heartbeat socket) refreshes its last-seen time;
 a worker silent for ``worker_timeout`` seconds, or a spawned worker process that exits, fails
@@ -21,17 +22,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import __version__
-from ..errors import MarianaError, StorageError, VertexError
+from ..errors import MarianaError, ProtocolError, StorageError, VertexError
 from ..messages.kinds import Kind
-from ..storage import RunDir
+from ..messages import wire
+from ..messages.wire import DropCounter
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .checkpointing import commit, report
+from .driver import Driver
+from .options import RunOptions
 from .result import RunResult
-from .state import detached
-from .superstep import Coordinator, Done
-from .tracing import TraceWriter, master_record, rewind
+from .superstep import Begin, Coordinator, Done
+from .tracing import TraceWriter, rewind
 from .transport import Transport, Unreachable, drain, poller, send
-from .worker import DropCounter
 
 log = logging.getLogger(__name__)
 
@@ -75,47 +77,42 @@ class Master:
     ``rejoin_timeout`` takes the lost partition.
     """
 
-    def __init__(self, job_name: str, config: dict[str, Any], graph: Any, *, workers: int,
-                 placement: str | None = None, bind: str = "tcp://127.0.0.1:0", heartbeat_interval: float = 0.5,
-                 worker_timeout: float = 10.0, join_timeout: float = 120.0, max_supersteps: int | None = None,
-                 on_superstep: Callable[[dict[str, Any]], None] | None = None,
-                 max_message_bytes: int = 1 << 30, run_dir: RunDir | None = None, checkpoint_every: int | None = None,
-                 keep_checkpoints: int = 3, resume: CheckpointInfo | None = None, max_restarts: int = 3,
-                 rejoin_timeout: float = 60.0, respawn: Callable[[], Any] | None = None, trace: bool = True,
-                 capture: str | None = None, capture_limit_mb: int = 64,
-                 superstep_timeout: float | None = None, security: Any = None,
-                 max_malformed: int = 1000) -> None:
+    def __init__(self, job_name: str, config: dict[str, Any], graph: Any, options: RunOptions, *,
+                 security: Any = None, resume: CheckpointInfo | None = None,
+                 respawn: Callable[[], Any] | None = None) -> None:
+        o = self.options = options
         self.job_name, self.config, self.graph = job_name, config, graph
-        self.workers, self.placement = workers, placement
-        self.bind = bind
-        self.heartbeat_interval, self.worker_timeout, self.join_timeout = heartbeat_interval, worker_timeout, join_timeout
-        self.max_supersteps = max_supersteps
-        self.on_superstep = on_superstep
-        self.run_dir = run_dir
-        self.checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
-        self.checkpoint_every, self.resume = checkpoint_every, resume
-        self.max_restarts, self.rejoin_timeout, self.respawn = max_restarts, rejoin_timeout, respawn
+        self.workers, self.placement = o.workers, o.placement
+        self.bind = o.bind
+        self.heartbeat_interval, self.worker_timeout, self.join_timeout = o.heartbeat_interval, o.worker_timeout, o.join_timeout
+        self.max_supersteps = o.max_supersteps
+        self.on_superstep = o.on_superstep
+        self.run_dir = run_dir = o.run_dir
+        self.checkpoints = Checkpoints(run_dir, o.keep_checkpoints) if run_dir is not None else None
+        self.checkpoint_every, self.resume = o.checkpoint_every, resume
+        self.background = o.checkpoint_background
+        self.max_restarts, self.rejoin_timeout, self.respawn = o.max_restarts, o.rejoin_timeout, respawn
         self.restarts = 0
         self.gen = 0
-        #: the checkpoint being written: {"ss", "coordinator" (its copy), "parts": {worker: CHECKPOINTED}}
+        #: the checkpoint being written: {"ss", "coordinator" (its copy), "parts": {worker: Checkpointed}}
         self._checkpoint: dict[str, Any] | None = None
-        self.tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
-        self.capture, self.capture_limit = capture, capture_limit_mb << 20
-        self.superstep_timeout = superstep_timeout
+        self.tracer = TraceWriter(run_dir) if run_dir is not None and o.trace else None
+        self.capture, self.capture_limit = o.capture, o.capture_limit_mb << 20
+        self.superstep_timeout = o.superstep_timeout
         self.job_id = uuid.uuid4().hex
         self.security = security
-        self.transport = Transport(max_message_bytes, security)
-        self.drops = DropCounter("master", max_malformed)
+        self.transport = Transport(o.max_message_bytes, security)
+        self.drops = DropCounter("master", o.max_malformed)
         self.joined: dict[bytes, WorkerInfo] = {}
         self.by_index: list[WorkerInfo | None] = []
         self.children: list[Any] = []
-        self.superstep = -1
+        self.current = -1
         self.phase = "joining"
         self.endpoint = ""
         self.dropped: dict[str, int] = {}
         self._ready: set[int] = set()
-        self._dones: dict[int, dict[str, Any]] = {}
-        self._results: dict[int, dict[str, Any]] = {}
+        self._dones: dict[int, wire.Done] = {}
+        self._results: dict[int, wire.Result] = {}
         self._arrivals: dict[int, float] = {}
         self._spares: set[bytes] = set()
         self._wall0 = time.time()
@@ -150,20 +147,17 @@ class Master:
             self.phase = "running"
             log.info("%d workers ready after %.2fs (joining and building); running", self.workers,
                      time.perf_counter() - started)
-            started = time.perf_counter()  # wall_s counts the supersteps, as LocalRuntime's does
-            metrics: list[dict[str, Any]] = []
+            # wall_s counts the supersteps, as LocalRuntime's does
+            driver = Driver(self, coord, run_dir=self.run_dir, on_superstep=self.on_superstep, tracer=self.tracer,
+                            checkpoints=self.checkpoints is not None, checkpoint_every=self.checkpoint_every,
+                            background=self.background)
             while True:
                 try:
-                    if not self._supersteps(coord, metrics):
-                        break
+                    driver.run()
+                    break
                 except WorkerLost as lost:
-                    self._recover(lost, coord, metrics)
-            values = self._finish()
-            if self.tracer is not None:
-                self.tracer.flush()
-            log.info("job %s ended after %d supersteps: %s", self.job_name, coord.superstep, coord.halt_reason)
-            return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, metrics,
-                             time.perf_counter() - started, self.graph.place(self.workers, None))
+                    self._recover(lost, coord, driver)
+            return driver.finish(self.graph.place(self.workers, None), self.job_name)
         except BaseException as exc:
             self._abort(str(exc) or type(exc).__name__)
             if self.tracer is not None:
@@ -171,66 +165,42 @@ class Master:
             raise
 
     def _welcome(self, w: WorkerInfo, restore: int | None) -> None:
-        self._send(w, {"kind": Kind.WELCOME, "index": w.index, "workers": self.workers, "job_name": self.job_name,
-                       "config": self.config, "placement": self.placement, "peers": [x.data for x in self.by_index],
-                       "heartbeat_interval": self.heartbeat_interval, "worker_timeout": self.worker_timeout,
-                       "run_dir": self.run_dir.url if self.run_dir is not None else None, "restore": restore,
-                       "gen": self.gen, "trace": self.tracer is not None, "capture": self.capture,
-                       "capture_limit": self.capture_limit, "peer_keys": [x.key for x in self.by_index]})
+        self._send(w, wire.Welcome(
+            index=w.index, workers=self.workers, job_name=self.job_name, config=self.config, placement=self.placement,
+            peers=[x.data for x in self.by_index], heartbeat_interval=self.heartbeat_interval,
+            worker_timeout=self.worker_timeout, run_dir=self.run_dir.url if self.run_dir is not None else None,
+            restore=restore, gen=self.gen, trace=self.tracer is not None, capture=self.capture,
+            capture_limit=self.capture_limit, peer_keys=[x.key for x in self.by_index]))
 
-    def _supersteps(self, coord: Coordinator, metrics: list[dict[str, Any]]) -> bool:
-        """Run supersteps until the job ends (False); a lost worker raises ``WorkerLost``."""
-        while (begin := coord.next_begin()) is not None:
-            t0, self._wall0 = time.perf_counter(), time.time()
-            self.superstep, self._dones, self._arrivals = begin.superstep, {}, {}
-            for w in self.by_index:
-                self._send(w, {"kind": Kind.BEGIN, "ss": begin.superstep, "gen": self.gen,
-                               "aggregates": begin.aggregates, "broadcasts": begin.broadcasts})
-            self._wait(lambda: len(self._dones) == self.workers, None, f"the barrier of superstep {begin.superstep}",
-                       self.superstep_timeout)
-            dones = [self._done(i, h) for i, h in sorted(self._dones.items())]
-            record = coord.barrier(dones, time.perf_counter() - t0)
-            if self.tracer is not None:
-                self._trace(begin.superstep, coord.aggregates)
-            stats = [self._dones[i].get("stats", {}) for i in range(self.workers)]
-            record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
-            record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
-            if self.restarts:
-                record["restarts"] = self.restarts
-            if self.checkpoints is not None:
-                self._commit_checkpoint(record)
-                if coord.checkpoint_due(self.checkpoint_every):
-                    self._start_checkpoint(coord, record)
-            metrics.append(record)
-            if self.run_dir is not None:
-                self.run_dir.append_jsonl("metrics.jsonl", [record])
-            if self.on_superstep is not None:
-                self.on_superstep(record)
-        return False
-
-    def _trace(self, superstep: int, aggregates: dict[str, Any]) -> None:
-        """The workers' records (with their barrier wait) and the master's line."""
-        end = time.time()
-        for i, h in sorted(self._dones.items()):
-            rec = h.get("trace") or {}
-            if rec:
-                self.tracer.worker({"superstep": superstep, "worker": i, **rec, "barrier_s": max(0.0, end - rec["end"])})
-        busy = {i: t - (self._dones[i].get("trace") or {}).get("wait_s", 0.0) for i, t in self._arrivals.items()}
-        self.tracer.master(master_record(superstep, self._wall0, end, self._arrivals, aggregates, busy))
-        self.tracer.end_superstep()
-
-    def _start_checkpoint(self, coord: Coordinator, record: dict[str, Any]) -> None:
-        """Ask every worker to write its part of the state after this barrier. The supersteps go
-        on while they write; one checkpoint at a time, so the previous one is committed first."""
-        self._commit_checkpoint(record, wait=True)
-        ss = coord.superstep
-        self._checkpoint = {"ss": ss, "coordinator": detached(coord.snapshot()), "parts": {}}
+    # -- the Exchange of the driver -----------------------------------------------------------
+    def superstep(self, begin: Begin) -> list[Done]:
+        """BEGIN to every worker, then the barrier: a DONE from each (a lost worker raises ``WorkerLost``)."""
+        self._wall0 = time.time()
+        self.current, self._dones, self._arrivals = begin.superstep, {}, {}
+        msg = wire.Begin(begin.superstep, self.gen, begin.aggregates, begin.broadcasts)
         for w in self.by_index:
-            self._send(w, {"kind": Kind.CHECKPOINT, "ss": ss})
-        if not self.config.get("checkpoint_background", True):
-            self._commit_checkpoint(record, wait=True)  # the workers write before they go on
+            self._send(w, msg)
+        self._wait(lambda: len(self._dones) == self.workers, None, f"the barrier of superstep {begin.superstep}",
+                   self.superstep_timeout)
+        return [Done(h.ss, i, h.partials, h.active, h.computed, h.sent, h.out_messages, h.compute_s,
+                     [tuple(x) for x in h.slowest], h.trace or {}, self._arrivals[i])
+                for i, h in sorted(self._dones.items())]
 
-    def _commit_checkpoint(self, record: dict[str, Any] | None, wait: bool = False) -> None:
+    def annotate(self, record: dict[str, Any]) -> None:
+        stats = [self._dones[i].stats for i in range(self.workers)]
+        record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
+        record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
+        if self.restarts:
+            record["restarts"] = self.restarts
+
+    def start_checkpoint(self, superstep: int, coordinator: dict[str, Any]) -> None:
+        """Ask every worker to write its part of the state after this barrier; the master commits
+        once every part is in (``settle_checkpoint``)."""
+        self._checkpoint = {"ss": superstep, "coordinator": coordinator, "parts": {}}
+        for w in self.by_index:
+            self._send(w, wire.Checkpoint(superstep))
+
+    def settle_checkpoint(self, record: dict[str, Any] | None, wait: bool = False) -> None:
         """Commit the checkpoint being written once every worker's part is in (``wait``: wait for them)."""
         pending = self._checkpoint
         if pending is None:
@@ -242,44 +212,44 @@ class Master:
             return
         self._checkpoint = None
         ss, replies = pending["ss"], [h for _, h in sorted(pending["parts"].items())]
-        errors = [f"worker {h.get('src')}: {h.get('error') or 'no part entries in its reply'}" for h in replies
-                  if "error" in h or not isinstance(h.get("parts"), list)]
+        errors = [f"worker {h.src}: {h.error or 'no part entries in its reply'}" for h in replies
+                  if h.error is not None or not isinstance(h.parts, list)]
         error: StorageError | None = StorageError("; ".join(errors)) if errors else None
         if error is None:
             try:
-                commit(self.checkpoints, ss, [e for h in replies for e in h["parts"]], pending["coordinator"])
+                commit(self.checkpoints, ss, [e for h in replies for e in h.parts], pending["coordinator"])
             except StorageError as exc:
                 error = exc
             except (KeyError, TypeError) as exc:  # a malformed entry from a worker
                 error = StorageError(f"malformed part entry from a worker: {exc!r}")
         report(ss, error, record, self.tracer)
 
-    def _finish(self) -> dict[str, Any]:
-        self._commit_checkpoint(None, wait=True)  # the last checkpoint is on storage before the job ends
+    def results(self) -> dict[str, Any]:
+        """FINISH to every worker, their RESULTs, BYE."""
         self.phase = "finishing"
         for w in self.by_index:
-            self._send(w, {"kind": Kind.FINISH})
+            self._send(w, wire.Finish())
         self._wait(lambda: len(self._results) == self.workers, None, "the workers' results")
         values: dict[str, Any] = {}
         for i in range(self.workers):
-            values.update(self._results[i]["values"])
+            values.update(self._results[i].values)
         self.dropped = {**self.drops.counts}
         for i in range(self.workers):
-            for kind, n in (self._results[i].get("dropped") or {}).items():
+            for kind, n in (self._results[i].dropped or {}).items():
                 self.dropped[kind] = self.dropped.get(kind, 0) + n
         for w in self.by_index:
-            self._send(w, {"kind": Kind.BYE})
+            self._send(w, wire.Bye())
             log.info("%s left: job finished", w.describe())
         self.phase = "done"
         return values
 
     # -- recovery ---------------------------------------------------------------------------
-    def _recover(self, lost: WorkerLost, coord: Coordinator, metrics: list[dict[str, Any]]) -> None:
+    def _recover(self, lost: WorkerLost, coord: Coordinator, driver: Driver) -> None:
         """Replace the lost worker and roll everyone back to the newest valid checkpoint."""
         if self.max_restarts == 0 or lost.index is None:
             raise lost
         if self.checkpoints is not None:
-            self._commit_checkpoint(None)  # every part was in before the loss: it is a checkpoint
+            self.settle_checkpoint(None)  # every part was in before the loss: it is a checkpoint
         info = self.checkpoints.newest_valid() if self.checkpoints is not None else None
         if info is None or self.restarts >= self.max_restarts:
             why = ("no checkpoint to roll back to" if info is None else
@@ -304,49 +274,42 @@ class Master:
                    f"a worker to take over worker {lost.index}'s partition (--rejoin-timeout)")
         self._ready = set()
         coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
-        del metrics[ss:]
+        driver.rewind(ss)
         if self.tracer is not None:
             self.tracer.flush()  # written records first, then the rewind drops the replayed ones
         rewind(self.run_dir, ss)
         if self.tracer is not None:
-            self.tracer.event("recovery", superstep=self.superstep, lost=lost.index, rollback_to=ss,
+            self.tracer.event("recovery", superstep=self.current, lost=lost.index, rollback_to=ss,
                               restart=self.restarts)
         peers = [w.data for w in self.by_index]
         for w in self.by_index:
             if w.index == lost.index:
                 self._welcome(w, ss)
             else:
-                self._send(w, {"kind": Kind.ROLLBACK, "ss": ss, "gen": self.gen, "peers": peers,
-                               "peer_keys": [x.key for x in self.by_index]})
+                self._send(w, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]))
         self.phase = "starting"
         self._wait(lambda: len(self._ready) == self.workers, None, "workers to roll back")
         self.phase = "running"
         log.warning("recovered: worker %d replaced by %s, continuing from superstep %d",
                     lost.index, self.by_index[lost.index].describe(), ss)
 
-    @staticmethod
-    def _done(index: int, h: dict[str, Any]) -> Done:
-        return Done(h["ss"], index, h["partials"], h["active"], h["computed"], h["sent"], h["out_messages"],
-                    h["compute_s"], [tuple(x) for x in h.get("slowest", [])])
-
     def _abort(self, reason: str) -> None:
         for w in self.by_index:
             if w is None:
                 continue
             try:
-                self._send(w, {"kind": Kind.ABORT, "reason": reason})
+                self._send(w, wire.Abort(reason))
             except Exception:  # noqa: BLE001 - best effort: the worker may be gone
                 pass
 
     # -- the event loop ---------------------------------------------------------------------
-    def _send(self, w: WorkerInfo, header: dict[str, Any]) -> None:
-        header.setdefault("job", self.job_id)
+    def _send(self, w: WorkerInfo, msg: wire.Wire) -> None:
         try:
-            send(self.sock, header, w.identity)
+            send(self.sock, msg.to_wire(self.job_id), w.identity)
         except Unreachable:
             code = self._exit_code(w)  # a local worker that died says more than "unreachable"
             how = f"exited with code {code}" if code is not None else "is unreachable"
-            raise WorkerLost(f"{w.describe()} {how} at superstep {self.superstep}", w.index) from None
+            raise WorkerLost(f"{w.describe()} {how} at superstep {self.current}", w.index) from None
 
     def _exit_code(self, w: WorkerInfo) -> int | None:
         """The exit code of ``w`` if it is a process this master started and it has ended (its
@@ -383,19 +346,7 @@ class Master:
     def _handle(self, identity: bytes, header: dict[str, Any]) -> None:
         kind = header["kind"]
         if identity.startswith(b"hb:"):
-            w = self.joined.get(identity[3:])
-            if w is None or header.get("job") != self.job_id:
-                self.drops.drop("sender", f"heartbeat from unknown identity {identity[:40]!r}")
-                return
-            w.last_seen = time.monotonic()
-            if isinstance(header.get("state"), dict):
-                w.state = header["state"]
-            if isinstance(header.get("t"), float):  # echo it with our clock: the worker estimates its offset
-                try:
-                    send(self.sock, {"kind": Kind.HEARTBEAT, "job": self.job_id, "t": time.time(),
-                                     "echo": header["t"]}, identity)
-                except Unreachable:
-                    pass
+            self._heartbeat(identity, header)
             return
         if kind == Kind.HELLO:
             self._hello(identity, header)
@@ -408,27 +359,54 @@ class Master:
             self.drops.drop("job", f"message for job {header.get('job')!r} from {w.describe()}")
             return
         w.last_seen = time.monotonic()
-        if kind == Kind.READY and header.get("gen") == self.gen:
+        try:
+            msg = wire.decode(header)
+        except ProtocolError as exc:
+            self.drops.drop(exc.kind, f"{exc.detail} from {w.describe()}")
+            return
+        if isinstance(msg, wire.Ready) and msg.gen == self.gen:
             self._ready.add(w.index)
-        elif kind == Kind.DONE and header.get("ss") == self.superstep and self.phase == "running":
-            self._dones[w.index] = header
+        elif isinstance(msg, wire.Done) and msg.ss == self.current and self.phase == "running":
+            self._dones[w.index] = msg
             self._arrivals[w.index] = time.time() - self._wall0
-        elif kind == Kind.CHECKPOINTED:
-            if self._checkpoint is not None and header.get("ss") == self._checkpoint["ss"]:
-                self._checkpoint["parts"][w.index] = header
+        elif isinstance(msg, wire.Checkpointed):
+            if self._checkpoint is not None and msg.ss == self._checkpoint["ss"]:
+                msg.src = w.index
+                self._checkpoint["parts"][w.index] = msg
             else:  # a part of a checkpoint abandoned by a rollback
-                log.debug("ignoring the checkpoint part of superstep %s from %s", header.get("ss"), w.describe())
-        elif kind == Kind.RESULT and self.phase == "finishing":
-            self._results[w.index] = header
-        elif kind == Kind.ERROR:
-            self._worker_error(w, header)
-        elif kind != Kind.HEARTBEAT:
+                log.debug("ignoring the checkpoint part of superstep %s from %s", msg.ss, w.describe())
+        elif isinstance(msg, wire.Result) and self.phase == "finishing":
+            self._results[w.index] = msg
+        elif isinstance(msg, wire.Error):
+            self._worker_error(w, msg)
+        elif not isinstance(msg, (wire.Heartbeat, wire.Ready)):
             self.drops.drop("kind", f"unexpected {kind} from {w.describe()} in phase {self.phase}")
+
+    def _heartbeat(self, identity: bytes, header: dict[str, Any]) -> None:
+        """A worker's heartbeat socket: liveness, what it is doing, and our clock for its offset."""
+        w = self.joined.get(identity[3:])
+        if w is None or header.get("job") != self.job_id:
+            self.drops.drop("sender", f"heartbeat from unknown identity {identity[:40]!r}")
+            return
+        w.last_seen = time.monotonic()
+        try:
+            hb = wire.Heartbeat.from_wire(header)
+        except ProtocolError as exc:
+            self.drops.drop(exc.kind, exc.detail)
+            return
+        if hb.state is not None:
+            w.state = hb.state
+        if isinstance(hb.t, float):  # echo it with our clock: the worker estimates its offset
+            try:
+                send(self.sock, wire.Heartbeat(t=time.time(), echo=hb.t).to_wire(self.job_id), identity)
+            except Unreachable:
+                pass
 
     def _hello(self, identity: bytes, h: dict[str, Any]) -> None:
         if identity in self.joined:
             return  # a resent HELLO; the WELCOME is on its way
         host = str(h.get("host", "?"))
+        # version and job first, on the raw header: a worker of another version may speak another HELLO
         if h.get("version") != __version__:
             reason = f"worker runs mariana {h.get('version')!r} but the master runs {__version__!r}"
         elif h.get("want_job") not in (None, self.job_name):
@@ -439,12 +417,14 @@ class Master:
                 self._spares.add(identity)
                 log.info("a spare worker from host %s is waiting (the job has its %d workers)", host, self.workers)
             return
-        elif not isinstance(h.get("data"), str) or not isinstance(h.get("pid"), int):
-            self.drops.drop("header", "HELLO without data endpoint or pid")
-            return
         else:
+            try:
+                hello = wire.Hello.from_wire(h)
+            except ProtocolError as exc:
+                self.drops.drop("header", f"HELLO: {exc.detail}")
+                return
             free = self.by_index.index(None) if None in self.by_index else len(self.by_index)
-            w = WorkerInfo(free, identity, host, h["pid"], h["data"], h.get("key"))
+            w = WorkerInfo(free, identity, host, hello.pid, hello.data, hello.key)
             self.joined[identity] = w
             if free == len(self.by_index):
                 self.by_index.append(w)
@@ -455,15 +435,15 @@ class Master:
         log.warning("refused a worker from host %s: %s", host, reason)
         self.drops.counts["refused"] = self.drops.counts.get("refused", 0) + 1
         try:
-            send(self.sock, {"kind": Kind.REFUSE, "job": self.job_id, "reason": reason}, identity)
+            send(self.sock, wire.Refuse(reason).to_wire(self.job_id), identity)
         except Unreachable:
             pass
 
-    def _worker_error(self, w: WorkerInfo, h: dict[str, Any]) -> None:
-        if h.get("where") == "compute":
-            raise VertexError(str(h.get("vertex")), int(h.get("ss", self.superstep)),
-                              f"{h.get('message')} (on {w.describe()})", str(h.get("traceback", "")))
-        raise MarianaError(f"{w.describe()} cannot run job {self.job_name}: {h.get('message')}")
+    def _worker_error(self, w: WorkerInfo, h: wire.Error) -> None:
+        if h.where == "compute":
+            raise VertexError(str(h.vertex), self.current if h.ss is None else h.ss,
+                              f"{h.message} (on {w.describe()})", h.traceback)
+        raise MarianaError(f"{w.describe()} cannot run job {self.job_name}: {h.message}")
 
     def _hang(self, after: float) -> None:
         """Name the workers missing from the barrier and the peers each waiting worker lacks."""
@@ -484,11 +464,11 @@ class Master:
             lines.append(f"{w.describe()}: {doing} for {entry['for_s']:.1f}s")
         waiting = {str(w.index): w.state.get("peers", []) for w in self.by_index
                    if w is not None and w.state.get("phase") == "waiting"}
-        report = (f"superstep {self.superstep} exceeded --superstep-timeout {after:g}s; not at the barrier: "
+        report = (f"superstep {self.current} exceeded --superstep-timeout {after:g}s; not at the barrier: "
                   + "; ".join(lines))
         log.error(report)
         if self.tracer is not None:
-            self.tracer.event("hang", superstep=self.superstep, elapsed_s=round(now - self._wall0, 3),
+            self.tracer.event("hang", superstep=self.current, elapsed_s=round(now - self._wall0, 3),
                               missing=missing, waiting=waiting)
         stuck = next((m["worker"] for m in missing if m["state"] == "computing"), missing[0]["worker"] if missing else None)
         if stuck is not None and self.max_restarts and self.checkpoints is not None:
@@ -506,15 +486,15 @@ class Master:
             if code is not None and self.phase != "done":
                 w = next((w for w in present if w.pid == child.pid), None)
                 who = w.describe() if w else f"worker process {child.pid}"
-                raise WorkerLost(f"{who} exited with code {code} at superstep {self.superstep}", w.index if w else None)
+                raise WorkerLost(f"{who} exited with code {code} at superstep {self.current}", w.index if w else None)
         for w in present:
             if now - w.last_seen > self.worker_timeout:
-                raise WorkerLost(f"{w.describe()} stopped answering at superstep {self.superstep} "
+                raise WorkerLost(f"{w.describe()} stopped answering at superstep {self.current} "
                                  f"(no message for {now - w.last_seen:.1f}s, timeout {self.worker_timeout:g}s)", w.index)
         if now >= self._next_hb:
             self._next_hb = now + self.heartbeat_interval
             for w in present:
                 try:
-                    send(self.sock, {"kind": Kind.HEARTBEAT, "job": self.job_id, "t": time.time()}, b"hb:" + w.identity)
+                    send(self.sock, wire.Heartbeat(t=time.time()).to_wire(self.job_id), b"hb:" + w.identity)
                 except Unreachable:
                     pass  # its heartbeat socket is not connected yet

@@ -10,15 +10,13 @@ from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .graph import Graph
 from .local import LocalRuntime
+from .options import RunOptions
 from .result import RunResult
 from .tracing import Capture, TraceWriter, rewind
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run", "RUNTIMES", "newest_checkpoint", "resume_point"]
-
-RUNTIMES = ("local",)
-
+__all__ = ["run", "run_local", "newest_checkpoint", "resume_point"]
 
 def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: Any = None,
         max_supersteps: int | None = None, run_dir: Any = None,
@@ -26,7 +24,7 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
         checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False,
         checkpoint_background: bool = True,
         trace: bool = True, capture: str | None = None, capture_limit_mb: int = 64) -> RunResult:
-    """Run ``graph`` to the end and return its ``RunResult``.
+    """Run ``graph`` to the end in this process and return its ``RunResult``.
 
     ``placement``: a strategy name (``hash``, ``range``), a ``Strategy``, a mapping or callable
     ``id -> worker``, or a resolved ``Placement``. ``run_dir``: a ``RunDir`` that receives one
@@ -35,24 +33,28 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
     state unless ``checkpoint_background`` is false). ``resume``: continue from the newest
     valid checkpoint in ``run_dir``. ``trace``: write superstep traces to ``run_dir/trace``;
     ``capture``: store the messages of vertices matching this glob (docs/traces.md).
+    (A graph whose workers are processes is run by name: ``mariana.jobs.run_job``.)
     """
-    if workers < 1:
-        raise UsageError(f"workers must be >= 1, got {workers}")
-    if runtime not in RUNTIMES:
-        raise UsageError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
+    if runtime != "local":
+        raise UsageError(f"unknown runtime {runtime!r}; available: local (the cluster runs jobs by name: run_job)")
+    return run_local(graph, RunOptions(
+        workers=workers, runtime=runtime, placement=placement, max_supersteps=max_supersteps, run_dir=run_dir,
+        on_superstep=on_superstep, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
+        resume=resume, checkpoint_background=checkpoint_background, trace=trace, capture=capture,
+        capture_limit_mb=capture_limit_mb))
 
-    def record(line: dict[str, Any]) -> None:
-        if run_dir is not None:
-            run_dir.append_jsonl("metrics.jsonl", [line])
-        if on_superstep is not None:
-            on_superstep(line)
 
-    checkpoints = Checkpoints(run_dir, keep_checkpoints) if run_dir is not None else None
-    tracer = TraceWriter(run_dir) if run_dir is not None and trace else None
-    start = resume_point(run_dir, keep_checkpoints, load=True) if resume else None
-    spy = Capture(capture, run_dir, capture_limit_mb << 20) if capture and run_dir is not None else None
-    return LocalRuntime(graph, workers, placement).run(max_supersteps, record, checkpoints, checkpoint_every, start,
-                                                       tracer, spy, checkpoint_background)
+def run_local(graph: Graph, options: RunOptions) -> RunResult:
+    """Run ``graph`` on ``LocalRuntime`` with ``options``."""
+    run_dir = options.run_dir
+    checkpoints = Checkpoints(run_dir, options.keep_checkpoints) if run_dir is not None else None
+    tracer = TraceWriter(run_dir) if run_dir is not None and options.trace else None
+    start = resume_point(run_dir, options.keep_checkpoints, load=True) if options.resume else None
+    spy = (Capture(options.capture, run_dir, options.capture_limit_mb << 20)
+           if options.capture and run_dir is not None else None)
+    return LocalRuntime(graph, options.workers, options.placement).run(
+        options.max_supersteps, options.on_superstep, checkpoints, options.checkpoint_every, start, tracer, spy,
+        options.checkpoint_background, run_dir)
 
 
 def resume_point(run_dir: RunDir | None, keep: int = 3, load: bool = False) -> CheckpointInfo:

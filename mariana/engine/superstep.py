@@ -59,6 +59,7 @@ class Done:
     compute_s: float
     slowest: list[tuple[str, float]] = field(default_factory=list)
     trace: dict[str, Any] = field(default_factory=dict)
+    arrival: float = 0.0  # seconds from the start of the superstep to this report (set by the runtime)
 
     @property
     def in_flight(self) -> int:

@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TraceWriter", "rewind", "Capture", "nonfinite", "state_flags", "master_record", "jsonable", "PHASES"]
 
-PHASES = ("compute_s", "combine_s", "encode_s", "send_s", "wait_s", "barrier_s")
+#: The phases of a worker's superstep, in order; a trace record has ``PHASE_s`` seconds of each
+#: (docs/traces.md). The one list the runtimes, ``trace summary`` and the Chrome export share.
+PHASES = ("compute", "combine", "encode", "send", "wait", "barrier")
 #: Arrays up to this many elements are scanned whole for NaN/Inf, larger ones on 4 evenly spaced
 #: blocks of ``SAMPLE`` elements: a diverging model has NaNs everywhere, and a full scan of every
 #: large array every superstep would cost more than the tracing budget (bench/tracing.py).
@@ -207,13 +209,8 @@ def rewind(run_dir: RunDir, superstep: int) -> None:
     """Drop the metrics and trace records of ``superstep`` and later from ``run_dir`` (a resume
     or a rollback replays those supersteps); trace events are kept."""
     run_dir.truncate_jsonl("metrics.jsonl", lambda r: r.get("superstep", 0) < superstep)
-    try:
-        names = run_dir.fs.ls(run_dir.path("trace"), detail=False)
-    except FileNotFoundError:
-        return
-    for name in names:
-        rel = "trace/" + name.rstrip("/").rsplit("/", 1)[-1]
-        run_dir.truncate_jsonl(rel, lambda r: "event" in r or r.get("superstep", 0) < superstep)
+    for name in run_dir.list("trace"):
+        run_dir.truncate_jsonl(f"trace/{name}", lambda r: "event" in r or r.get("superstep", 0) < superstep)
 
 
 def jsonable(value: Any, max_items: int = 64) -> Any:

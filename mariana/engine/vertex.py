@@ -9,23 +9,13 @@ passed without copying, so treat received arrays as read-only (copy before modif
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable
 
 import numpy as np
 
+from ..messages.message import Message
+
 __all__ = ["Vertex", "Context", "Message", "array_module"]
-
-
-class Message(NamedTuple):
-    """One message: ``src`` sent ``payload`` to ``dst`` under ``tag`` (None by default).
-
-    A message produced by a combiner carries the ``src`` of the first message it combined.
-    """
-
-    src: str
-    dst: str
-    tag: str | None
-    payload: Any
 
 
 class Vertex:

@@ -7,18 +7,15 @@ import argparse
 import json
 import logging
 import os
-import platform
-import socket
 import sys
 import time
 import tomllib
 from typing import Any, Sequence
 
 from .. import __version__
-from ..engine import run as engine_run
 from ..errors import MarianaError, StorageError, UsageError, VertexError
 from ..storage import RunDir, default_run_url
-from .registry import BUILTIN_JOBS, BuildContext, get_job, resolve_config
+from .registry import BUILTIN_JOBS, get_job, resolve_config
 
 log = logging.getLogger("mariana")
 
@@ -251,7 +248,7 @@ def cmd_params(args: argparse.Namespace) -> int:
     except MarianaError as exc:
         raise UsageError(str(exc)) from None
     buf = io.BytesIO()
-    np.savez(buf, **dict(named))
+    np.savez(buf, **dict(named))  # type: ignore[arg-type]  # numpy stubs
     write_bytes(args.to, buf.getvalue())
     print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) from the {source} to {args.to}")
     return 0
@@ -300,16 +297,6 @@ def _load_toml(path: str | None) -> dict[str, Any]:
         raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
-
-
-def _versions() -> dict[str, str]:
-    import fsspec
-    import msgpack
-    import numpy
-    import zmq
-
-    return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-            "pyzmq": zmq.__version__, "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec.__version__}
 
 
 class Progress:
@@ -361,74 +348,65 @@ def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``mariana run`` and ``mariana master``: options from the arguments, then the one launch path."""
+    from ..engine.options import RunOptions
+    from .launch import explain_placement, launch
+
     job, config, workers, placement_arg, resume_dir = _resolve_run(args)
     if workers < 1:
         raise UsageError(f"--workers must be >= 1, got {workers}")
     if args.max_supersteps is not None and args.max_supersteps < 0:
         raise UsageError(f"--max-supersteps must be >= 0, got {args.max_supersteps}")
-    if args.command == "master":
-        runtime = "cluster"
-        args.security = _master_security(args)  # refuse a bad bind before anything is written
-    else:
-        runtime = args.runtime or ("cluster" if workers > 1 else "local")
-    graph = job.build(config, BuildContext(workers, placement_arg))
-    placement = graph.place(workers)
     if getattr(args, "explain_placement", False):
-        print(placement.explain())
+        print(explain_placement(job, config, workers, placement_arg))
         return 0
-    run_dir = resume_dir or RunDir(args.run_dir or default_run_url(job.name))
-    info = {"job": args.job or job.name, "config": config, "workers": workers, "runtime": runtime,
-            "placement_arg": placement_arg, "graph": {"name": graph.name, "vertices": len(graph)},
-            "placement": placement.summary(), "versions": _versions(), "host": socket.gethostname(),
-            "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
-    if resume_dir is not None:
-        info["resumed"] = True
-        info["job"] = resume_dir.read_json("job.json")["job"]
-    hooks = _run_hooks(args, run_dir.url, config, info["job"])  # --ui, --tensorboard: bad values fail here
-    run_dir.write_json("job.json", info)
-    log.info("run directory: %s", run_dir.url)
+    master = args.command == "master"
+    security = _master_security(args) if master else None  # refuse a bad bind before anything is written
+    run_dir = resume_dir or args.run_dir or default_run_url(job.name)  # a URL is created once the job builds
     progress = Progress(job.progress_metric)
-    url = hooks.start()
-    if url:
-        print(f"mariana: job page at {url} (JSON: {url}api/state)", file=sys.stderr, flush=True)
+    hooks = _run_hooks(args, run_dir if isinstance(run_dir, str) else run_dir.url, config, args.job or job.name)
+    page = hooks.start()  # --ui, --tensorboard: bad values failed above, before anything is written
+    if page:
+        print(f"mariana: job page at {page} (JSON: {page}api/state)", file=sys.stderr, flush=True)
 
     def record(line: dict[str, Any]) -> None:  # the runtimes append each line to RUN/metrics.jsonl themselves
         progress(line)
         hooks(line)
 
-    every, keep = config["checkpoint_every"] or None, config["keep_checkpoints"]
-    status = "interrupted"
+    hint = _worker_hint(args, security) if master else None
+
+    def on_start(master_: Any, procs: list[Any]) -> None:
+        if hint is not None:
+            hint(master_, procs)
+        hooks.attach(master_)
+        if getattr(args, "launch", None) is not None:  # --from-env: rank 0's own worker, reaped with the others
+            procs += _spawn_rank0_worker(args, master_.endpoint, security)
+
+    options = RunOptions.from_config(
+        config, workers=workers, runtime="cluster" if master else args.runtime, placement=placement_arg,
+        max_supersteps=args.max_supersteps, run_dir=run_dir, on_superstep=record, resume=resume_dir is not None,
+        trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
+        heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
+        superstep_timeout=args.superstep_timeout, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
+        max_message_bytes=args.max_message_mb << 20, secure=args.secure, spawn=not master, security=security,
+        bind=args.bind if master else "tcp://127.0.0.1:0", on_start=on_start)
+    status, error = "interrupted", None
     try:
-        if runtime == "local":
-            result = engine_run(graph, workers=workers, placement=placement, max_supersteps=args.max_supersteps,
-                                run_dir=run_dir, on_superstep=record, checkpoint_every=every,
-                                keep_checkpoints=keep, resume=resume_dir is not None, trace=args.trace,
-                                checkpoint_background=config["checkpoint_background"],
-                                capture=args.capture, capture_limit_mb=args.capture_limit_mb)
-        else:
-            result = _run_cluster(args, info["job"], config, graph, workers, placement_arg, run_dir, record,
-                                  resume_dir is not None, hooks)
-        progress.close()
-        text, summary = job.finish(result, config, run_dir) if job.finish else ("", {})
-    except MarianaError as exc:
-        progress.close()
-        info.update(status="failed", error=str(exc))
-        run_dir.write_json("job.json", info)
-        status = "failed"
-        raise
-    else:
-        info.update(status="finished", supersteps=result.supersteps, halt_reason=result.halt_reason,
-                    wall_s=round(result.wall_s, 6))
-        run_dir.write_json("job.json", info)
+        done = launch(job, config, options, name=args.job or job.name, finish=True)
         status = "finished"
+    except MarianaError as exc:
+        status, error = "failed", str(exc)
+        raise
     finally:
-        hooks.finish(status, info.get("error"))
+        progress.close()
+        hooks.finish(status, error)
+    result, url = done.result, done.run_dir.url
     if args.json:
-        print(json.dumps({"job": job.name, "run_dir": run_dir.url, "supersteps": result.supersteps,
-                          "halt_reason": result.halt_reason, "wall_s": result.wall_s, **summary}, default=str))
+        print(json.dumps({"job": job.name, "run_dir": url, "supersteps": result.supersteps,
+                          "halt_reason": result.halt_reason, "wall_s": result.wall_s, **done.summary}, default=str))
     else:
-        print(text)
-        print(f"run directory: {run_dir.url}", file=sys.stderr)
+        print(done.text)
+        print(f"run directory: {url}", file=sys.stderr)
     return 0
 
 
@@ -439,51 +417,24 @@ def _run_hooks(args: argparse.Namespace, run_url: str, config: dict[str, Any], j
     return RunHooks(run_url, ui=args.ui, tensorboard=args.tensorboard, config=config, job=job_name)
 
 
-def _run_cluster(args: argparse.Namespace, job_name: str, config: dict[str, Any], graph: Any, workers: int,
-                 placement: str | None, run_dir: RunDir, record: Any, resume: bool, hooks: Any = None) -> Any:
-    """``run --workers N``: spawn local workers; ``master``: wait for workers from anywhere."""
-    from ..engine.cluster import run_cluster
-    from ..engine.master import Master
-    from ..engine.runner import resume_point
+def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
+    """``mariana master``: once bound, say (and with keys write) how workers join from other hosts."""
     from ..engine.transport import is_loopback, parse_endpoint
 
-    start = resume_point(run_dir, config["keep_checkpoints"]) if resume else None
-    options = dict(workers=workers, placement=placement, max_supersteps=args.max_supersteps,
-                   on_superstep=record, heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
-                   max_message_bytes=args.max_message_mb << 20, run_dir=run_dir,
-                   checkpoint_every=config["checkpoint_every"] or None, keep_checkpoints=config["keep_checkpoints"],
-                   resume=start, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
-                   trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
-                   superstep_timeout=args.superstep_timeout)
-    if args.command == "run":
-        return run_cluster(job_name, config, graph, secure=args.secure, on_start=hooks and hooks.attach, **options)
-    host, _ = parse_endpoint(args.bind)
-    security = args.security
-    master = Master(job_name, config, graph, bind=args.bind, security=security, **options)
-    if hooks is not None:
-        hooks.attach(master)
-    local: list[Any] = []  # --from-env: rank 0's own worker
-    try:
-        endpoint = master.start()
-        where = "" if is_loopback(host) else " (reachable from other hosts)"
+    def hint(master: Any, procs: list[Any]) -> None:
+        endpoint = master.endpoint
+        where = "" if is_loopback(parse_endpoint(args.bind)[0]) else " (reachable from other hosts)"
         if security is not None:
             master_file = args.master_file or os.path.join(args.keys, "master.json")
             with open(master_file, "w") as f:
-                json.dump({"endpoint": endpoint, "server_key": security.public.decode(), "job": job_name}, f)
-            hint = f"mariana worker --master-file {master_file} --key {args.keys}/NAME.key_secret"
+                json.dump({"endpoint": endpoint, "server_key": security.public.decode(), "job": master.job_name}, f)
+            how = f"mariana worker --master-file {master_file} --key {args.keys}/NAME.key_secret"
         else:
-            hint = f"mariana worker --master {endpoint}"
-        print(f"mariana master: waiting for {workers} worker(s) at {endpoint}{where}; on each worker host run:\n"
-              f"    {hint}", file=sys.stderr, flush=True)
-        if getattr(args, "launch", None) is not None:
-            local = _spawn_rank0_worker(args, endpoint)
-        return master.run(children=local)
-    finally:
-        if local:
-            from ..engine.cluster import stop_processes
+            how = f"mariana worker --master {endpoint}"
+        print(f"mariana master: waiting for {master.workers} worker(s) at {endpoint}{where}; on each worker host "
+              f"run:\n    {how}", file=sys.stderr, flush=True)
 
-            stop_processes(local, grace=max(3.0, 2 * args.heartbeat_interval))
-        master.close()
+    return hint
 
 
 def _master_security(args: argparse.Namespace) -> Any:
@@ -528,12 +479,13 @@ def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: 
     """A worker joining the master named by the environment (``--keys DIR``: CURVE with DIR/master.key)."""
     from ..engine.security import Security, load_public
     from ..engine.worker import Worker
+    from .launch import build_graph
 
     security = None
     if getattr(args, "keys", None):
         security = Security.for_worker(_worker_key(args, launch.rank), load_public(os.path.join(args.keys, "master.key")))
     host = getattr(args, "host", None) or launch.local_address()
-    return Worker(master or launch.master_endpoint, host, args.connect_timeout, args.max_message_mb << 20,
+    return Worker(master or launch.master_endpoint, build_graph, host, args.connect_timeout, args.max_message_mb << 20,
                   security, job)
 
 
@@ -543,7 +495,7 @@ def _worker_key(args: argparse.Namespace, rank: int) -> str:
     return pattern.replace("{rank}", str(rank))
 
 
-def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str) -> list[Any]:
+def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str, security: Any) -> list[Any]:
     """Rank 0's own worker process, beside the master (``--from-env``)."""
     from ..engine.cluster import spawn_workers
     from ..engine.transport import parse_endpoint
@@ -553,7 +505,7 @@ def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str) -> list[Any]:
     extra = ["--max-message-mb", str(args.max_message_mb), "--connect-timeout", str(args.connect_timeout)]
     if args.job:
         extra += ["--job", args.job]
-    if args.security is not None:
+    if security is not None:
         extra += [f"--server-key={os.path.join(args.keys, 'master.key')}", "--key", _worker_key(args, 0)]
     return spawn_workers(connect, 1, args.launch.local_address(), extra)
 
@@ -586,7 +538,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
                              "and its own secret key (--key)")
         security = Security.for_worker(args.key, load_public(server_key))
-    return Worker(master, args.host, args.connect_timeout, args.max_message_mb << 20, security, args.job).run()
+    from .launch import build_graph
+
+    return Worker(master, build_graph, args.host, args.connect_timeout, args.max_message_mb << 20, security,
+                  args.job).run()
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -651,11 +606,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
         else:
             print(format_replay(r))
         return 0 if r["matches"] else 1
-    data = trace.load_trace(args.run)
     if args.trace_command == "summary":
-        doc = trace.summary(data)
-        print(json.dumps(doc, default=str) if args.json else trace.format_summary(doc))
+        text, doc = trace.cmd_summary(args.run)  # with the run's counters, if any
+        print(json.dumps(doc, default=str) if args.json else text)
         return 0
+    data = trace.load_trace(args.run)
     doc = trace.show(data, args.superstep, worker=args.worker, vertex=args.vertex, run=args.run)
     print(json.dumps(doc, default=str) if args.json else trace.format_show(doc))
     return 0

@@ -1,54 +1,132 @@
-"""Run a job by name: resolve its config, build its graph, run it on a runtime."""
+"""The one launch path: resolve a job's config, build its graph, record the run in ``RUN/job.json``,
+run it on the runtime the ``RunOptions`` pick, record the outcome.
+
+``mariana run``, ``mariana master`` and ``run_job`` all come through ``launch``; cluster workers
+build the same graph through ``build_graph``.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import logging
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
+from .. import __version__
 from ..engine import RunResult
-from ..engine import run as engine_run
-from ..errors import UsageError
+from ..engine.graph import Graph
+from ..engine.options import RUNTIMES, RunOptions
+from ..engine.runner import run_local
+from ..errors import MarianaError
+from ..storage import RunDir
 from .registry import BuildContext, Job, get_job, resolve_config
 
-__all__ = ["run_job", "RUNTIMES"]
+log = logging.getLogger(__name__)
 
-RUNTIMES = ("local", "cluster")
+__all__ = ["run_job", "launch", "Launched", "build_graph", "explain_placement", "RUNTIMES"]
 
 
 def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence[str] = (), *,
-            workers: int = 1, runtime: str | None = None, placement: str | None = None,
-            max_supersteps: int | None = None, run_dir: Any = None,
-            on_superstep: Callable[[dict[str, Any]], None] | None = None, resume: bool = False,
-            trace: bool = True, capture: str | None = None, capture_limit_mb: int = 64,
-            **cluster_options: Any) -> RunResult:
+            workers: int = 1, runtime: str | None = None, **options: Any) -> RunResult:
     """Run ``job`` (a built-in name or ``package.module:JOB``) and return its ``RunResult``.
 
     ``config`` and ``sets`` (``KEY=VALUE`` strings) override the job's defaults, in that order.
     ``runtime``: ``local`` (one process) or ``cluster`` (one process per worker); the default is
-    local for one worker and cluster for more. ``cluster_options`` go to ``run_cluster``
-    (``heartbeat_interval``, ``worker_timeout``, ``bind``, ``on_start``, ``max_restarts``, ...).
-    Checkpoints (config keys ``checkpoint_every``, ``keep_checkpoints``, ``checkpoint_background``)
-    go to ``run_dir``;
-    ``resume`` continues from its newest valid checkpoint.
+    local for one worker and cluster for more. Every other keyword is a ``RunOptions`` field
+    (``run_dir``, ``on_superstep``, ``resume``, ``trace``, ``heartbeat_interval``,
+    ``worker_timeout``, ``on_start``, ``max_restarts``, ``secure``, ...). Checkpoints follow the
+    config keys ``checkpoint_every``, ``keep_checkpoints`` and ``checkpoint_background``.
     """
-    runtime = runtime or ("cluster" if workers > 1 else "local")
-    if runtime not in RUNTIMES:
-        raise UsageError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
     name = job if isinstance(job, str) else job.name
     job = get_job(job) if isinstance(job, str) else job
     resolved = resolve_config(job, config, list(sets))
-    graph = job.build(resolved, BuildContext(workers, placement))
-    every, keep = resolved.get("checkpoint_every") or None, resolved.get("keep_checkpoints", 3)
-    if runtime == "local":
-        return engine_run(graph, workers=workers, max_supersteps=max_supersteps, run_dir=run_dir,
-                          on_superstep=on_superstep, checkpoint_every=every, keep_checkpoints=keep, resume=resume,
-                          checkpoint_background=resolved.get("checkpoint_background", True),
-                          trace=trace, capture=capture, capture_limit_mb=capture_limit_mb)
-    from ..engine.cluster import run_cluster
-    from ..engine.runner import resume_point
+    run_options = RunOptions.from_config(resolved, workers=workers, runtime=runtime, **options)
+    return launch(job, resolved, run_options, name=name).result
 
-    start = resume_point(run_dir, keep) if resume else None
 
-    return run_cluster(name, resolved, graph, workers=workers, placement=placement, max_supersteps=max_supersteps,
-                       on_superstep=on_superstep, run_dir=run_dir, checkpoint_every=every, keep_checkpoints=keep,
-                       resume=start, trace=trace, capture=capture, capture_limit_mb=capture_limit_mb,
-                       **cluster_options)
+@dataclass
+class Launched:
+    """What ``launch`` hands back: the result and, with ``finish``, the job's summary text and fields."""
+
+    result: RunResult
+    run_dir: RunDir | None = None
+    text: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str | None = None,
+           finish: bool = False) -> Launched:
+    """Build ``job``'s graph with ``config``, run it as ``options`` say and record it in ``options.run_dir``.
+
+    ``name``: how the job is referred to (a built-in name or ``package.module:JOB``: the cluster
+    workers build it from that). ``finish``: also run the job's ``finish`` (write outputs, summary).
+    ``RUN/job.json`` says ``running`` before the first superstep, then ``finished`` or ``failed``;
+    ``options.run_dir`` may be a URL, created once the graph is built (a job that cannot build
+    leaves nothing behind).
+    """
+    name = name or job.name
+    graph = job.build(config, BuildContext(options.workers, options.placement))
+    placement = graph.place(options.workers)
+    if isinstance(options.run_dir, str):  # created only now that the job has built
+        options = options.replace(run_dir=RunDir(options.run_dir))
+    if options.run_dir is not None:
+        log.info("run directory: %s", options.run_dir.url)
+    run_dir: RunDir | None = options.run_dir
+    info = _job_info(run_dir, name, config, graph, placement, options) if run_dir is not None else None
+    try:
+        if options.runtime_name == "local":
+            result = run_local(graph, options.replace(placement=placement))
+        else:
+            from ..engine.cluster import run_cluster
+
+            result = run_cluster(info["job"] if info else name, config, graph, options)
+        text, summary = job.finish(result, config, run_dir) if finish and job.finish else ("", {})
+    except MarianaError as exc:
+        if info is not None:
+            info.update(status="failed", error=str(exc))
+            run_dir.write_json("job.json", info)  # type: ignore[union-attr]
+        raise
+    if info is not None:
+        info.update(status="finished", supersteps=result.supersteps, halt_reason=result.halt_reason,
+                    wall_s=round(result.wall_s, 6))
+        run_dir.write_json("job.json", info)  # type: ignore[union-attr]
+    return Launched(result, run_dir, text, summary)
+
+
+def _job_info(run_dir: RunDir, name: str, config: dict[str, Any], graph: Graph, placement: Any,
+              options: RunOptions) -> dict[str, Any]:
+    """``RUN/job.json`` of a run that starts now (a resumed run keeps its job reference)."""
+    info = {"job": name, "config": config, "workers": options.workers, "runtime": options.runtime_name,
+            "placement_arg": options.placement, "graph": {"name": graph.name, "vertices": len(graph)},
+            "placement": placement.summary(), "versions": versions(), "host": socket.gethostname(),
+            "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
+    if options.resume and run_dir.exists("job.json"):
+        info["resumed"] = True
+        info["job"] = run_dir.read_json("job.json")["job"]
+    run_dir.write_json("job.json", info)
+    return info
+
+
+def versions() -> dict[str, str]:
+    import fsspec
+    import msgpack
+    import numpy
+    import zmq
+
+    return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
+            "pyzmq": zmq.__version__, "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec.__version__}
+
+
+def explain_placement(job: Job, config: dict[str, Any], workers: int, placement: str | None = None) -> str:
+    """The vertex -> worker table of ``job`` on ``workers`` (``--explain-placement``)."""
+    return job.build(config, BuildContext(workers, placement)).place(workers).explain()
+
+
+def build_graph(job_name: str, config: dict[str, Any], workers: int, placement: Any = None) -> Graph:
+    """The graph of job ``job_name`` for ``workers`` partitions: what a cluster worker builds
+    from its WELCOME (``engine.worker.GraphBuilder``)."""
+    job = get_job(job_name)
+    return job.build(resolve_config(job, config), BuildContext(workers, placement))

@@ -11,7 +11,7 @@ import difflib
 import importlib
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..engine import Graph, RunResult
 from ..errors import UsageError
@@ -20,6 +20,8 @@ __all__ = ["Key", "Job", "BuildContext", "BUILTIN_JOBS", "ENGINE_KEYS", "get_job
 
 BUILTIN_JOBS: dict[str, str] = {
     "dnn-dp": "mariana.jobs.dnn_data_parallel:JOB",
+    "cnn-hybrid": "mariana.jobs.cnn_hybrid:JOB",
+    "cpu-cluster": "mariana.jobs.cpu_cluster:JOB",
     "pagerank": "mariana.jobs.pagerank:JOB",
     "sssp": "mariana.jobs.sssp:JOB",
     "wcc": "mariana.jobs.wcc:JOB",
@@ -124,7 +126,7 @@ def parse_set(item: str) -> tuple[str, Any, str]:
     return key, value, raw
 
 
-def resolve_config(job: Job, file_config: dict[str, Any] | None = None, sets: list[str] = (),
+def resolve_config(job: Job, file_config: dict[str, Any] | None = None, sets: Sequence[str] = (),
                    file_name: str = "") -> dict[str, Any]:
     """Defaults, then the TOML file (top level or a ``[JOB]`` table), then ``--set`` items."""
     config = job.defaults()

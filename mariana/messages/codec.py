@@ -130,7 +130,7 @@ def encode(header: dict, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list:
         first = len(frames)
         size = arr.nbytes
         if size:
-            buf = memoryview(arr.reshape(-1).view(np.uint8))
+            buf = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy stubs, 3.11
             if size <= chunk_bytes:
                 frames.append(buf)
             else:

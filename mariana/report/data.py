@@ -25,10 +25,10 @@ from ..trace.analyze import PHASES, Trace, _parse_jsonl, load_trace, summary
 
 log = logging.getLogger(__name__)
 
-__all__ = ["collect", "series_from_metrics", "samples_per_second", "TIMELINE_LIMIT", "CURVES"]
+__all__ = ["collect", "series_from_metrics", "samples_per_second", "TIMELINE_SUPERSTEPS", "CURVES"]
 
-#: At most this many worker records go into the timeline (the newest ones): a plot of more says no more.
-TIMELINE_LIMIT = 4000
+#: The timeline shows the newest this many supersteps: over more, a superstep is narrower than a pixel.
+TIMELINE_SUPERSTEPS = 200
 #: The training curves shown first when a run has them (the rest of the numeric metrics follow).
 CURVES = ("loss", "test_loss", "test_accuracy")
 #: Metric keys that are bookkeeping, not curves.
@@ -117,8 +117,11 @@ def _timeline(trace: Trace, t0: float) -> dict[str, Any]:
     exchange (combine + encode + send), wait (for peers' batches) and barrier."""
     recs = [r for rs in trace.workers.values() for r in rs if _finite(r.get("start"))]
     recs.sort(key=lambda r: (r["start"], r.get("worker", 0)))
-    truncated = max(0, len(recs) - TIMELINE_LIMIT)
-    recs = recs[truncated:]
+    newest = sorted({int(r["superstep"]) for r in recs})[-TIMELINE_SUPERSTEPS:]
+    first = newest[0] if newest else 0
+    kept = [r for r in recs if int(r["superstep"]) >= first]
+    truncated = len(recs) - len(kept)
+    recs = kept
     rows = []
     for r in recs:
         ph = {p: float(r[f"{p}_s"]) if _finite(r.get(f"{p}_s")) else 0.0 for p in PHASES}

@@ -128,9 +128,11 @@ def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 marker={"color": PHASE_COLORS[phase]}, customdata=[r["superstep"] for r in rows],
                 hovertemplate=f"superstep %{{customdata}}<br>{phase} %{{x:.6f}} s<extra>%{{y}}</extra>"))
         truncated = (snap.get("timeline") or {}).get("truncated") or 0
-        title = "Superstep timeline per worker" + (f" (newest {len(rows)} records)" if truncated else "")
+        shown = len({r["superstep"] for r in rows})
+        title = "Superstep timeline per worker" + (f" (newest {shown} supersteps)" if truncated else "")
         out["fig-timeline"] = _fig(go, traces, _base_layout(
             title, "seconds since the first superstep", "", barmode="overlay", bargap=0.3,
+            legend={"orientation": "h", "x": 0, "y": -0.35, "yanchor": "top"},
             height=max(240, 90 + 60 * len(workers)),
             yaxis={"categoryorder": "array", "categoryarray": [f"worker {k}" for k in reversed(workers)]}))
 

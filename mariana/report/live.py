@@ -10,7 +10,8 @@
 Loopback by default; GET and HEAD only (anything else is 405); JSON only, no pickle. The data
 comes from the run directory, read again when a request finds it older than ``refresh_s`` (so a
 page nobody watches costs the job nothing), plus what the job's ``on_superstep`` callback and the
-cluster master report (the newest superstep, the workers still joining). Nothing here may stop a job: every failure is logged and the job goes on.
+cluster master report (the newest superstep, the workers still joining). Nothing here may stop
+a job: every failure is logged and the job goes on.
 """
 
 from __future__ import annotations
@@ -251,8 +252,9 @@ class LiveServer:
         except Exception as exc:  # the run directory may not exist yet, or a read may fail: keep going
             if self._read_once:
                 self._warn(f"cannot read {self.run}: {exc}")
-            else:  # the job has not written it yet (it does once its graph is built)
+            else:  # the job has not written it yet (it does once its graph is built): try again soon
                 log.debug("job page: %s not readable yet: %s", self.run, exc)
+                self._fresh_at = time.monotonic() - self._interval + 0.1
             return
         self._read_once = True
         figs: dict[str, Any] = {}

@@ -59,7 +59,7 @@ def _hasher_pool() -> ThreadPoolExecutor:
 
 def _as_bytes(a: np.ndarray) -> memoryview:
     """The buffer of a C-contiguous array as a flat byte view (any dtype, 0-d included)."""
-    return memoryview(a.reshape(-1).view(np.uint8))
+    return memoryview(a.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy stubs: no Buffer on 3.11
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ class _HashingReader:
 
     def _fill(self, mv: memoryview) -> None:
         while mv.nbytes:
-            n = self.f.readinto(mv)
+            n = self.f.readinto(mv)  # type: ignore[attr-defined]  # a binary file object
             if not n:
                 raise StorageError(f"{self.where}: truncated: the file ends at byte {self.n}")
             self.n += n
@@ -240,11 +240,11 @@ def read_part(f: IO[bytes], where: str = "part", size: int | None = None, sha256
 
 def _read_npy(r: _HashingReader, end: int, where: str) -> np.ndarray:
     try:
-        version = np.lib.format.read_magic(r)
+        version = np.lib.format.read_magic(r)  # type: ignore[arg-type]  # r has read()
         if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(r)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(r)  # type: ignore[arg-type]
         elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(r)
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(r)  # type: ignore[arg-type]
         else:
             raise ValueError(f"unsupported .npy version {version}")
     except (ValueError, SyntaxError, TypeError) as exc:

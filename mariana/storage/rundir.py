@@ -15,6 +15,7 @@ and rewritten whole elsewhere, so a reader never sees a half-written document.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -197,6 +198,19 @@ class RunDir:
     def read_jsonl(self, rel: str) -> list[dict[str, Any]]:
         text = self.read_bytes(rel).decode()
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def list(self, rel: str) -> builtins.list[str]:
+        """The names in folder ``rel``, sorted; none when it does not exist (listing caches are
+        dropped: other processes write here too). ``StorageError`` when it cannot be listed."""
+        path = self.path(rel).rstrip("/")
+        self.fs.invalidate_cache(path)
+        try:
+            names = self.fs.ls(path, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except _FS_ERRORS as exc:
+            raise StorageError(f"{self.url}/{rel}: cannot list: {exc}") from exc
+        return sorted(posixpath.basename(str(n).rstrip("/")) for n in names)
 
 
 def jsonl(record: dict[str, Any]) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import posixpath
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -20,18 +19,16 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..engine.tracing import PHASES
 from ..engine.tracing import capture_path as capture_rel
 from ..errors import MarianaError, UsageError
 from ..storage import RunDir
-from ..storage.partfile import unpack
 
 __all__ = [
-    "PHASES", "Trace", "load_trace", "summary", "format_summary", "show", "format_show",
-    "cmd_summary", "cmd_show", "capture_rel",
+    "PHASES", "Trace", "load_trace", "summary", "format_summary", "cmd_summary", "capture_rel",
 ]
 
 #: The phases of a superstep on a worker, in the order they happen.
-PHASES = ("compute", "combine", "encode", "send", "wait", "barrier")
 
 _WORKER_FILE = re.compile(r"^worker-(\d+)\.jsonl$")
 
@@ -119,21 +116,11 @@ def _parse_jsonl(data: bytes, where: str) -> list[dict]:
     return out
 
 
-def _list_trace(run_dir: RunDir) -> list[str]:
-    try:
-        names = run_dir.fs.ls(run_dir.path("trace"), detail=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:
-        raise UsageError(f"{run_dir.url}/trace: cannot list: {exc}") from None
-    return sorted(posixpath.basename(str(n).rstrip("/")) for n in names)
-
-
 def load_trace(run: str) -> Trace:
     """Read ``RUN/trace/worker-K.jsonl`` and ``RUN/trace/master.jsonl``."""
     try:
         run_dir = RunDir(run, create=False)
-        names = _list_trace(run_dir)
+        names = run_dir.list("trace")
         workers: dict[int, list[dict]] = {}
         for name in names:
             m = _WORKER_FILE.match(name)
@@ -201,9 +188,7 @@ def _superstep_line(trace: Trace, s: int, recs: dict[int, dict], line: Any = Fal
     from the worker records."""
     line = trace.master_line(s) if line is False else line
     if line is not None:
-        out = dict(line)
-        out["derived"] = False
-        return out
+        return {**line, "derived": False}
     starts = [_num(r.get("start")) for r in recs.values() if "start" in r]
     start = min(starts) if starts else 0.0
     arrivals = {k: _num(r.get("end")) - start for k, r in recs.items() if "end" in r}
@@ -260,35 +245,54 @@ def summary(trace: Trace, top: int = 5) -> dict:
     masters = {m["superstep"]: m for m in trace.master if "superstep" in m}  # the last line of each wins
     lines = {s: _superstep_line(trace, s, per_ss[s], masters.get(s)) for s in sups}
     reruns = sum(len(recs) for recs in trace.workers.values()) - sum(len(r) for r in per_ss.values())
+    workers = sorted(trace.workers)
+    msgs = {s: sum(_total(r.get("messages_out")) for r in per_ss[s].values()) for s in sups}
+    byts = {s: sum(_total(r.get("bytes_out")) for r in per_ss[s].values()) for s in sups}
+    wall, elapsed = _wall(lines)
+    slowest_supersteps = _slowest_supersteps(sups, lines, per_ss, top)
+    hosts = sorted({str(r.get("host")) for recs in trace.workers.values() for r in recs if r.get("host")})
+    return _clean({
+        "run": trace.url, "top": top, "workers": len(workers), "hosts": hosts, "supersteps": len(sups),
+        "first_superstep": sups[0] if sups else None, "last_superstep": sups[-1] if sups else None,
+        "reruns": reruns, "wall_s": wall, "elapsed_s": elapsed, "phases": _phase_shares(per_ss),
+        "messages": _volume(msgs), "bytes": _volume(byts), "stragglers": _stragglers(workers, sups, lines, per_ss),
+        "slowest_superstep": slowest_supersteps[0] if slowest_supersteps else None,
+        "slowest_supersteps": slowest_supersteps, "flags": _flags(sups, per_ss, top),
+        "dropped": _dropped(sups, per_ss), "events": _events(trace),
+    })
 
-    # time by phase, summed over workers
+
+def _phase_shares(per_ss: dict[int, dict[int, dict]]) -> dict[str, dict[str, float]]:
+    """Seconds in each phase, summed over workers and supersteps, and each phase's share."""
     phase_s = {p: 0.0 for p in PHASES}
     for recs in per_ss.values():
         for r in recs.values():
             for p, v in _phases(r).items():
                 phase_s[p] += v
     all_phases = sum(phase_s.values())
-    phases = {p: {"s": v, "share": (v / all_phases) if all_phases > 0 else 0.0} for p, v in phase_s.items()}
+    return {p: {"s": v, "share": (v / all_phases) if all_phases > 0 else 0.0} for p, v in phase_s.items()}
 
-    # messages and bytes
-    msgs = {s: sum(_total(r.get("messages_out")) for r in per_ss[s].values()) for s in sups}
-    byts = {s: sum(_total(r.get("bytes_out")) for r in per_ss[s].values()) for s in sups}
 
-    def volume(d: dict[int, int]) -> dict:
-        if not d:
-            return {"total": 0, "mean_per_superstep": 0.0, "max_per_superstep": 0, "max_superstep": None}
-        s_max = max(d, key=lambda s: (d[s], -s))
-        return {"total": sum(d.values()), "mean_per_superstep": sum(d.values()) / len(d),
-                "max_per_superstep": d[s_max], "max_superstep": s_max}
+def _volume(d: dict[int, int]) -> dict:
+    """Total, mean and largest per superstep of a per-superstep count (messages, bytes)."""
+    if not d:
+        return {"total": 0, "mean_per_superstep": 0.0, "max_per_superstep": 0, "max_superstep": None}
+    s_max = max(d, key=lambda s: (d[s], -s))
+    return {"total": sum(d.values()), "mean_per_superstep": sum(d.values()) / len(d),
+            "max_per_superstep": d[s_max], "max_superstep": s_max}
 
-    # wall time
+
+def _wall(lines: dict[int, dict]) -> tuple[float, float]:
+    """(sum of the supersteps' wall times, first start to last end)."""
     wall = sum(_num(line.get("wall_s")) for line in lines.values())
     starts = [_num(line.get("start")) for line in lines.values() if "start" in line]
     ends = [_num(line.get("end")) for line in lines.values() if "end" in line]
-    elapsed = (max(ends) - min(starts)) if starts and ends else 0.0
+    return wall, (max(ends) - min(starts)) if starts and ends else 0.0
 
-    # stragglers
-    workers = sorted(trace.workers)
+
+def _stragglers(workers: list[int], sups: list[int], lines: dict[int, dict],
+                per_ss: dict[int, dict[int, dict]]) -> list[dict]:
+    """Per worker: how often it was the straggler, its lag, and its compute against the median."""
     strag: dict[int, dict[str, Any]] = {k: {"worker": k, "count": 0, "supersteps": [], "lags": [], "ratios": [],
                                             "excess": []} for k in workers}
     for s in sups:
@@ -316,8 +320,12 @@ def summary(trace: Trace, top: int = 5) -> dict:
         row["compute_vs_median"] = sum(ratios) / len(ratios) if ratios else None
         row["compute_excess_s"] = sum(excess) / len(excess) if excess else None
         stragglers.append(row)
+    return stragglers
 
-    # slowest supersteps
+
+def _slowest_supersteps(sups: list[int], lines: dict[int, dict], per_ss: dict[int, dict[int, dict]],
+                        top: int) -> list[dict]:
+    """The ``top`` supersteps with the longest wall time, with their straggler and slowest vertex."""
     by_wall = sorted(sups, key=lambda s: (-_num(lines[s].get("wall_s")), s))
     slowest_supersteps = []
     for s in by_wall[:max(top, 1)]:
@@ -325,8 +333,11 @@ def summary(trace: Trace, top: int = 5) -> dict:
         slowest_supersteps.append({"superstep": s, "wall_s": _num(line.get("wall_s")), "straggler": _straggler(line),
                                    "lag_s": line.get("lag_s"), "slowest_vertex": _slowest_vertex(per_ss[s]),
                                    "derived": line.get("derived", False)})
+    return slowest_supersteps
 
-    # flags
+
+def _flags(sups: list[int], per_ss: dict[int, dict[int, dict]], top: int) -> dict:
+    """NaN/Inf flags: counts by flag, key and vertex, the first ones."""
     flags_all = []
     for s in sups:
         for k, r in per_ss[s].items():
@@ -344,8 +355,11 @@ def summary(trace: Trace, top: int = 5) -> dict:
              "first_superstep": flags_all[0]["superstep"] if flags_all else None, "first": flags_all[:top],
              "top_vertices": [{"vertex": v, "count": n} for v, n in
                               sorted(vertices.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]}
+    return flags
 
-    # dropped messages
+
+def _dropped(sups: list[int], per_ss: dict[int, dict[int, dict]]) -> dict:
+    """Dropped messages by kind and worker, and the first superstep of each kind."""
     dropped_by_kind: dict[str, int] = {}
     dropped_by_worker: dict[str, int] = {}
     dropped_first: dict[str, int] = {}
@@ -363,8 +377,11 @@ def summary(trace: Trace, top: int = 5) -> dict:
                 dropped_first.setdefault(kind, s)
     dropped = {"total": sum(dropped_by_kind.values()), "by_kind": dropped_by_kind, "by_worker": dropped_by_worker,
                "first_superstep": dropped_first}
+    return dropped
 
-    # events
+
+def _events(trace: Trace) -> dict:
+    """The master's events: hangs, recoveries, checkpoints (and the failed ones), others."""
     hangs = [e for e in trace.events if e.get("event") == "hang"]
     recoveries = [e for e in trace.events if e.get("event") == "recovery"]
     checkpoints = [e for e in trace.events if e.get("event") == "checkpoint"]
@@ -372,16 +389,7 @@ def summary(trace: Trace, top: int = 5) -> dict:
     other = [e for e in trace.events if e.get("event") not in ("hang", "recovery", "checkpoint")]
     events = {"hangs": hangs, "recoveries": recoveries, "checkpoints": len(checkpoints),
               "checkpoints_failed": failed, "other": other}
-
-    hosts = sorted({str(r.get("host")) for recs in trace.workers.values() for r in recs if r.get("host")})
-    return _clean({
-        "run": trace.url, "top": top, "workers": len(workers), "hosts": hosts, "supersteps": len(sups),
-        "first_superstep": sups[0] if sups else None, "last_superstep": sups[-1] if sups else None,
-        "reruns": reruns, "wall_s": wall, "elapsed_s": elapsed, "phases": phases,
-        "messages": volume(msgs), "bytes": volume(byts), "stragglers": stragglers,
-        "slowest_superstep": slowest_supersteps[0] if slowest_supersteps else None,
-        "slowest_supersteps": slowest_supersteps, "flags": flags, "dropped": dropped, "events": events,
-    })
+    return events
 
 
 def _f(v: Any, fmt: str = ".3f", none: str = "-") -> str:
@@ -550,260 +558,50 @@ def format_summary(s: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# show
-
-
-def _arrays(value: Any, key: str, out: list[tuple[str, np.ndarray]], depth: int = 0) -> None:
-    """(path, array) for every array or number inside a payload."""
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind in "biufc":
-            out.append((key, value))
-    elif isinstance(value, (bool, np.bool_)):
-        return
-    elif isinstance(value, (int, float, np.number)):
-        out.append((key, np.asarray(value)))
-    elif depth < 8 and isinstance(value, dict):
-        for k, v in value.items():
-            _arrays(v, f"{key}.{k}", out, depth + 1)
-    elif depth < 8 and isinstance(value, (list, tuple)):
-        if value and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
-            out.append((key, np.asarray(value)))
-        else:
-            for i, v in enumerate(value):
-                _arrays(v, f"{key}[{i}]", out, depth + 1)
-
-
-def _array_stats(arrays: list[tuple[str, np.ndarray]]) -> dict[str, dict]:
-    """path -> shapes, dtypes, count, L2 norms (min/max/mean over finite ones) and non-finite count."""
-    acc: dict[str, dict[str, Any]] = {}
-    for path, a in arrays:
-        row = acc.setdefault(path, {"count": 0, "shapes": [], "dtypes": [], "norms": [], "nonfinite": 0})
-        row["count"] += 1
-        shape = list(a.shape)
-        if shape not in row["shapes"]:
-            row["shapes"].append(shape)
-        if str(a.dtype) not in row["dtypes"]:
-            row["dtypes"].append(str(a.dtype))
-        with np.errstate(all="ignore"):
-            norm = float(np.linalg.norm(a.astype(np.complex128 if a.dtype.kind == "c" else np.float64).ravel()))
-        row["norms"].append(norm)
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            row["nonfinite"] += 1
-    out = {}
-    for path, row in acc.items():
-        norms = row.pop("norms")
-        finite = [n for n in norms if math.isfinite(n)]
-        row["l2"] = norms[0] if len(norms) == 1 else None
-        row["l2_min"] = min(finite) if finite else None
-        row["l2_max"] = max(finite) if finite else None
-        row["l2_mean"] = sum(finite) / len(finite) if finite else None
-        out[path] = row
-    return out
-
-
-def _group_messages(msgs: Any) -> list[dict]:
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-    order: list[tuple[str, str]] = []
-    for m in msgs or []:
-        if not isinstance(m, (list, tuple)) or len(m) < 3:
-            continue
-        peer, tag, payload = m[0], m[1], m[2]
-        key = (str(tag), str(peer))
-        if key not in groups:
-            groups[key] = {"tag": tag, "peer": peer, "count": 0, "arrays": []}
-            order.append(key)
-        g = groups[key]
-        g["count"] += 1
-        _arrays(payload, "payload", g["arrays"])
-    out = []
-    for key in sorted(order):
-        g = groups[key]
-        g["arrays"] = _array_stats(g["arrays"])
-        out.append(g)
-    return out
-
-
-def _capture_summary(cap: dict) -> dict:
-    inbox, outbox = cap.get("inbox") or [], cap.get("outbox") or []
-    extra: dict[str, dict] = {}
-    for name in ("aggregates", "broadcasts"):
-        found: list[tuple[str, np.ndarray]] = []
-        value = cap.get(name) or {}
-        if isinstance(value, dict):
-            for k, v in value.items():
-                _arrays(v, str(k), found)
-        extra[name] = {"names": sorted(map(str, value)) if isinstance(value, dict) else [],
-                       "arrays": _array_stats(found)}
-    return {"superstep": cap.get("superstep"), "vertex": cap.get("vertex"),
-            "inbox": {"count": len(inbox), "groups": _group_messages(inbox)},
-            "outbox": {"count": len(outbox), "groups": _group_messages(outbox)}, **extra}
-
-
-def _peers(r: dict) -> list[dict]:
-    keys: set[str] = set()
-    for f in ("messages_out", "bytes_out", "messages_in", "bytes_in"):
-        if isinstance(r.get(f), dict):
-            keys.update(map(str, r[f]))
-    rows = []
-    for p in sorted(keys, key=lambda x: (not x.lstrip("-").isdigit(), int(x) if x.lstrip("-").isdigit() else 0, x)):
-        row: dict[str, Any] = {"peer": int(p) if p.lstrip("-").isdigit() else p}
-        for f in ("messages_out", "bytes_out", "messages_in", "bytes_in"):
-            d = r.get(f) if isinstance(r.get(f), dict) else {}
-            row[f] = int(_num({str(k): v for k, v in d.items()}.get(p, 0)))
-        rows.append(row)
-    return rows
-
-
-def show(trace: Trace, superstep: int, worker: int | None = None, vertex: str | None = None,
-         run: str | None = None) -> dict:
-    """Everything known about one superstep (JSON-able); narrowed to ``worker`` and/or ``vertex``."""
-    _check_superstep(trace, superstep)
-    recs = trace.records(superstep)
-    if worker is not None:
-        if worker not in trace.workers:
-            known = ", ".join(map(str, trace.workers)) or "none"
-            raise UsageError(f"worker {worker} not in the trace (workers: {known})")
-        if worker not in recs:
-            raise UsageError(f"worker {worker} has no record of superstep {superstep}")
-        recs = {worker: recs[worker]}
-    line = _superstep_line(trace, superstep, trace.records(superstep))
-    workers = []
-    for k, r in recs.items():
-        workers.append({
-            "worker": k, "host": r.get("host"), "pid": r.get("pid"), "start": r.get("start"), "end": r.get("end"),
-            "clock_offset_s": r.get("clock_offset_s"), "phases": _phases(r),
-            "vertices_run": r.get("vertices_run"),
-            "messages_out": _total(r.get("messages_out")), "bytes_out": _total(r.get("bytes_out")),
-            "messages_in": _total(r.get("messages_in")), "bytes_in": _total(r.get("bytes_in")),
-            "peers": _peers(r),
-            "slowest": [{"vertex": e[0], "seconds": e[1]} for e in r.get("slowest") or []
-                        if isinstance(e, (list, tuple)) and len(e) >= 2],
-            "dropped": r.get("dropped") or {}, "flags": r.get("flags") or [],
-        })
-    events = [e for e in trace.events if e.get("superstep") == superstep]
-    out: dict[str, Any] = {"run": run or trace.url, "superstep": superstep, "master": line, "workers": workers,
-                           "events": events}
-    if vertex is not None:
-        out["vertex"] = _show_vertex(trace, superstep, recs, str(vertex), run)
-    return _clean(out)
-
-
-def _show_vertex(trace: Trace, superstep: int, recs: dict[int, dict], vertex: str, run: str | None) -> dict:
-    slowest, flags = [], []
-    for k, r in recs.items():
-        for rank, e in enumerate(r.get("slowest") or []):
-            if isinstance(e, (list, tuple)) and len(e) >= 2 and str(e[0]) == vertex:
-                slowest.append({"worker": k, "seconds": e[1], "rank": rank + 1})
-        for f in r.get("flags") or []:
-            if isinstance(f, dict) and str(f.get("vertex")) == vertex:
-                flags.append({"worker": k, **f})
-    hangs = [m for e in trace.events if e.get("event") == "hang" and e.get("superstep") == superstep
-             for m in e.get("missing") or [] if isinstance(m, dict) and str(m.get("vertex")) == vertex]
-    rel = capture_rel(vertex, superstep)
-    capture = None
-    run = run or trace.url or None
-    if run:
-        try:
-            run_dir = RunDir(run, create=False)
-            if run_dir.exists(rel):
-                capture = _capture_summary(unpack(run_dir.read_bytes(rel), "capture file"))
-        except UsageError:
-            raise
-        except MarianaError as exc:
-            raise UsageError(f"{run}/{rel}: cannot read the capture ({exc})") from None
-        except Exception as exc:  # a damaged capture: say which file
-            raise UsageError(f"{run}/{rel}: cannot read the capture ({type(exc).__name__}: {exc})") from None
-    if not slowest and not flags and not hangs and capture is None:
-        raise UsageError(f"vertex {vertex!r} not found in superstep {superstep}")
-    return {"id": vertex, "slowest": slowest, "flags": flags, "hangs": hangs,
-            "capture_path": rel if capture is not None else None, "capture": capture}
-
-
-def _line_text(line: dict) -> str:
-    text = f"superstep {line.get('superstep')}: wall {_t(line.get('wall_s'))}"
-    if line.get("straggler") is not None:
-        text += f", straggler worker {line['straggler']}"
-        if line.get("lag_s") is not None:
-            text += f" (lag {_t(line['lag_s'])})"
-    if line.get("derived"):
-        text += "  [no master line: derived from the worker records]"
-    return text
-
-
-def _stats_text(path: str, st: dict) -> str:
-    shapes = " ".join("(" + ",".join(map(str, sh)) + ")" for sh in st["shapes"])
-    norm = (f"L2 {_f(st['l2'], '.4g')}" if st["count"] == 1 else
-            f"L2 {_f(st['l2_min'], '.4g')}..{_f(st['l2_max'], '.4g')} (mean {_f(st['l2_mean'], '.4g')})")
-    bad = f", {st['nonfinite']} with NaN/Inf" if st["nonfinite"] else ""
-    return f"{path} {'/'.join(st['dtypes'])} {shapes} {norm}{bad}"
-
-
-def format_show(d: dict) -> str:
-    """``show`` as readable text."""
-    out = [_line_text(d["master"])]
-    arrivals = d["master"].get("arrivals") or {}
-    if arrivals:
-        out.append("  arrivals: " + ", ".join(f"worker {k} {_t(v)}" for k, v in arrivals.items()))
-    for e in d.get("events") or []:
-        out.append(f"  event: {_event_text(e)}")
-    for w in d["workers"]:
-        out.append("")
-        host = f" ({w['host']})" if w.get("host") else ""
-        out.append(f"worker {w['worker']}{host}: {w.get('vertices_run')} vertices run, "
-                   f"{w['messages_out']:,} messages / {_size(w['bytes_out'])} out, "
-                   f"{w['messages_in']:,} messages / {_size(w['bytes_in'])} in")
-        out.append("  phases: " + ", ".join(f"{p} {_t(v)}" for p, v in w["phases"].items()))
-        if w["peers"]:
-            rows = [[str(p["peer"]), f"{p['messages_out']:,}", _size(p["bytes_out"]), f"{p['messages_in']:,}",
-                     _size(p["bytes_in"])] for p in w["peers"]]
-            out.extend(_table(["peer", "msgs out", "bytes out", "msgs in", "bytes in"], rows, indent="    "))
-        if w["slowest"]:
-            out.append("  slowest vertices: " + ", ".join(f"{e['vertex']!s} {_t(e['seconds'])}"
-                                                          for e in w["slowest"]))
-        if w["dropped"]:
-            out.append("  dropped: " + ", ".join(f"{k} {n}" for k, n in w["dropped"].items()))
-        for f in w["flags"]:
-            out.append(f"  flag: {_flag_text({'superstep': d['superstep'], 'worker': w['worker'], **f})}")
-    v = d.get("vertex")
-    if v:
-        out.append("")
-        out.append(f"vertex {v['id']!r}")
-        for e in v["slowest"]:
-            out.append(f"  among the slowest on worker {e['worker']}: {_t(e['seconds'])} (#{e['rank']})")
-        for f in v["flags"]:
-            out.append(f"  flag: {_flag_text({'superstep': d['superstep'], **f})}")
-        for m in v["hangs"]:
-            out.append(f"  hung on worker {m.get('worker')}: {m.get('state')} for {_t(m.get('for_s'))}")
-        cap = v.get("capture")
-        if cap is None:
-            out.append("  no capture (run with --capture to record its messages)")
-        else:
-            out.append(f"  capture {v['capture_path']}: {cap['inbox']['count']} in, {cap['outbox']['count']} out")
-            for box, peer in (("inbox", "from"), ("outbox", "to")):
-                for g in cap[box]["groups"]:
-                    out.append(f"    {box} tag {g['tag']!s} {peer} {g['peer']!s}: {g['count']}")
-                    for path, st in g["arrays"].items():
-                        out.append(f"      {_stats_text(path, st)}")
-            for name in ("aggregates", "broadcasts"):
-                if cap[name]["names"]:
-                    out.append(f"    {name}: {', '.join(cap[name]['names'])}")
-                    for path, st in cap[name]["arrays"].items():
-                        out.append(f"      {_stats_text(path, st)}")
-    return "\n".join(out) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------
 # the CLI's entry points: (text to print, JSON-able dict)
 
 
 def cmd_summary(run: str, as_json: bool = False, top: int = 5) -> tuple[str, dict]:
     """``mariana trace summary RUN [--json]``."""
     d = summary(load_trace(run), top=top)
-    return (json.dumps(d, indent=2) + "\n" if as_json else format_summary(d)), d
+    totals = run_counters(run)
+    if totals:
+        d["counters"] = totals
+    text = format_summary(d) + (counters_text(totals) if totals else "")
+    return (json.dumps(d, indent=2) + "\n" if as_json else text), d
 
 
-def cmd_show(run: str, superstep: int, worker: int | None = None, vertex: str | None = None,
-             as_json: bool = False) -> tuple[str, dict]:
-    """``mariana trace show RUN --superstep S [--worker K] [--vertex ID] [--json]``."""
-    d = show(load_trace(run), superstep, worker=worker, vertex=vertex, run=run)
-    return (json.dumps(d, indent=2) + "\n" if as_json else format_show(d)), d
+# ---------------------------------------------------------------------------------------------
+# counters (Mariana's): aggregates named counter/NAME, summed over the run
+
+
+def counters(metrics: list[dict]) -> dict[str, Any]:
+    """Totals of every ``counter/NAME`` aggregate of ``metrics.jsonl`` lines, and samples per
+    second of superstep wall time when there is a ``counter/samples``."""
+    totals: dict[str, float] = {}
+    for line in metrics:
+        for key, value in line.items():
+            if key.startswith("counter/") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                name = key[len("counter/"):]
+                totals[name] = totals.get(name, 0) + value
+    out: dict[str, Any] = {k: int(v) for k, v in sorted(totals.items())}
+    wall = sum(_num(line.get("wall_s")) for line in metrics)
+    if wall > 0 and "samples" in totals:
+        out["samples_per_s"] = round(totals["samples"] / wall, 1)
+    return out
+
+
+def run_counters(run: str) -> dict[str, Any]:
+    """``counters`` of ``RUN/metrics.jsonl`` (empty when the run has none)."""
+    try:
+        run_dir = RunDir(run, create=False)
+        if not run_dir.exists("metrics.jsonl"):
+            return {}
+        return counters(run_dir.read_jsonl("metrics.jsonl"))
+    except MarianaError:
+        return {}
+
+
+def counters_text(totals: dict[str, Any]) -> str:
+    rows = [[name, f"{value:,}" if isinstance(value, int) else str(value)] for name, value in totals.items()]
+    return "\n".join(["", "counters:", *_table(["counter", "total"], rows, indent="  ")]) + "\n"

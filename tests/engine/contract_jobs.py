@@ -279,3 +279,26 @@ def build_traced(config, bctx: BuildContext) -> Graph:
 
 
 traced = _job("traced", build_traced, Key("block", False, "bool", "make 'stuck' block forever"))
+
+
+# -- launching: what each worker process's BLAS was given -----------------------------------------
+class BlasThreads(Vertex):
+    """Reports the thread count of every BLAS library loaded in its process (threadpoolctl)."""
+
+    def compute(self, ctx, messages):
+        ctx.vote_to_halt()
+
+    def result(self):
+        from threadpoolctl import threadpool_info
+
+        return sorted({(i["internal_api"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"})
+
+
+def build_blas(config, bctx: BuildContext) -> Graph:
+    g = Graph("blas")
+    g.add_vertices(BlasThreads(f"b{w}") for w in range(bctx.workers))
+    g.placement = lambda vid: int(vid[1:])
+    return g
+
+
+blas = _job("blas", build_blas)

@@ -162,6 +162,7 @@ def test_master_compute_can_ask_for_a_checkpoint(tmp_path):
     assert Checkpoints(run_dir).supersteps() == [4]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("background", [True, False])
 def test_a_checkpoint_holds_the_state_at_its_barrier_while_the_job_goes_on(tmp_path, runtime, background):
     """Checkpoints are written in the background while the vertices keep changing their arrays
@@ -233,6 +234,7 @@ def test_without_checkpoints_a_lost_worker_still_fails_clearly():
                 on_superstep=kill, on_start=lambda m, p: procs.extend(p))
 
 
+@pytest.mark.slow
 def test_killing_the_whole_job_then_resume_gives_identical_parameters(tmp_path):
     reference, _ = _train(tmp_path / "reference")
     run = tmp_path / "run"
@@ -301,6 +303,7 @@ def test_shards_snapshot_the_model_into_run_params_at_every_checkpoint(tmp_path,
         assert all(a[k].tobytes() == b[k].tobytes() for k in a.files)
 
 
+@pytest.mark.slow
 def test_recovery_with_the_run_directory_on_s3(tmp_path, s3_url):
     """The same kill -9 recovery with checkpoints on a real S3 server (SeaweedFS on loopback)."""
     reference, _ = _train(tmp_path / "reference")
@@ -332,6 +335,7 @@ def _master_with_workers(tmp_path, *extra):
     return run, master, start
 
 
+@pytest.mark.slow
 def test_a_remote_worker_that_joins_takes_over_a_lost_partition(tmp_path):
     run, master, start = _master_with_workers(tmp_path, "--rejoin-timeout", "30")
     workers = [start(), start()]
@@ -348,6 +352,7 @@ def test_a_remote_worker_that_joins_takes_over_a_lost_partition(tmp_path):
     assert lines[-1]["restarts"] == 1 and lines[-1]["test_accuracy"] > 0.9
 
 
+@pytest.mark.slow
 def test_without_a_replacement_the_job_fails_after_the_rejoin_timeout(tmp_path):
     run, master, start = _master_with_workers(tmp_path, "--rejoin-timeout", "2")
     workers = [start(), start()]

@@ -79,6 +79,7 @@ def env_with_tests() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job,extra", [("pagerank", ["--set", "tol=1e-12"]), ("sssp", ["--set", "source=n3"]),
                                        ("wcc", [])])
 @pytest.mark.parametrize("mode", ["block", "vertex"])
@@ -164,6 +165,7 @@ def test_kill_9_of_a_worker_fails_the_job_with_a_clear_error_and_leaves_no_proce
     assert not any(alive(p.pid) for p in procs)
 
 
+@pytest.mark.slow
 def test_a_worker_that_stops_answering_is_detected_by_heartbeat():
     procs = []
 
@@ -180,6 +182,7 @@ def test_a_worker_that_stops_answering_is_detected_by_heartbeat():
     assert not any(alive(p.pid) for p in procs)
 
 
+@pytest.mark.slow
 def test_a_worker_whose_master_vanishes_exits_by_itself(tmp_path):
     master = subprocess.Popen(
         [sys.executable, "-m", "mariana", "run", "contract_jobs:forever", "--set", "max_supersteps=1000000",
@@ -380,3 +383,27 @@ def test_two_hosts_in_network_namespaces(two_namespaces, tmp_path):
     assert main(["run", "pagerank", "--set", f"graph={GRAPH}", "--set", f"output={local}",
                  "--run-dir", str(tmp_path / "l")]) == 0
     assert out.read_bytes() == local.read_bytes()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_spawned_workers_get_their_share_of_the_cores_for_blas(workers, monkeypatch):
+    """The launcher starts workers one at a time, but each one's BLAS pool is sized for the job's
+    worker count (cores // workers), not for a lone process: threadpoolctl inside each worker."""
+    pytest.importorskip("threadpoolctl")
+    from mariana.engine.cluster import THREAD_VARS, blas_threads
+
+    for var in THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    res = run_job("contract_jobs:blas", workers=workers, runtime="cluster")
+    expected = blas_threads(workers)
+    assert len(res.values) == workers
+    for vid, libs in res.values.items():
+        assert libs, f"{vid}: no BLAS library loaded in the worker"
+        assert {n for _, n in libs} == {expected}, (vid, libs)
+
+
+def test_blas_threads_respect_a_users_setting(monkeypatch):
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    res = run_job("contract_jobs:blas", workers=2, runtime="cluster")
+    assert all({n for _, n in libs} == {1} for libs in res.values.values())

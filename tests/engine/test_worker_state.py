@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mariana import ProtocolError
-from mariana.engine.worker import DropCounter, check_batch
+from mariana.messages.wire import DropCounter, check_batch
 from mariana.messages.kinds import Kind
 
 pytestmark = pytest.mark.timeout(30)

@@ -66,6 +66,7 @@ def test_local_and_cluster_runtimes_give_bit_identical_parameters(sets):
         assert local[name].tobytes() == cluster[name].tobytes() == one_worker[name].tobytes(), name
 
 
+@pytest.mark.slow
 def test_approximate_adagrad_matches_exact_accuracy_and_exchanges_far_less():
     sets = ["replicas=2", "epochs=8", "lr=0.02"]
     runs = {}

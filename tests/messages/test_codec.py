@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -48,7 +49,7 @@ def as_bytes(frames: list) -> list[bytes]:
     return [bytes(f) for f in frames]
 
 
-def ext(spec: list, code: int = 1) -> msgpack.ExtType:
+def ext(spec: Any, code: int = 1) -> msgpack.ExtType:
     return msgpack.ExtType(code, msgpack.packb(spec))
 
 
@@ -74,7 +75,7 @@ def assert_same(a: object, b: object) -> None:
         assert type(a) is type(b) and a == b
 
 
-def roundtrip(header: dict, **kw: object) -> dict:
+def roundtrip(header: dict, **kw: Any) -> dict:
     out = decode(as_bytes(encode(header, **kw)))
     assert out.pop("v") == PROTOCOL_VERSION
     return out
@@ -84,7 +85,7 @@ def roundtrip(header: dict, **kw: object) -> dict:
 
 
 def test_scalars_strings_bytes() -> None:
-    h = {"i": 7, "neg": -(2**63), "big": 2**64 - 1, "f": 1.5, "t": True, "n": None,
+    h: dict[str, Any] = {"i": 7, "neg": -(2**63), "big": 2**64 - 1, "f": 1.5, "t": True, "n": None,
          "s": "héllo", "b": b"\x00\xff", "empty": "", "l": [], "d": {}}
     assert_same(h, roundtrip(h))
 
@@ -236,7 +237,7 @@ def test_decoded_single_frame_array_is_read_only_view() -> None:
 # ----------------------------------------------------------------------------- protocol errors
 
 
-def expect(kind: str, frames: list, **kw: object) -> ProtocolError:
+def expect(kind: str, frames: list, **kw: Any) -> ProtocolError:
     with pytest.raises(ProtocolError) as info:
         decode(frames, **kw)
     assert info.value.kind == kind, info.value

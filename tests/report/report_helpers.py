@@ -16,11 +16,6 @@ from typing import Any
 
 from mariana.jobs.cli import main
 
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
 def run_cli(*argv: str) -> int:
     return main(list(argv))
 

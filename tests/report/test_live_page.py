@@ -103,8 +103,7 @@ def test_run_with_ui_shows_the_job_while_it_runs(tmp_path: Path):
         assert first["status"] == "running" and first["phase"] == "running"
         assert [w["worker"] for w in first["workers"]] == [0, 1]
         assert all(w["host"] and w["pid"] for w in first["workers"])
-        later = wait_for(lambda: (s := get_json(url + "api/state"))["superstep"] > first["superstep"] and s, 60,
-                         "the superstep to advance")
+        wait_for(lambda: get_json(url + "api/state")["superstep"] > first["superstep"], 60, "the superstep to advance")
         doc = get_json(url + "api/run")
         loss = next(t for t in doc["figures"]["fig-loss"]["data"] if t["name"] == "loss")
         xs, ys = losses(run)  # the file has at least what the page read
@@ -127,7 +126,8 @@ def test_master_with_ui_shows_workers_joining(tmp_path: Path):
     workers = []
     try:
         url = page_url(master)
-        state = wait_for(lambda: (s := get_json(url + "api/state"))["phase"] == "joining" and s, 60, "joining")
+        state = wait_for(lambda: (s := get_json(url + "api/state"))["phase"] == "joining" and s["status"] == "running"
+                         and s, 60, "the job to wait for its workers")
         assert state["workers_expected"] == 2 and state["status"] == "running"
         assert [(w["worker"], w["host"]) for w in state["workers"]] == [(0, None), (1, None)]  # slots, nobody yet
         workers.append(mariana("worker", "--master", endpoint))

@@ -243,6 +243,7 @@ def test_cli_pagerank_run_dir_and_output_on_s3(s3_url, tmp_path):
     assert [m["superstep"] for m in local] == [m["superstep"] for m in metrics]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_cli_dnn_dp_params_on_s3_and_export(s3_url, tmp_path):
     run = f"{s3_url}/run2"

@@ -1,4 +1,5 @@
-"""Fixtures of the report tests: real runs (made once per session) and a real headless Chromium."""
+"""Fixtures of the report tests (tests/report/): real runs, made once per session, and a real
+headless Chromium. A plugin of tests/conftest.py, so that tests/ keeps one conftest module."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from report_helpers import CHROMIUM_ARGS, CHROMIUM_CANDIDATES, run_cli
+
+from mariana.jobs.cli import main
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def run_cli(*argv: str) -> int:
+    return main(list(argv))
 
 
 @pytest.fixture(scope="session")

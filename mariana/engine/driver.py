@@ -1,0 +1,132 @@
+"""The superstep driver: the one loop every runtime runs, over an ``Exchange``.
+
+    while the coordinator says go on:            (halting, max_supersteps, master compute)
+        dones = exchange.superstep(begin)        (compute -> combine -> exchange -> deliver)
+        record = coordinator.barrier(dones)      (aggregates, active, in flight)
+        trace records, runtime metrics, checkpoint timing, metrics.jsonl, on_superstep
+
+An ``Exchange`` is what makes a runtime: it runs one superstep on every partition and moves
+their batches, in this process (``LocalExchange``) or over ZeroMQ between worker processes
+(the cluster ``Master``); it writes checkpoint parts and collects results. Everything else, the
+order of the steps above included, lives here once, so the runtimes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Protocol
+
+from ..storage import RunDir
+from .result import RunResult
+from .state import detached
+from .superstep import Begin, Coordinator, Done
+from .tracing import TraceWriter, master_record
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Exchange", "Driver"]
+
+
+class Exchange(Protocol):
+    """What a runtime gives the driver."""
+
+    def superstep(self, begin: Begin) -> list[Done]:
+        """Run ``begin`` on every partition: compute, send every batch, deliver the next inbox.
+
+        Returns every worker's ``Done`` in worker order, each with ``arrival`` (seconds from the
+        start of the superstep to its report) and, when tracing, ``trace``: the worker's trace
+        record (docs/traces.md) without ``superstep``, ``worker`` and ``barrier_s``.
+        """
+        ...
+
+    def annotate(self, record: dict[str, Any]) -> None:
+        """Add the runtime's own keys to a superstep's metrics line (bytes on the wire, drops)."""
+        ...
+
+    def start_checkpoint(self, superstep: int, coordinator: dict[str, Any]) -> None:
+        """Write the state after this barrier (``coordinator``: a copy of the master's part);
+        the supersteps may go on while it is written."""
+        ...
+
+    def settle_checkpoint(self, record: dict[str, Any] | None, wait: bool) -> None:
+        """Commit and report the checkpoint being written if it is complete (``wait``: once it
+        is) into the metrics line ``record`` (``checkpointing.report``); no-op when none is."""
+        ...
+
+    def results(self) -> dict[str, Any]:
+        """Every vertex's ``result()`` at the end of the job."""
+        ...
+
+
+class Driver:
+    """Runs a job's supersteps over ``exchange`` from the state ``coordinator`` holds.
+
+    ``checkpoint_every``: a checkpoint every N supersteps (None: only when master compute asks;
+    ``checkpoints`` False: never); ``background`` False waits for each one before the next
+    superstep. ``run_dir`` receives one ``metrics.jsonl`` line per superstep, ``tracer`` the
+    trace records, ``on_superstep`` every metrics line.
+    """
+
+    def __init__(self, exchange: Exchange, coordinator: Coordinator, *, run_dir: RunDir | None = None,
+                 on_superstep: Callable[[dict[str, Any]], None] | None = None, tracer: TraceWriter | None = None,
+                 checkpoints: bool = False, checkpoint_every: int | None = None, background: bool = True,
+                 started: float | None = None) -> None:
+        self.exchange, self.coord = exchange, coordinator
+        self.run_dir, self.on_superstep, self.tracer = run_dir, on_superstep, tracer
+        self.checkpoints, self.checkpoint_every, self.background = checkpoints, checkpoint_every, background
+        self.metrics: list[dict[str, Any]] = []
+        self.started = time.perf_counter() if started is None else started  # RunResult.wall_s counts from here
+
+    def run(self) -> None:
+        """Run supersteps until the job ends (whatever the exchange raises propagates)."""
+        coord, exchange = self.coord, self.exchange
+        while (begin := coord.next_begin()) is not None:
+            t0, wall0 = time.perf_counter(), time.time()
+            dones = exchange.superstep(begin)
+            record = coord.barrier(dones, time.perf_counter() - t0)
+            if self.tracer is not None:
+                self._trace(begin.superstep, wall0, dones)
+            exchange.annotate(record)
+            if self.checkpoints:
+                exchange.settle_checkpoint(record, wait=False)
+                if coord.checkpoint_due(self.checkpoint_every):
+                    exchange.settle_checkpoint(record, wait=True)  # one at a time: its buffers are free again
+                    exchange.start_checkpoint(coord.superstep, detached(coord.snapshot()))
+                    if not self.background:
+                        exchange.settle_checkpoint(record, wait=True)  # written before the state changes
+            self.metrics.append(record)
+            if self.run_dir is not None:
+                self.run_dir.append_jsonl("metrics.jsonl", [record])
+            if self.on_superstep is not None:
+                self.on_superstep(record)
+
+    def rewind(self, superstep: int) -> None:
+        """Forget the metrics of ``superstep`` and later (a rollback replays them)."""
+        del self.metrics[superstep:]
+
+    def finish(self, placement: Any, name: str = "") -> RunResult:
+        """The last checkpoint committed, the results collected, the traces flushed."""
+        if self.checkpoints:
+            self.exchange.settle_checkpoint(None, wait=True)
+        values = self.exchange.results()
+        if self.tracer is not None:
+            self.tracer.flush()
+        coord = self.coord
+        log.info("job %s ended after %d supersteps: %s", name, coord.superstep, coord.halt_reason)
+        return RunResult(coord.superstep, coord.halt_reason, values, coord.aggregates, self.metrics,
+                         time.perf_counter() - self.started, placement)
+
+    def _trace(self, superstep: int, wall0: float, dones: list[Done]) -> None:
+        """Every worker's record (with its wait at the barrier) and the master's line."""
+        tracer = self.tracer
+        assert tracer is not None
+        end = time.time()
+        for d in dones:
+            if d.trace:
+                tracer.worker({"superstep": superstep, "worker": d.worker, **d.trace,
+                               "barrier_s": max(0.0, end - d.trace["end"])})
+        arrivals = {d.worker: d.arrival for d in dones}
+        busy = {d.worker: d.arrival - d.trace.get("wait_s", 0.0) for d in dones}
+        tracer.master(master_record(superstep, wall0, end, arrivals, self.coord.aggregates, busy))
+        tracer.end_superstep()

@@ -1,0 +1,354 @@
+"""One typed record per kind of message that travels between processes.
+
+Each record is a dataclass whose fields are the keys of its msgpack header: ``to_wire(job)``
+gives the header dict (``kind`` and the job id added, arrays left in place for the codec's
+zero-copy frames) and ``decode(header)`` checks a received header and returns the record, or
+raises ``ProtocolError("header", ...)`` naming the missing or mistyped field. Fields with a
+default may be absent on the wire. ``check_batch`` and ``DropCounter`` are the receivers' checks
+and bookkeeping for malformed traffic (dropped and counted, never fatal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..errors import ProtocolError
+from .kinds import Kind
+from .message import Message
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Wire", "Hello", "Welcome", "Refuse", "Ready", "Begin", "Batch", "Done", "Finish", "Result", "Bye",
+           "Abort", "Error", "Heartbeat", "Checkpoint", "Checkpointed", "Rollback", "RECORDS", "decode",
+           "check_batch", "DropCounter"]
+
+
+class Wire:
+    """Base of the wire records: ``KIND`` and the conversions to and from a header dict."""
+
+    KIND: ClassVar[Kind]
+    _checks: ClassVar[list[tuple[str, Any, bool]]]
+
+    def to_wire(self, job: str = "") -> dict[str, Any]:
+        """The header dict (shallow: arrays inside stay the caller's, for zero-copy frames)."""
+        header = {"kind": int(self.KIND), "job": job}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            header[f.name] = getattr(self, f.name)
+        return header
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any]) -> Any:
+        """The record of ``header`` (whose kind is ``cls.KIND``); ``ProtocolError`` if malformed."""
+        checks = cls.__dict__.get("_checks")
+        if checks is None:
+            checks = cls._checks = _checks_of(cls)
+        values = {}
+        for name, check, required in checks:
+            if name not in header:
+                if required:
+                    raise ProtocolError("header", f"{cls.KIND.name} without {name!r}")
+                continue
+            value = header[name]
+            if not check(value):
+                raise ProtocolError("header", f"{cls.KIND.name} with a bad {name!r}: {type(value).__name__}")
+            values[name] = value
+        return cls(**values)
+
+
+def _checks_of(cls: type) -> list[tuple[str, Any, bool]]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        out.append((f.name, _check(hints[f.name]), required))
+    return out
+
+
+def _check(tp: Any) -> Any:
+    """A predicate for values of the annotation ``tp`` (the few shapes the records use)."""
+    if tp is Any:
+        return lambda v: True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        checks = [_check(a) for a in args]
+        return lambda v: any(c(v) for c in checks)
+    if tp is type(None):
+        return lambda v: v is None
+    if tp is int:
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if tp is float:
+        return lambda v: isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool))
+    if tp is bool:
+        return lambda v: isinstance(v, bool)
+    base = origin or tp
+    return lambda v: isinstance(v, base)
+
+
+# -- control plane: worker -> master --------------------------------------------------------------
+@dataclass
+class Hello(Wire):
+    """A worker joins: its version, host, pid and data endpoint (resent until answered)."""
+
+    KIND = Kind.HELLO
+    version: str
+    data: str
+    pid: int
+    host: str = "?"
+    want_job: str | None = None
+    key: str | None = None  # its CURVE public key (z85) in a secure job
+
+
+@dataclass
+class Ready(Wire):
+    """The worker built (or restored) its partition for generation ``gen``."""
+
+    KIND = Kind.READY
+    gen: int
+    src: int = -1
+
+
+@dataclass
+class Done(Wire):
+    """The worker's barrier report for superstep ``ss``."""
+
+    KIND = Kind.DONE
+    ss: int
+    partials: dict
+    active: int
+    computed: int
+    sent: int
+    out_messages: list
+    compute_s: float
+    src: int = -1
+    slowest: list = field(default_factory=list)
+    trace: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)  # bytes_out per peer, dropped per kind
+
+
+@dataclass
+class Checkpointed(Wire):
+    """The worker's parts of the checkpoint of ``ss`` are written (``parts``), or ``error``."""
+
+    KIND = Kind.CHECKPOINTED
+    ss: int
+    src: int = -1
+    parts: list | None = None
+    error: str | None = None
+
+
+@dataclass
+class Result(Wire):
+    """The worker's vertex results at the end of the job, and its drop counts."""
+
+    KIND = Kind.RESULT
+    values: dict
+    src: int = -1
+    dropped: dict = field(default_factory=dict)
+
+
+@dataclass
+class Error(Wire):
+    """The worker failed: ``where`` is ``compute`` (a vertex raised), ``setup`` or ``restore``."""
+
+    KIND = Kind.ERROR
+    where: str
+    message: str
+    src: int = -1
+    vertex: str | None = None
+    ss: int | None = None
+    traceback: str = ""
+
+
+@dataclass
+class Heartbeat(Wire):
+    """Liveness, both ways: the sender's clock ``t``, the echoed ``t`` of the other side, and
+    (worker -> master) what the worker is doing."""
+
+    KIND = Kind.HEARTBEAT
+    t: float | None = None
+    echo: float | None = None
+    src: int = -1
+    state: dict | None = None
+
+
+# -- control plane: master -> worker --------------------------------------------------------------
+@dataclass
+class Welcome(Wire):
+    """The master accepts a worker: its index, the job, its peers, timeouts, run options."""
+
+    KIND = Kind.WELCOME
+    index: int
+    workers: int
+    job_name: str
+    config: dict
+    peers: list
+    heartbeat_interval: float
+    worker_timeout: float
+    placement: str | None = None
+    run_dir: str | None = None
+    restore: int | None = None  # load the checkpoint taken before this superstep
+    gen: int = 0
+    trace: bool = True
+    capture: str | None = None
+    capture_limit: int = 64 << 20
+    peer_keys: list = field(default_factory=list)
+
+
+@dataclass
+class Refuse(Wire):
+    KIND = Kind.REFUSE
+    reason: str = ""
+
+
+@dataclass
+class Begin(Wire):
+    """Run superstep ``ss`` of generation ``gen`` with these aggregates and broadcasts."""
+
+    KIND = Kind.BEGIN
+    ss: int
+    gen: int
+    aggregates: dict
+    broadcasts: dict
+
+
+@dataclass
+class Checkpoint(Wire):
+    """Write your part of the checkpoint taken before superstep ``ss``."""
+
+    KIND = Kind.CHECKPOINT
+    ss: int
+
+
+@dataclass
+class Rollback(Wire):
+    """A worker was lost: reload the checkpoint before ``ss``, generation ``gen``, new peers."""
+
+    KIND = Kind.ROLLBACK
+    ss: int
+    gen: int
+    peers: list
+    peer_keys: list = field(default_factory=list)
+
+
+@dataclass
+class Finish(Wire):
+    KIND = Kind.FINISH
+
+
+@dataclass
+class Bye(Wire):
+    KIND = Kind.BYE
+
+
+@dataclass
+class Abort(Wire):
+    KIND = Kind.ABORT
+    reason: str = ""
+
+
+# -- data plane -----------------------------------------------------------------------------------
+@dataclass
+class Batch(Wire):
+    """One worker's messages for one peer in superstep ``ss``: ``[[src, dst, tag, payload], ...]``."""
+
+    KIND = Kind.BATCH
+    ss: int
+    src: int
+    msgs: list
+    gen: int = 0
+
+
+RECORDS: dict[int, type[Wire]] = {cls.KIND: cls for cls in (
+    Hello, Welcome, Refuse, Ready, Begin, Batch, Done, Finish, Result, Bye, Abort, Error, Heartbeat, Checkpoint,
+    Checkpointed, Rollback)}
+
+
+def decode(header: dict[str, Any]) -> Wire:
+    """The typed record of a decoded header; ``ProtocolError("kind" | "header", ...)`` if malformed."""
+    cls = RECORDS.get(header.get("kind"))  # type: ignore[arg-type]
+    if cls is None:
+        raise ProtocolError("kind", f"unknown message kind {header.get('kind')!r}")
+    return cls.from_wire(header)
+
+
+def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: int,
+                inbound: dict[int, dict[int, Any]], gen: int = 0) -> list[Message]:
+    """The messages of a valid data-plane batch; ``ProtocolError(kind, detail)`` otherwise.
+
+    ``peer`` is the index the sending socket's identity maps to (None: unknown identity);
+    ``current`` the last superstep this worker began; batches for it and the next are valid.
+    """
+    if peer is None:
+        raise ProtocolError("sender", "batch from an unknown identity")
+    if header.get("kind") != Kind.BATCH:
+        raise ProtocolError("kind", f"kind {header.get('kind')!r} on the data plane")
+    if header.get("job") != job_id:
+        raise ProtocolError("job", f"batch for job {header.get('job')!r}")
+    if header.get("src") != peer:
+        raise ProtocolError("sender", f"batch claims src {header.get('src')!r} from peer {peer}")
+    if header.get("gen", 0) != gen:  # sent before a rollback
+        raise ProtocolError("generation", f"batch of generation {header.get('gen')!r} while at {gen}")
+    ss = header.get("ss")
+    if not isinstance(ss, int) or isinstance(ss, bool) or ss not in (current, current + 1):
+        raise ProtocolError("superstep", f"batch for superstep {ss!r} while at {current}")
+    if peer in inbound.get(ss, {}):
+        raise ProtocolError("duplicate", f"second batch from peer {peer} for superstep {ss}")
+    msgs = messages(header.get("msgs"))
+    if msgs is None:
+        raise ProtocolError("batch", f"malformed message list from peer {peer}")
+    return msgs
+
+
+def messages(raw: Any) -> list[Message] | None:
+    """Wire ``[[src, dst, tag, payload], ...]`` -> ``Message`` tuples, or None if malformed."""
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for m in raw:
+        if not (isinstance(m, list) and len(m) == 4 and isinstance(m[0], str) and isinstance(m[1], str)
+                and (m[2] is None or isinstance(m[2], str))):
+            return None
+        out.append(Message(m[0], m[1], m[2], m[3]))
+    return out
+
+
+class DropCounter:
+    """Counts dropped messages per kind (logging the first of each kind) and bans a peer that
+    sends more than ``max_malformed`` malformed messages: it is ignored from then on."""
+
+    def __init__(self, who: str, max_malformed: int = 1000) -> None:
+        self.who = who
+        self.counts: dict[str, int] = {}
+        self.max_malformed = max_malformed
+        self._malformed: dict[bytes, int] = {}
+
+    def drop(self, kind: str, detail: str) -> None:
+        n = self.counts.get(kind, 0)
+        self.counts[kind] = n + 1
+        if n == 0:
+            log.warning("%s: dropped a malformed message (%s: %s); further drops of this kind are only counted",
+                        self.who, kind, detail)
+
+    def malformed(self, identity: bytes | None, kind: str, detail: str) -> None:
+        """Count a malformed message from ``identity`` towards its ban."""
+        self.drop(kind, f"{detail} (from {(identity or b'?')[:40]!r})")
+        if identity is None:
+            return
+        n = self._malformed[identity] = self._malformed.get(identity, 0) + 1
+        if n == self.max_malformed:
+            log.error("%s: peer %r sent %d malformed messages: ignoring it from now on", self.who, identity[:40], n)
+
+    def banned(self, identity: bytes) -> bool:
+        """Whether ``identity`` is banned (its message is then dropped and counted as such)."""
+        if self._malformed.get(identity, 0) < self.max_malformed:
+            return False
+        self.drop("banned", f"message from banned peer {identity[:40]!r}")
+        return True
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())

@@ -135,3 +135,34 @@ def test_a_corrupt_metrics_line_in_the_middle_is_named(dnn_run: Path, tmp_path: 
     (run / "metrics.jsonl").write_text("".join(lines))
     with pytest.raises(UsageError, match=r"metrics.jsonl line 4: not a JSON record"):
         collect(str(run))
+
+
+@pytest.mark.timeout(180)
+def test_a_recovered_worker_loss_is_a_restart_on_the_report(tmp_path: Path):
+    """kill -9 of a worker mid-run: the cluster rolls back to a checkpoint; the report says so."""
+    import os
+    import signal
+
+    from mariana.jobs.launch import run_job
+    from mariana.report.figures import figures
+
+    procs: list = []
+    killed: list = []
+
+    def kill(line):
+        if line["superstep"] == 30 and not killed:
+            killed.append(procs[1].pid)
+            os.kill(procs[1].pid, signal.SIGKILL)
+
+    run = tmp_path / "killed"
+    result = run_job("dnn-dp", None, ["epochs=2", "checkpoint_every=8"], workers=2, runtime="cluster",
+                     run_dir=RunDir(str(run)), on_superstep=kill, on_start=lambda m, p: procs.extend(p))
+    assert killed and result.metrics[-1]["restarts"] == 1
+    snap = collect(str(run))
+    assert snap["counters"]["restarts"] == 1
+    (restart,) = snap["restarts"]
+    assert restart["lost"] in (0, 1) and restart["restart"] == 1  # worker indices follow the join order
+    assert 0 < restart["rollback_to"] <= 30 and restart["rollback_to"] % 8 == 0
+    marks = [(s["x0"], a["text"]) for s, a in zip(figures(snap)["fig-loss"]["layout"]["shapes"],
+                                                    figures(snap)["fig-loss"]["layout"]["annotations"])]
+    assert (restart["superstep"], "restart 1") in marks

@@ -86,3 +86,12 @@ def test_report_of_a_run_on_s3(s3_url: str, tmp_path: Path, capsys):
     snap = embedded(out.read_text())["snapshot"]
     assert snap["run"] == run and snap["series"]["loss"]["y"] and snap["checkpoints"]
     assert len(snap["timeline"]["rows"]) == doc["supersteps"]
+
+
+def test_a_run_without_traces_still_gets_its_curves(tmp_path: Path):
+    run = tmp_path / "untraced"
+    assert run_cli("run", "dnn-dp", "--run-dir", str(run), "--set", "epochs=1", "--no-trace") == 0
+    _, snap, figs = report_html(str(run))
+    assert "fig-timeline" not in figs and "fig-stragglers" not in figs
+    assert snap["trace"] is None and snap["timeline"]["rows"] == []
+    assert next(t for t in figs["fig-loss"]["data"] if t["name"] == "loss")["y"] == losses(run)[1]

@@ -146,7 +146,7 @@ class MemoryProbe:
         self.tm = tracemalloc
         self.placement = placement
         self.vertices: dict[int, dict[str, Any]] = {}
-        self.peak: dict[int, dict[str, Any]] = {}
+        self.peak: dict[Any, dict[str, Any]] = {}  # by worker, and by (worker, 'plan' | 'shard')
         self.calls = 0
 
     @staticmethod
@@ -189,7 +189,7 @@ class MemoryProbe:
             out[cat] = out.get(cat, 0) + n
         return out
 
-    def wrap(self, cls: type) -> Any:
+    def wrap(self, cls: Any) -> Any:
         orig = cls.compute
         probe = self
 
@@ -241,7 +241,7 @@ def child_memory(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             tracemalloc.stop()
             for cls, fn in originals.items():
-                cls.compute = fn
+                cls.compute = fn  # type: ignore[method-assign]
         ids = sorted(graph.vertex_ids())
         workers = sorted(k for k in probe.peak if isinstance(k, int))
         per_worker = {str(w): dict(probe.peak[w], vertices=[v for v in ids if placement.worker_of(v) == w
@@ -402,7 +402,7 @@ class NumpyCNN:
                 k, s, p = e["k"], e["stride"], e["pad"]
                 oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
                 e["W"] = (rng.standard_normal((out, c * k * k)) * np.sqrt(2 / (c * k * k))).astype(np.float32)
-                whole_out = (e["out"], oh, ow)
+                whole_out: tuple[int, ...] = (e["out"], oh, ow)
             else:
                 fan_in = int(np.prod(shape))
                 e["W"] = (rng.standard_normal((fan_in, out)) * np.sqrt(2 / fan_in)).astype(np.float32)
@@ -596,24 +596,24 @@ def child_timing(spec: dict[str, Any]) -> dict[str, Any]:
     psteps = sz["pipe_warm"] + sz["pipe_steps"] + 1
     prounds: list[dict[str, Any]] = []
     for r in range(sz["pipe_rounds"]):
-        rd: dict[str, Any] = {}
+        prd: dict[str, Any] = {}
         for depth in ((0, 2) if r % 2 == 0 else (2, 0)):  # alternate which goes first
             progress(f"fig 3 round {r + 1}/{sz['pipe_rounds']}: pipeline={depth}, G=1 P=1, cluster 2 workers "
                      f"(input pipeline on worker 1), {psteps} steps")
             run = engine_run(pipe_config(sz, spec["pipe_data"], depth, psteps), 2, "cluster",
                              os.path.join(OUT, f"run-{tag}-pipe{depth}"), sz["pipe_warm"])
             run["trace"] = trace_breakdown(run["run_dir"], run["window"], run["window_steps"], run["mean_step_s"])
-            rd[f"pipeline{depth}"] = run
-        p0 = rd["pipeline0"]
-        rd["prep_s_trace"] = sum(p0["trace"]["workers"].get("1", {}).get("vertex_s", {}).get(k, 0.0)
+            prd[f"pipeline{depth}"] = run
+        p0 = prd["pipeline0"]
+        prd["prep_s_trace"] = sum(p0["trace"]["workers"].get("1", {}).get("vertex_s", {}).get(k, 0.0)
                                  for k in ("reader", "prep"))
-        rd["prep_share"] = rd["prep_s_trace"] / p0["step_s"]
-        rd["speedup"] = rd["pipeline2"]["samples_per_s"] / p0["samples_per_s"]
+        prd["prep_share"] = prd["prep_s_trace"] / p0["step_s"]
+        prd["speedup"] = prd["pipeline2"]["samples_per_s"] / p0["samples_per_s"]
         # what two free cores would allow (a projection from CPU times, not the measured figure):
         # on demand the workers take turns, pipelined they overlap
-        c0, c2 = p0["worker_cpu_s"], rd["pipeline2"]["worker_cpu_s"]
-        rd["cpu_projection"] = sum(c0) / max(c2)
-        prounds.append(rd)
+        c0, c2 = p0["worker_cpu_s"], prd["pipeline2"]["worker_cpu_s"]
+        prd["cpu_projection"] = sum(c0) / max(c2)
+        prounds.append(prd)
     fig3: dict[str, Any] = {"rounds": prounds, "median_round": median_index([rd["speedup"] for rd in prounds]),
                             "speedup": statistics.median(rd["speedup"] for rd in prounds),
                             "prep_share": statistics.median(rd["prep_share"] for rd in prounds),

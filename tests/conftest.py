@@ -12,8 +12,9 @@ TESTS = Path(__file__).resolve().parent
 # through PYTHONPATH, in worker processes the cluster runtime starts.
 sys.path.insert(0, str(TESTS / "engine"))
 
-#: The real S3 server fixtures (SeaweedFS on loopback): s3_server, s3_url.
-pytest_plugins = ["s3_fixture"]
+#: The real S3 server fixtures (SeaweedFS on loopback): s3_server, s3_url; the report tests' runs
+#: and headless Chromium: dnn_run, cluster_run, browser.
+pytest_plugins = ["s3_fixture", "report_fixtures"]
 
 RUNTIMES = ["local", "cluster"]
 

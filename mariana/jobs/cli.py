@@ -44,13 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("master", help="run a job's master; workers join from any host")
     _job_args(m)
-    m.add_argument("--bind", default="tcp://127.0.0.1:0", metavar="tcp://HOST:PORT",
-                   help="control endpoint (default: loopback, random port)")
+    m.add_argument("--bind", default=None, metavar="tcp://HOST:PORT",
+                   help="control endpoint (default: loopback, random port; with --from-env: MASTER_ADDR:MASTER_PORT)")
     m.add_argument("--keys", metavar="DIR", help="CURVE keys from `mariana keys init DIR` (required off loopback)")
     m.add_argument("--secure", action="store_true", help="use --keys on loopback too")
     m.add_argument("--insecure", action="store_true",
                    help="allow a plaintext master off loopback (only on a network you trust)")
     m.add_argument("--master-file", metavar="FILE", help="where to write endpoint + public key (default DIR/master.json)")
+    _from_env_args(m, master=True)
 
     w = sub.add_parser("worker", help="join a master as one worker")
     w.add_argument("--master", metavar="tcp://HOST:PORT")
@@ -59,9 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "(write --server-key=KEY: a key may start with '-')")
     w.add_argument("--key", metavar="FILE.key_secret", help="this worker's secret key (`mariana keys add`)")
     w.add_argument("--job", help="refuse to serve a master that runs another job")
-    w.add_argument("--host", default="127.0.0.1", help="address to bind this worker's data socket on")
+    w.add_argument("--host", default=None, help="address to bind this worker's data socket on (default 127.0.0.1; "
+                   "with --from-env: this host's address on the route to the master)")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
+    _from_env_args(w, master=False)
 
     k = sub.add_parser("keys", help="CURVE keys for secure multi-host jobs")
     ksub = k.add_subparsers(dest="keys_command", required=True, parser_class=_Parser)
@@ -109,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("--checkpoint", type=int, metavar="SUPERSTEP",
                     help="the model as of this checkpoint (its RUN/params snapshot, or the checkpoint itself)")
 
+    rp = sub.add_parser("report", help="one self-contained HTML file about a run: curves, timeline, stragglers, ...")
+    rp.add_argument("run", metavar="RUN", help="run directory (any fsspec URL; a run still going is fine)")
+    rp.add_argument("--out", default="report.html", metavar="FILE.html", help="where to write it (default report.html)")
+    rp.add_argument("--json", action="store_true", help="print what was written as JSON on stdout")
+    ui = sub.add_parser("ui", help="serve the job page of a run directory (running or finished) until Ctrl-C")
+    ui.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")
+    ui.add_argument("--bind", default="127.0.0.1:0", metavar="HOST:PORT", help="default: loopback, a free port")
+
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
     return p
@@ -140,6 +151,24 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-message-mb", type=int, default=1024, metavar="MB",
                    help="largest frame a socket accepts (ZMQ MAXMSGSIZE); arrays travel in 4 MB frames")
     p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
+    p.add_argument("--ui", nargs="?", const="127.0.0.1:0", default=None, metavar="HOST:PORT",
+                   help="serve a live job page (state, workers, counters, curves; JSON at /api/state); "
+                        "default loopback, a free port; the URL goes to stderr")
+    p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard scalars to DIR (needs tensorboardX)")
+
+
+def _from_env_args(p: argparse.ArgumentParser, master: bool) -> None:
+    what = ("rank 0 runs the master and a worker, every other rank a worker: one command for every task"
+            if master else "the master's address from the environment")
+    p.add_argument("--from-env", choices=["slurm", "torchrun"], default=None,
+                   help=f"rank, world size and master address from SLURM_* or RANK/WORLD_SIZE/MASTER_ADDR/"
+                        f"MASTER_PORT ({what})")
+    if master:
+        p.add_argument("--worker-key", metavar="FILE.key_secret",
+                       help="with --from-env and --keys: each rank's secret key, {rank} replaced by the rank "
+                            "(default DIR/worker-{rank}.key_secret, from `mariana keys add DIR worker-RANK`)")
+        p.add_argument("--connect-timeout", type=float, default=60.0, metavar="S",
+                       help="with --from-env: a worker rank gives up joining after S seconds")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,6 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_worker(args)
         if args.command == "keys":
             return cmd_keys(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "ui":
+            return cmd_ui(args)
+        if args.command == "master" and args.from_env:
+            return cmd_master_from_env(args)
+        if args.command == "master" and args.bind is None:
+            args.bind = "tcp://127.0.0.1:0"
         return cmd_run(args)
     except VertexError as exc:
         print(f"mariana: error: {exc}", file=sys.stderr)
@@ -327,18 +364,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     security = _master_security(args) if master else None  # refuse a bad bind before anything is written
     run_dir = resume_dir or args.run_dir or default_run_url(job.name)  # a URL is created once the job builds
     progress = Progress(job.progress_metric)
+    hooks = _run_hooks(args, run_dir if isinstance(run_dir, str) else run_dir.url, config, args.job or job.name)
+    page = hooks.start()  # --ui, --tensorboard: bad values failed above, before anything is written
+    if page:
+        print(f"mariana: job page at {page} (JSON: {page}api/state)", file=sys.stderr, flush=True)
+
+    def record(line: dict[str, Any]) -> None:  # the runtimes append each line to RUN/metrics.jsonl themselves
+        progress(line)
+        hooks(line)
+
+    hint = _worker_hint(args, security) if master else None
+
+    def on_start(master_: Any, procs: list[Any]) -> None:
+        if hint is not None:
+            hint(master_, procs)
+        hooks.attach(master_)
+        if getattr(args, "launch", None) is not None:  # --from-env: rank 0's own worker, reaped with the others
+            procs += _spawn_rank0_worker(args, master_.endpoint, security)
+
     options = RunOptions.from_config(
         config, workers=workers, runtime="cluster" if master else args.runtime, placement=placement_arg,
-        max_supersteps=args.max_supersteps, run_dir=run_dir, on_superstep=progress, resume=resume_dir is not None,
+        max_supersteps=args.max_supersteps, run_dir=run_dir, on_superstep=record, resume=resume_dir is not None,
         trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
         heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
         superstep_timeout=args.superstep_timeout, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
         max_message_bytes=args.max_message_mb << 20, secure=args.secure, spawn=not master, security=security,
-        bind=args.bind if master else "tcp://127.0.0.1:0", on_start=_worker_hint(args, security) if master else None)
+        bind=args.bind if master else "tcp://127.0.0.1:0", on_start=on_start)
+    status, error = "interrupted", None
     try:
         done = launch(job, config, options, name=args.job or job.name, finish=True)
+        status = "finished"
+    except MarianaError as exc:
+        status, error = "failed", str(exc)
+        raise
     finally:
         progress.close()
+        hooks.finish(status, error)
     result, url = done.result, done.run_dir.url
     if args.json:
         print(json.dumps({"job": job.name, "run_dir": url, "supersteps": result.supersteps,
@@ -347,6 +408,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(done.text)
         print(f"run directory: {url}", file=sys.stderr)
     return 0
+
+
+def _run_hooks(args: argparse.Namespace, run_url: str, config: dict[str, Any], job_name: str) -> Any:
+    """The live page (--ui) and TensorBoard writer (--tensorboard) of this run, not started yet."""
+    from ..report.hooks import RunHooks
+
+    return RunHooks(run_url, ui=args.ui, tensorboard=args.tensorboard, config=config, job=job_name)
 
 
 def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
@@ -388,10 +456,73 @@ def _master_security(args: argparse.Namespace) -> Any:
     return None
 
 
+def cmd_master_from_env(args: argparse.Namespace) -> int:
+    """``mariana master JOB --from-env slurm|torchrun`` on every rank: rank 0 runs the master (for
+    WORLD_SIZE workers, bound at MASTER_ADDR:MASTER_PORT) and one worker; every other rank a worker."""
+    from .envlaunch import from_env
+
+    launch = from_env(args.from_env)
+    if args.workers not in (None, launch.world_size):
+        raise UsageError(f"--workers {args.workers} disagrees with the world size {launch.world_size} "
+                         f"from --from-env {args.from_env}")
+    args.workers = launch.world_size
+    if launch.rank != 0:
+        log.info("%s: joining as a worker", launch.describe())
+        return _env_worker(launch, args, None, args.job).run()
+    args.bind = args.bind or launch.master_bind()
+    args.launch = launch
+    log.info("%s: running the master at %s and one worker", launch.describe(), args.bind)
+    return cmd_run(args)
+
+
+def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: str | None) -> Any:
+    """A worker joining the master named by the environment (``--keys DIR``: CURVE with DIR/master.key)."""
+    from ..engine.security import Security, load_public
+    from ..engine.worker import Worker
+    from .launch import build_graph
+
+    security = None
+    if getattr(args, "keys", None):
+        security = Security.for_worker(_worker_key(args, launch.rank), load_public(os.path.join(args.keys, "master.key")))
+    host = getattr(args, "host", None) or launch.local_address()
+    return Worker(master or launch.master_endpoint, build_graph, host, args.connect_timeout, args.max_message_mb << 20,
+                  security, job)
+
+
+def _worker_key(args: argparse.Namespace, rank: int) -> str:
+    """The secret key of rank ``rank``'s worker: every worker needs its own (peers accept only the others')."""
+    pattern = args.worker_key or os.path.join(args.keys, "worker-{rank}.key_secret")
+    return pattern.replace("{rank}", str(rank))
+
+
+def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str, security: Any) -> list[Any]:
+    """Rank 0's own worker process, beside the master (``--from-env``)."""
+    from ..engine.cluster import spawn_workers
+    from ..engine.transport import parse_endpoint
+
+    host, port = parse_endpoint(endpoint)
+    connect = {"0.0.0.0": f"tcp://127.0.0.1:{port}", "::": f"tcp://[::1]:{port}"}.get(host, endpoint)
+    extra = ["--max-message-mb", str(args.max_message_mb), "--connect-timeout", str(args.connect_timeout)]
+    if args.job:
+        extra += ["--job", args.job]
+    if security is not None:
+        extra += [f"--server-key={os.path.join(args.keys, 'master.key')}", "--key", _worker_key(args, 0)]
+    return spawn_workers(connect, 1, args.launch.local_address(), extra)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from ..engine.security import Security, load_public
     from ..engine.worker import Worker
 
+    if args.from_env:
+        from .envlaunch import from_env
+
+        launch = from_env(args.from_env)
+        if not (args.master or args.master_file or args.server_key or args.key):
+            return _env_worker(launch, args, None, args.job).run()
+        args.master = args.master or (None if args.master_file else launch.master_endpoint)
+        args.host = args.host or launch.local_address()
+    args.host = args.host or "127.0.0.1"
     master, server_key = args.master, args.server_key
     if args.master_file:
         try:
@@ -411,6 +542,38 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     return Worker(master, build_graph, args.host, args.connect_timeout, args.max_message_mb << 20, security,
                   args.job).run()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``mariana report RUN --out FILE.html``."""
+    from ..report import write_report
+
+    doc = write_report(args.run, args.out)
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"wrote {args.out}: {doc['status']} run, {doc['supersteps']} supersteps, "
+              f"{len(doc['figures'])} plots ({doc['bytes'] // 1024} KiB, opens without a network)")
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """``mariana ui RUN``: serve the job page of a run directory until interrupted."""
+    import threading
+
+    from ..report import collect
+    from ..report.live import LiveServer
+
+    collect(args.run)  # not a run directory: one line, exit 2, before anything is served
+    server = LiveServer(args.run, args.bind)
+    url = server.start()
+    print(url, flush=True)
+    print(f"mariana ui: serving {args.run} at {url} (JSON: {url}api/state); Ctrl-C stops", file=sys.stderr, flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        server.close()
+    return 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

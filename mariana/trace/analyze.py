@@ -64,6 +64,15 @@ class Trace:
                     out[k] = r  # a later record of the same superstep replaces an earlier one
         return out
 
+    def records_by_superstep(self) -> dict[int, dict[int, dict]]:
+        """superstep -> ``records(superstep)`` for every superstep, in one pass (linear, not quadratic)."""
+        out: dict[int, dict[int, dict]] = {}
+        for k in sorted(self.workers):
+            for r in self.workers[k]:
+                if isinstance(r.get("superstep"), int):
+                    out.setdefault(r["superstep"], {})[k] = r
+        return out
+
     def master_line(self, superstep: int) -> dict | None:
         line = None
         for m in self.master:
@@ -174,9 +183,10 @@ def _phases(rec: dict) -> dict[str, float]:
     return {p: _num(rec.get(f"{p}_s")) for p in PHASES}
 
 
-def _superstep_line(trace: Trace, s: int, recs: dict[int, dict]) -> dict:
-    """The master line of superstep ``s``, or one derived from the worker records."""
-    line = trace.master_line(s)
+def _superstep_line(trace: Trace, s: int, recs: dict[int, dict], line: Any = False) -> dict:
+    """The master line of superstep ``s`` (``line``, when the caller looked it up), or one derived
+    from the worker records."""
+    line = trace.master_line(s) if line is False else line
     if line is not None:
         return {**line, "derived": False}
     starts = [_num(r.get("start")) for r in recs.values() if "start" in r]
@@ -230,8 +240,10 @@ def _check_superstep(trace: Trace, superstep: int) -> list[int]:
 def summary(trace: Trace, top: int = 5) -> dict:
     """The whole run at a glance (JSON-able); ``top`` bounds the lists (flags, slowest supersteps)."""
     sups = trace.supersteps()
-    per_ss: dict[int, dict[int, dict]] = {s: trace.records(s) for s in sups}
-    lines = {s: _superstep_line(trace, s, per_ss[s]) for s in sups}
+    by_ss = trace.records_by_superstep()
+    per_ss: dict[int, dict[int, dict]] = {s: by_ss.get(s, {}) for s in sups}
+    masters = {m["superstep"]: m for m in trace.master if "superstep" in m}  # the last line of each wins
+    lines = {s: _superstep_line(trace, s, per_ss[s], masters.get(s)) for s in sups}
     reruns = sum(len(recs) for recs in trace.workers.values()) - sum(len(r) for r in per_ss.values())
     workers = sorted(trace.workers)
     msgs = {s: sum(_total(r.get("messages_out")) for r in per_ss[s].values()) for s in sups}

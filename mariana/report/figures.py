@@ -1,0 +1,148 @@
+"""The plots of a run, built with plotly from a snapshot (``data.collect``).
+
+Both the HTML report and the live page draw these same figures with plotly.js: ``figures(snap)``
+returns ``{div_id: {"title", "data", "layout"}}`` as plain JSON, which the page hands to
+``Plotly.react``. plotly is the optional extra ``mariana-bsp[report]``; without it the report
+and the live page refuse with one line saying what to install.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import lru_cache
+from typing import Any
+
+from ..errors import UsageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["figures", "plotly_js", "require_plotly", "PHASE_COLORS"]
+
+PHASE_COLORS = {"compute": "#4c78a8", "exchange": "#f58518", "wait": "#e45756", "barrier": "#bab0ac"}
+_INSTALL = "pip install 'mariana-bsp[report]'"
+
+
+def require_plotly() -> Any:
+    """The plotly module, or a ``UsageError`` saying how to install it."""
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        raise UsageError(f"reports and the job page need plotly: {_INSTALL}") from None
+    return go
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> str:
+    """The plotly.js bundle shipped inside the plotly package (no network needed)."""
+    require_plotly()
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def _base_layout(title: str, xtitle: str, ytitle: str, **extra: Any) -> dict[str, Any]:
+    layout = {"title": {"text": title}, "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}},
+              "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "height": 340, "template": "plotly_white",
+              "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}}
+    layout.update(extra)
+    return layout
+
+
+def _marks(snap: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    """Vertical lines (shapes) and their labels for checkpoints, restarts and NaN flags."""
+    shapes: list[dict] = []
+    notes: list[dict] = []
+
+    def vline(x: Any, color: str, dash: str, text: str) -> None:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+                       "line": {"color": color, "width": 1, "dash": dash}})
+        notes.append({"x": x, "xref": "x", "yref": "paper", "y": 1, "yanchor": "bottom", "text": text,
+                      "showarrow": False, "font": {"size": 9, "color": color}})
+
+    for ss in snap.get("checkpoint_marks") or []:
+        vline(ss, "#54a24b", "dot", "ckpt")
+    for e in snap.get("restarts") or []:
+        if isinstance(e.get("superstep"), int):
+            vline(e["superstep"], "#d62728", "dash", f"restart {e.get('restart', '')}".strip())
+    first_nan = sorted({f["superstep"] for f in (snap.get("flags") or []) + (snap.get("nan_metrics") or [])
+                        if isinstance(f.get("superstep"), int)})
+    for ss in first_nan[:20]:
+        vline(ss, "#9467bd", "solid", "NaN")
+    return shapes, notes
+
+
+def _fig(go: Any, traces: list, layout: dict[str, Any]) -> dict[str, Any]:
+    fig = go.Figure(data=traces, layout=layout)
+    return json.loads(fig.to_json())  # validated by plotly, plain JSON for the page
+
+
+def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every plot for ``snap``: training curves, throughput, superstep time, timeline, stragglers."""
+    go = require_plotly()
+    series = snap.get("series") or {}
+    shapes, notes = _marks(snap)
+    out: dict[str, dict[str, Any]] = {}
+
+    losses = [k for k in ("loss", "test_loss") if k in series]
+    if losses:
+        traces = [go.Scatter(x=series[k]["x"], y=series[k]["y"], name=k, mode="lines+markers" if k == "test_loss"
+                             else "lines", connectgaps=False) for k in losses]
+        out["fig-loss"] = _fig(go, traces, _base_layout("Loss", "superstep", "loss", shapes=shapes, annotations=notes))
+    if "test_accuracy" in series:
+        s = series["test_accuracy"]
+        out["fig-accuracy"] = _fig(go, [go.Scatter(x=s["x"], y=s["y"], name="test_accuracy", mode="lines+markers")],
+                                   _base_layout("Test accuracy", "superstep", "accuracy", shapes=shapes,
+                                                annotations=notes))
+    samples = snap.get("samples_per_s") or {}
+    if samples.get("x"):
+        out["fig-samples"] = _fig(go, [go.Scatter(x=samples["x"], y=samples["y"], name="samples/s", mode="lines")],
+                                  _base_layout("Throughput", "superstep", "samples/s"))
+    if "wall_s" in series:
+        s = series["wall_s"]
+        out["fig-wall"] = _fig(go, [go.Scatter(x=s["x"], y=s["y"], name="wall_s", mode="lines")],
+                               _base_layout("Superstep wall time", "superstep", "seconds", shapes=shapes,
+                                            annotations=notes))
+    progress = [k for k in ("active", "messages") if k in series]
+    if progress:
+        out["fig-progress"] = _fig(go, [go.Scatter(x=series[k]["x"], y=series[k]["y"], name=k, mode="lines")
+                                        for k in progress],
+                                   _base_layout("Active vertices and messages", "superstep", "count"))
+    others = sorted(k for k in series if k not in ("loss", "test_loss", "test_accuracy", "wall_s", "active",
+                                                   "messages", "computed", "delivered", "bytes", "dropped"))
+    if others:
+        out["fig-other"] = _fig(go, [go.Scatter(x=series[k]["x"], y=series[k]["y"], name=k, mode="lines+markers")
+                                     for k in others], _base_layout("Other metrics", "superstep", "value"))
+
+    rows = (snap.get("timeline") or {}).get("rows") or []
+    if rows:
+        workers = sorted({r["worker"] for r in rows})
+        traces = []
+        for phase in ("compute", "exchange", "wait", "barrier"):
+            offset = {"compute": lambda r: 0.0, "exchange": lambda r: r["compute"],
+                      "wait": lambda r: r["compute"] + r["exchange"],
+                      "barrier": lambda r: r["compute"] + r["exchange"] + r["wait"]}[phase]
+            traces.append(go.Bar(
+                x=[r[phase] for r in rows], base=[r["start"] + offset(r) for r in rows],
+                y=[f"worker {r['worker']}" for r in rows], orientation="h", name=phase,
+                marker={"color": PHASE_COLORS[phase]}, customdata=[r["superstep"] for r in rows],
+                hovertemplate=f"superstep %{{customdata}}<br>{phase} %{{x:.6f}} s<extra>%{{y}}</extra>"))
+        truncated = (snap.get("timeline") or {}).get("truncated") or 0
+        shown = len({r["superstep"] for r in rows})
+        title = "Superstep timeline per worker" + (f" (newest {shown} supersteps)" if truncated else "")
+        out["fig-timeline"] = _fig(go, traces, _base_layout(
+            title, "seconds since the first superstep", "", barmode="overlay", bargap=0.3,
+            legend={"orientation": "h", "x": 0, "y": -0.35, "yanchor": "top"},
+            height=max(240, 90 + 60 * len(workers)),
+            yaxis={"categoryorder": "array", "categoryarray": [f"worker {k}" for k in reversed(workers)]}))
+
+    lags = snap.get("lags") or []
+    if lags and len({x.get("straggler") for x in lags}) >= 1 and len(snap.get("workers") or []) > 1:
+        by_worker: dict[Any, list[dict]] = {}
+        for x in lags:
+            by_worker.setdefault(x.get("straggler"), []).append(x)
+        traces = [go.Scatter(x=[x["superstep"] for x in xs], y=[x["lag_s"] for x in xs], mode="markers",
+                             name=f"worker {k} last") for k, xs in sorted(by_worker.items(), key=lambda kv: str(kv[0]))]
+        out["fig-stragglers"] = _fig(go, traces, _base_layout(
+            "Straggler lag behind the median arrival", "superstep", "lag (s)"))
+    return out

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from mariana.jobs.cli import main
+from mariana.cli import main
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -23,7 +23,7 @@ import mariana
 from mariana import Vertex
 from mariana.engine.state import load_vertex_state, vertex_state
 from mariana.jobs import get_job, resolve_config
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir

@@ -22,7 +22,7 @@ import zmq
 
 from mariana import MarianaError, __version__
 from mariana.engine.master import WorkerLost
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.launch import run_job
 from mariana.messages import codec
 from mariana.messages.kinds import Kind

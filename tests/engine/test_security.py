@@ -13,7 +13,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from mariana.engine.security import load_keypair
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.launch import run_job
 from test_cluster import GRAPH, _fuzz_messages
 

@@ -12,7 +12,7 @@ import pytest
 
 from mariana import trace
 from mariana.engine.master import SuperstepTimeout
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from test_cluster import alive

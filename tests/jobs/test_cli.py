@@ -22,7 +22,7 @@ import pytest
 
 import mariana
 from mariana.jobs import BUILTIN_JOBS, get_job, resolve_config
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.registry import parse_set
 
 pytestmark = pytest.mark.timeout(120)

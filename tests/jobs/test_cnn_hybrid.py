@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mariana.jobs import get_job, resolve_config
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.cnn_hybrid import final_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mariana.jobs import get_job, resolve_config
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mariana.errors import UsageError
-from mariana.jobs.cli import main
-from mariana.jobs.envlaunch import DEFAULT_PORT, first_host, from_env
+from mariana.cli import main
+from mariana.cli.envlaunch import DEFAULT_PORT, first_host, from_env
 
 #: Variables of a cluster manager that the machine running the tests might have set.
 MANAGER_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_JOB_NODELIST", "SLURM_NODELIST",

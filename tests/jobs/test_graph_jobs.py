@@ -23,7 +23,7 @@ import pytest
 
 import mariana
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.jobs.cli import main
+from mariana.cli import main
 from mariana.jobs.edgelist import example_graph_url, load_edges
 from mariana.jobs.graphjob import collect
 

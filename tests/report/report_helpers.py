@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from mariana.jobs.cli import main
+from mariana.cli import main
 
 def run_cli(*argv: str) -> int:
     return main(list(argv))

@@ -1,0 +1,191 @@
+"""The commands that read a run or the job registry: ``jobs``, ``params``, ``checkpoint``, ``trace``,
+``report``, ``ui``, and ``keys``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from ..errors import MarianaError, StorageError, UsageError
+from ..jobs.registry import BUILTIN_JOBS, get_job, resolve_config
+from ..storage import RunDir
+
+log = logging.getLogger("mariana")
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    jobs = [get_job(name) for name in BUILTIN_JOBS]
+    if args.json:
+        print(json.dumps([{"name": j.name, "description": j.description,
+                           "keys": [{"name": k.name, "type": k.type, "default": k.default, "help": k.help,
+                                     **({"choices": list(k.choices)} if k.choices else {})} for k in j.keys]}
+                          for j in jobs], indent=2))
+        return 0
+    for j in jobs:
+        print(f"{j.name}: {j.description}")
+        for k in j.keys:
+            choices = f" (one of: {', '.join(map(str, k.choices))})" if k.choices else ""
+            print(f"    {k.name} = {json.dumps(k.default)}  [{k.type}]  {k.help}{choices}")
+    return 0
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    """``mariana params export RUN --to FILE.npz [--checkpoint S]``."""
+    import io
+
+    import numpy as np
+
+    from ..storage import load_params, write_bytes
+
+    try:
+        run_dir = RunDir(args.run, create=False)
+        if args.checkpoint is None and run_dir.exists("params/index.json"):
+            named, source = load_params(run_dir), "final parameters"
+        else:
+            named, source = _params_from_checkpoint(run_dir, args.checkpoint)
+    except MarianaError as exc:
+        raise UsageError(str(exc)) from None
+    buf = io.BytesIO()
+    np.savez(buf, **dict(named))  # type: ignore[arg-type]  # numpy stubs
+    write_bytes(args.to, buf.getvalue())
+    print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) from the {source} to {args.to}")
+    return 0
+
+
+def _params_from_checkpoint(run_dir: RunDir, superstep: int | None) -> tuple[list[tuple[str, Any]], str]:
+    """The model from a parameter snapshot (RUN/params/ss-N), else from the checkpoint of that superstep."""
+    from ..storage.checkpoint import Checkpoints
+
+    prev = run_dir.read_json("job.json")
+    job = get_job(prev["job"])
+    if job.export is None:
+        raise UsageError(f"job {job.name} has no model parameters to export")
+    ck = Checkpoints(run_dir)
+    parts, source = None, ""
+    for store, what in ((ck.params, "parameter snapshot"), (ck, "checkpoint")):
+        if superstep is None:
+            info = store.newest_valid(load=True)
+            if info is not None:
+                parts, source = info.loaded or {}, f"{what} at superstep {info.superstep}"
+        elif superstep in store.supersteps():
+            try:
+                parts, source = store.load(superstep), f"{what} at superstep {superstep}"
+            except StorageError as exc:
+                log.warning("%s", exc)
+        if parts is not None:
+            break
+    if parts is None:
+        which = f"at superstep {superstep}" if superstep is not None else "at all"
+        raise UsageError(f"{run_dir.url}: no valid parameter snapshot or checkpoint {which} to export from "
+                         "(`mariana checkpoint list` shows what there is)")
+    states: dict[str, Any] = {}
+    for name, part in sorted(parts.items()):
+        if name.startswith("worker-"):
+            states.update(part.get("vertices", part))  # a checkpoint part, or a snapshot {vertex: params}
+    return job.export(states, resolve_config(job, prev["config"])), source
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``mariana report RUN --out FILE.html``."""
+    from ..report import write_report
+
+    doc = write_report(args.run, args.out)
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"wrote {args.out}: {doc['status']} run, {doc['supersteps']} supersteps, "
+              f"{len(doc['figures'])} plots ({doc['bytes'] // 1024} KiB, opens without a network)")
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """``mariana ui RUN``: serve the job page of a run directory until interrupted."""
+    import threading
+
+    from ..report import collect
+    from ..report.live import LiveServer
+
+    collect(args.run)  # not a run directory: one line, exit 2, before anything is served
+    server = LiveServer(args.run, args.bind)
+    url = server.start()
+    print(url, flush=True)
+    print(f"mariana ui: serving {args.run} at {url} (JSON: {url}api/state); Ctrl-C stops", file=sys.stderr, flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        server.close()
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from ..engine.security import add_key, init_keys
+
+    if args.keys_command == "init":
+        secret = init_keys(args.dir)
+        print(f"master keypair: {secret} (secret, mode 600) and {args.dir}/master.key; allow-list: {args.dir}/allowed/")
+    else:
+        secret = add_key(args.dir, args.name)
+        print(f"worker key: {secret} (copy it to the worker host, keep it mode 600); "
+              f"its public key is allowed in {args.dir}/allowed/{args.name}.key")
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """``mariana trace summary|show|export|replay``: thin shells over ``mariana.trace``."""
+    from .. import trace
+
+    if args.trace_command == "export":
+        n = trace.export_chrome(args.run, args.chrome)
+        print(f"wrote {n} trace events to {args.chrome} (open it in https://ui.perfetto.dev or chrome://tracing)")
+        return 0
+    if args.trace_command == "replay":
+        from ..trace.replay import format_replay, replay
+
+        r = replay(args.run, args.vertex, args.superstep, pdb=args.pdb)
+        if args.json:
+            print(json.dumps({k: v for k, v in r.items() if k not in ("sent", "original", "aggregated")}))
+        else:
+            print(format_replay(r))
+        return 0 if r["matches"] else 1
+    if args.trace_command == "summary":
+        text, doc = trace.cmd_summary(args.run)  # with the run's counters, if any
+        print(json.dumps(doc, default=str) if args.json else text)
+        return 0
+    data = trace.load_trace(args.run)
+    doc = trace.show(data, args.superstep, worker=args.worker, vertex=args.vertex, run=args.run)
+    print(json.dumps(doc, default=str) if args.json else trace.format_show(doc))
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """``mariana checkpoint list RUN``: every checkpoint with its superstep, time, size, validity."""
+    from ..storage.checkpoint import Checkpoints
+
+    try:
+        ck = Checkpoints(RunDir(args.run, create=False))
+    except StorageError as exc:
+        raise UsageError(str(exc)) from None
+    infos = [ck.inspect(ss, args.verify) for ss in ck.supersteps()]
+    snapshots = set(ck.params.supersteps())
+    params = {i.superstep: ck.params.inspect(i.superstep, args.verify) if i.superstep in snapshots else None
+              for i in infos}
+
+    ok = "valid" if args.verify else "committed"  # without verifying, a manifest is all we know of
+
+    def status(info: Any) -> str:
+        return "-" if info is None else ok if info.valid else f"INVALID: {info.why}"
+
+    if args.json:
+        print(json.dumps([{k: v for k, v in vars(i).items() if k != "loaded"}
+                          | {"verified": args.verify, "params": status(params[i.superstep])} for i in infos]))
+        return 0
+    if not infos:
+        print(f"no checkpoints in {args.run}")
+        return 0
+    print(f"{'superstep':>9}  {'time':<24}  {'bytes':>12}  {'params snapshot':<15}  status")
+    for i in infos:
+        print(f"{i.superstep:>9}  {i.time or '-':<24}  {i.size:>12}  {status(params[i.superstep]):<15}  {status(i)}")
+    return 0

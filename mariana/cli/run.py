@@ -1,0 +1,276 @@
+"""``mariana run``, ``mariana master`` and ``mariana worker``: resolve the job and its config, start
+the runtime (through ``jobs.launch``), show progress, attach the run's hooks (live page, TensorBoard)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import tomllib
+from typing import Any
+
+from ..errors import MarianaError, UsageError
+from ..jobs.registry import get_job, resolve_config
+from ..storage import RunDir, default_run_url
+
+log = logging.getLogger("mariana")
+
+
+def _load_toml(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+
+
+class Progress:
+    """One status line on stderr, rewritten each superstep; silent when stderr is not a TTY."""
+
+    def __init__(self, metric: str | None) -> None:
+        self.metric = metric
+        self.enabled = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def __call__(self, line: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        value = line.get(self.metric) if self.metric else None
+        shown = f"  {self.metric}={value:.4g}" if isinstance(value, (int, float)) else ""
+        sys.stderr.write(f"\rsuperstep {line['superstep']:>5}  {time.perf_counter() - self.t0:7.1f}s"
+                         f"  active={line['active']}{shown}\033[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            self.enabled = False
+
+
+def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, str | None, RunDir | None]:
+    """(job, config, workers, placement, run dir to resume) from the arguments or ``--resume RUN``."""
+    resume = getattr(args, "resume", None)
+    if not resume:
+        if not args.job:
+            raise UsageError("mariana run needs a JOB (see `mariana jobs`) or --resume RUN")
+        job = get_job(args.job)
+        config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
+        return job, config, 1 if args.workers is None else args.workers, args.placement, None
+    try:
+        run_dir = RunDir(resume, create=False)
+        prev = run_dir.read_json("job.json")
+    except (MarianaError, ValueError) as exc:
+        raise UsageError(f"--resume {resume}: not a run directory ({exc})") from None
+    if args.job and args.job != prev["job"]:
+        raise UsageError(f"--resume {resume} continues job {prev['job']!r}, not {args.job!r}")
+    if args.sets or args.config:
+        raise UsageError("--resume continues a run with its recorded config; --set and --config cannot change it")
+    if args.workers not in (None, prev["workers"]):
+        raise UsageError(f"--resume {resume}: the run has {prev['workers']} workers; a checkpoint cannot be "
+                         f"restored on {args.workers}")
+    job = get_job(prev["job"])
+    return job, resolve_config(job, prev["config"]), prev["workers"], prev.get("placement_arg"), run_dir
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``mariana run`` and ``mariana master``: options from the arguments, then the one launch path."""
+    from ..engine.options import RunOptions
+    from ..jobs.launch import explain_placement, launch
+
+    job, config, workers, placement_arg, resume_dir = _resolve_run(args)
+    if workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {workers}")
+    if args.max_supersteps is not None and args.max_supersteps < 0:
+        raise UsageError(f"--max-supersteps must be >= 0, got {args.max_supersteps}")
+    if getattr(args, "explain_placement", False):
+        print(explain_placement(job, config, workers, placement_arg))
+        return 0
+    master = args.command == "master"
+    security = _master_security(args) if master else None  # refuse a bad bind before anything is written
+    run_dir = resume_dir or args.run_dir or default_run_url(job.name)  # a URL is created once the job builds
+    progress = Progress(job.progress_metric)
+    hooks = _run_hooks(args, run_dir if isinstance(run_dir, str) else run_dir.url, config, args.job or job.name)
+    page = hooks.start()  # --ui, --tensorboard: bad values failed above, before anything is written
+    if page:
+        print(f"mariana: job page at {page} (JSON: {page}api/state)", file=sys.stderr, flush=True)
+
+    def record(line: dict[str, Any]) -> None:  # the runtimes append each line to RUN/metrics.jsonl themselves
+        progress(line)
+        hooks(line)
+
+    hint = _worker_hint(args, security) if master else None
+
+    def on_start(master_: Any, procs: list[Any]) -> None:
+        if hint is not None:
+            hint(master_, procs)
+        hooks.attach(master_)
+        if getattr(args, "launch", None) is not None:  # --from-env: rank 0's own worker, reaped with the others
+            procs += _spawn_rank0_worker(args, master_.endpoint, security)
+
+    options = RunOptions.from_config(
+        config, workers=workers, runtime="cluster" if master else args.runtime, placement=placement_arg,
+        max_supersteps=args.max_supersteps, run_dir=run_dir, on_superstep=record, resume=resume_dir is not None,
+        trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
+        heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
+        superstep_timeout=args.superstep_timeout, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
+        max_message_bytes=args.max_message_mb << 20, secure=args.secure, spawn=not master, security=security,
+        bind=args.bind if master else "tcp://127.0.0.1:0", on_start=on_start)
+    status, error = "interrupted", None
+    try:
+        done = launch(job, config, options, name=args.job or job.name, finish=True)
+        status = "finished"
+    except MarianaError as exc:
+        status, error = "failed", str(exc)
+        raise
+    finally:
+        progress.close()
+        hooks.finish(status, error)
+    result, url = done.result, done.run_dir.url
+    if args.json:
+        print(json.dumps({"job": job.name, "run_dir": url, "supersteps": result.supersteps,
+                          "halt_reason": result.halt_reason, "wall_s": result.wall_s, **done.summary}, default=str))
+    else:
+        print(done.text)
+        print(f"run directory: {url}", file=sys.stderr)
+    return 0
+
+
+def _run_hooks(args: argparse.Namespace, run_url: str, config: dict[str, Any], job_name: str) -> Any:
+    """The live page (--ui) and TensorBoard writer (--tensorboard) of this run, not started yet."""
+    from ..report.hooks import RunHooks
+
+    return RunHooks(run_url, ui=args.ui, tensorboard=args.tensorboard, config=config, job=job_name)
+
+
+def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
+    """``mariana master``: once bound, say (and with keys write) how workers join from other hosts."""
+    from ..engine.transport import is_loopback, parse_endpoint
+
+    def hint(master: Any, procs: list[Any]) -> None:
+        endpoint = master.endpoint
+        where = "" if is_loopback(parse_endpoint(args.bind)[0]) else " (reachable from other hosts)"
+        if security is not None:
+            master_file = args.master_file or os.path.join(args.keys, "master.json")
+            with open(master_file, "w") as f:
+                json.dump({"endpoint": endpoint, "server_key": security.public.decode(), "job": master.job_name}, f)
+            how = f"mariana worker --master-file {master_file} --key {args.keys}/NAME.key_secret"
+        else:
+            how = f"mariana worker --master {endpoint}"
+        print(f"mariana master: waiting for {master.workers} worker(s) at {endpoint}{where}; on each worker host "
+              f"run:\n    {how}", file=sys.stderr, flush=True)
+
+    return hint
+
+
+def _master_security(args: argparse.Namespace) -> Any:
+    """CURVE for ``mariana master``: required off loopback unless --insecure; None means plaintext."""
+    from ..engine.transport import is_loopback, parse_endpoint
+
+    host, _ = parse_endpoint(args.bind)
+    if args.keys and (args.secure or not is_loopback(host)):
+        from ..engine.security import Security
+
+        return Security.for_master(args.keys)
+    if args.secure:
+        raise UsageError("--secure needs --keys DIR (create it with `mariana keys init DIR`)")
+    if not is_loopback(host):
+        if not args.insecure:
+            raise UsageError(f"{args.bind} is not loopback: a reachable master needs CURVE keys (--keys DIR, from "
+                             f"`mariana keys init DIR`), or --insecure on a network you trust")
+        log.warning("INSECURE: the master at %s accepts any worker and sends everything in plaintext", args.bind)
+    return None
+
+
+def cmd_master_from_env(args: argparse.Namespace) -> int:
+    """``mariana master JOB --from-env slurm|torchrun`` on every rank: rank 0 runs the master (for
+    WORLD_SIZE workers, bound at MASTER_ADDR:MASTER_PORT) and one worker; every other rank a worker."""
+    from .envlaunch import from_env
+
+    launch = from_env(args.from_env)
+    if args.workers not in (None, launch.world_size):
+        raise UsageError(f"--workers {args.workers} disagrees with the world size {launch.world_size} "
+                         f"from --from-env {args.from_env}")
+    args.workers = launch.world_size
+    if launch.rank != 0:
+        log.info("%s: joining as a worker", launch.describe())
+        return _env_worker(launch, args, None, args.job).run()
+    args.bind = args.bind or launch.master_bind()
+    args.launch = launch
+    log.info("%s: running the master at %s and one worker", launch.describe(), args.bind)
+    return cmd_run(args)
+
+
+def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: str | None) -> Any:
+    """A worker joining the master named by the environment (``--keys DIR``: CURVE with DIR/master.key)."""
+    from ..engine.security import Security, load_public
+    from ..engine.worker import Worker
+    from ..jobs.launch import build_graph
+
+    security = None
+    if getattr(args, "keys", None):
+        security = Security.for_worker(_worker_key(args, launch.rank), load_public(os.path.join(args.keys, "master.key")))
+    host = getattr(args, "host", None) or launch.local_address()
+    return Worker(master or launch.master_endpoint, build_graph, host, args.connect_timeout, args.max_message_mb << 20,
+                  security, job)
+
+
+def _worker_key(args: argparse.Namespace, rank: int) -> str:
+    """The secret key of rank ``rank``'s worker: every worker needs its own (peers accept only the others')."""
+    pattern = args.worker_key or os.path.join(args.keys, "worker-{rank}.key_secret")
+    return pattern.replace("{rank}", str(rank))
+
+
+def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str, security: Any) -> list[Any]:
+    """Rank 0's own worker process, beside the master (``--from-env``)."""
+    from ..engine.cluster import spawn_workers
+    from ..engine.transport import parse_endpoint
+
+    host, port = parse_endpoint(endpoint)
+    connect = {"0.0.0.0": f"tcp://127.0.0.1:{port}", "::": f"tcp://[::1]:{port}"}.get(host, endpoint)
+    extra = ["--max-message-mb", str(args.max_message_mb), "--connect-timeout", str(args.connect_timeout)]
+    if args.job:
+        extra += ["--job", args.job]
+    if security is not None:
+        extra += [f"--server-key={os.path.join(args.keys, 'master.key')}", "--key", _worker_key(args, 0)]
+    return spawn_workers(connect, 1, args.launch.local_address(), extra)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from ..engine.security import Security, load_public
+    from ..engine.worker import Worker
+
+    if args.from_env:
+        from .envlaunch import from_env
+
+        launch = from_env(args.from_env)
+        if not (args.master or args.master_file or args.server_key or args.key):
+            return _env_worker(launch, args, None, args.job).run()
+        args.master = args.master or (None if args.master_file else launch.master_endpoint)
+        args.host = args.host or launch.local_address()
+    args.host = args.host or "127.0.0.1"
+    master, server_key = args.master, args.server_key
+    if args.master_file:
+        try:
+            info = json.loads(open(args.master_file).read())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read master file {args.master_file}: {exc}") from None
+        master, server_key = master or info["endpoint"], server_key or info.get("server_key")
+    if not master:
+        raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
+    security = None
+    if server_key or args.key:
+        if not (server_key and args.key):
+            raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
+                             "and its own secret key (--key)")
+        security = Security.for_worker(args.key, load_public(server_key))
+    from ..jobs.launch import build_graph
+
+    return Worker(master, build_graph, args.host, args.connect_timeout, args.max_message_mb << 20, security,
+                  args.job).run()

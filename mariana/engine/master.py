@@ -379,7 +379,7 @@ class Master:
             self._results[w.index] = msg
         elif isinstance(msg, wire.Error):
             self._worker_error(w, msg)
-        elif not isinstance(msg, (wire.Heartbeat, wire.Ready)):
+        elif not isinstance(msg, wire.Heartbeat):
             self.drops.drop("kind", f"unexpected {kind} from {w.describe()} in phase {self.phase}")
 
     def _heartbeat(self, identity: bytes, header: dict[str, Any]) -> None:

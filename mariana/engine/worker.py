@@ -71,6 +71,7 @@ class Worker:
         self.want_job = job
         self.transport = Transport(max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
+        self.hostname, self.pid = socket.gethostname(), os.getpid()
         self.drops = DropCounter(f"worker {self.identity.decode()}")
         self.index = -1
         self.current = -1
@@ -103,7 +104,7 @@ class Worker:
             t.close()
 
     def _join(self, data_ep: str) -> wire.Welcome | None:
-        hello = wire.Hello(version=__version__, data=data_ep, pid=os.getpid(), host=socket.gethostname(),
+        hello = wire.Hello(version=__version__, data=data_ep, pid=self.pid, host=self.hostname,
                            want_job=self.want_job,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         deadline = time.monotonic() + self.connect_timeout
@@ -174,6 +175,7 @@ class Worker:
         self._send_ctl(wire.Ready(self.gen))
         log.info("worker %d of %d ready: %d vertices", self.index, n, len(self.partition.order))
         poll = poller(self.ctl, self.data)
+        self._wait_poll = poller(self.data, self.ctl)  # while waiting for peers' batches (one, not one per superstep)
         while True:
             events = dict(poll.poll(5 if self._writer.pending is not None else 200))
             self._checkpointed()
@@ -333,7 +335,7 @@ class Worker:
             send_s += clock() - t1
         t_wait = clock()
         self.state = {"phase": "waiting", "ss": s, "since": time.time()}
-        poll = poller(self.data, self.ctl)
+        poll = self._wait_poll
         while len(self._inbound.get(s, ())) < len(self.peers):
             self.state["peers"] = sorted(set(self.peers) - set(self._inbound.get(s, ())))
             events = dict(poll.poll(100))
@@ -357,7 +359,7 @@ class Worker:
             dropped = {k: n - self._dropped_before.get(k, 0) for k, n in self.drops.counts.items()
                        if n > self._dropped_before.get(k, 0)}
             self._dropped_before = dict(self.drops.counts)
-            trace = {**done.trace, "host": socket.gethostname(), "pid": os.getpid(),
+            trace = {**done.trace, "host": self.hostname, "pid": self.pid,
                      "start": start + self.clock_offset, "end": time.time() + self.clock_offset,
                      "encode_s": encode_s, "send_s": send_s, "wait_s": wait_s, "clock_offset_s": self.clock_offset,
                      "bytes_out": {str(p): b for p, b in enumerate(bytes_out) if b},

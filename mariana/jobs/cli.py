@@ -443,11 +443,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
         else:
             print(format_replay(r))
         return 0 if r["matches"] else 1
-    data = trace.load_trace(args.run)
     if args.trace_command == "summary":
-        doc = trace.summary(data)
-        print(json.dumps(doc, default=str) if args.json else trace.format_summary(doc))
+        text, doc = trace.cmd_summary(args.run)  # with the run's counters, if any
+        print(json.dumps(doc, default=str) if args.json else text)
         return 0
+    data = trace.load_trace(args.run)
     doc = trace.show(data, args.superstep, worker=args.worker, vertex=args.vertex, run=args.run)
     print(json.dumps(doc, default=str) if args.json else trace.format_show(doc))
     return 0

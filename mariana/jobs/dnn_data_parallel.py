@@ -14,11 +14,12 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
-from ..storage import save_params
 from ..vertices.model import build_model
-from ..vertices.optim import OPTIMIZERS, make_optimizer
-from ..vertices.training import DataReader, ParameterShardVertex, ReplicaVertex, load_dataset, shard_ranges
+from ..vertices.data import DataReader, load_dataset
+from ..vertices.exchange import ParameterShardVertex, make_topology
+from ..vertices.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
+from .trainjob import OPTIMIZER_KEYS, add_training_aggregators, finish_training, optimizer_of, schedule, schedule_keys
 
 DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
 
@@ -27,69 +28,53 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     """Everything the graph and the finisher need, validated (one UsageError per mistake)."""
     ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
     replicas = config["replicas"] or bctx.workers
-    B = config["batch_size"]
     if replicas < 1:
         raise UsageError(f"config key 'replicas' must be >= 1, got {replicas}")
-    if B < 1 or B % replicas:
-        raise UsageError(f"batch_size {B} is not divisible by replicas {replicas}: each replica needs an equal share")
-    if B > len(ds.x_train):
-        raise UsageError(f"batch_size {B} is larger than the training set ({len(ds.x_train)} samples)")
-    spe = len(ds.x_train) // B
-    total = config["steps"] or config["epochs"] * spe
+    spe, total = schedule(config, len(ds.x_train), replicas, "replicas")
     model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
-    opt = make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
-                         config["eps"], config["adagrad_block"])
+    opt = optimizer_of(config)
     init = np.concatenate([p.ravel() for _, p in model.named_params()]).astype(np.float32)
-    exchange = config["exchange"]
-    if exchange == "linear":
-        shards = [(f"shard-{i:03d}", lo, hi) for i, (lo, hi) in enumerate(shard_ranges(len(init), replicas))]
-    elif exchange == "ps":
-        shards = [(f"ps-{i:03d}", lo, hi) for i, (lo, hi) in enumerate(shard_ranges(len(init), config["ps_shards"]))]
-    else:
-        shards = [("shard-000", 0, len(init))]
-    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, shards=shards,
-                devices=_devices(config["device"], replicas))
+    topology = make_topology(config["exchange"], config["ps_shards"])
+    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, topology=topology,
+                shards=topology.shards(len(init), replicas), devices=devices(config["device"], replicas))
 
 
-def _devices(kind: str, replicas: int) -> list[str]:
-    """Replica r's device: cpu, or GPU r mod (number of GPUs) with device=cuda."""
+def devices(kind: str, count: int, of: Any = None) -> list[str]:
+    """Device of each of ``count`` compute vertices: cpu, or with device=cuda GPU ``of(i)`` mod the
+    number of GPUs (``of`` defaults to i: replica r on GPU r)."""
     if kind == "cpu":
-        return ["cpu"] * replicas
+        return ["cpu"] * count
     try:
         import cupy
 
-        count = cupy.cuda.runtime.getDeviceCount()
+        gpus = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # noqa: BLE001 - no cupy, no driver, no device: one clear message
         raise UsageError(f"device=cuda needs cupy and a CUDA device: {exc}") from None
-    return [f"cuda:{r % count}" for r in range(replicas)]
-
-
-def _group(vid: str) -> tuple[int, int]:
-    """Replica r, its reader and shard r share group r; parameter servers live with group 0."""
-    return (0, 0) if vid.startswith("ps-") else (int(vid.rsplit("-", 1)[1]), 0)
+    return [f"cuda:{(of(i) if of else i) % gpus}" for i in range(count)]
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     plan = _plan(config, bctx)
     ds, n = plan["ds"], plan["replicas"]
     replica_ids = [f"replica-{r:03d}" for r in range(n)]
-    devices = {f"replica-{r:03d}": d for r, d in enumerate(plan["devices"])}
-    g = Graph(name="dnn-dp", placement=GroupStrategy(_group, parts=1), devices=devices)
+    # replica r and its reader on group r; every shard beside the member the topology says
+    home = {s.id: (s.home, 0) for s in plan["shards"]}
+    group = {**home, **{f"{kind}-{r:03d}": (r, 0) for r in range(n) for kind in ("replica", "reader")}}
+    g = Graph(name="dnn-dp", placement=GroupStrategy(group.__getitem__, parts=1),
+              devices=dict(zip(replica_ids, plan["devices"])))
     spec, seed, classes = config["model"], config["seed"], ds.classes
     for r, rid in enumerate(replica_ids):
         reader = f"reader-{r:03d}"
         g.add_lazy(reader, lambda r=r, rid=rid, reader=reader: DataReader(
             reader, rid, ds.x_train, ds.y_train, config["batch_size"], n, r, seed, plan["total"]))
         g.add_lazy(rid, lambda r=r, rid=rid, reader=reader: ReplicaVertex(
-            rid, r, n, lambda: build_model(spec, ds.input_shape, classes, seed), reader, plan["shards"],
-            config["exchange"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
-            ds.x_test[r::n], ds.y_test[r::n], replica_ids, plan["devices"][r]))
-    for sid, lo, hi in plan["shards"]:
-        g.add_lazy(sid, lambda sid=sid, lo=lo, hi=hi: ParameterShardVertex(
-            sid, lo, hi, plan["init"], plan["opt"], replica_ids), size_hint=hi - lo)
-    for name in ("loss", "test_loss", "test_accuracy"):
-        g.add_aggregator(name, "wmean")
-    g.add_aggregator("epoch", "max")
+            rid, r, replica_ids, lambda: build_model(spec, ds.input_shape, classes, seed), reader, plan["shards"],
+            plan["topology"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
+            ds.x_test[r::n], ds.y_test[r::n], plan["devices"][r]))
+    for s in plan["shards"]:
+        g.add_lazy(s.id, lambda s=s: ParameterShardVertex(s.id, s.lo, s.hi, plan["init"], plan["opt"], replica_ids),
+                   size_hint=s.hi - s.lo)
+    add_training_aggregators(g)
     return g
 
 
@@ -119,19 +104,9 @@ def _assemble(slices_by_vertex: dict[str, tuple[int, np.ndarray]], config: dict[
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    params = final_params(result, config)
-    if run_dir is not None:
-        save_params(run_dir, params, job="dnn-dp", supersteps=result.supersteps)
-    evals = [m for m in result.metrics if "test_accuracy" in m]
-    last = evals[-1] if evals else {}
-    steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith("replica-")), default=0)
-    acc, loss = last.get("test_accuracy"), last.get("test_loss")
-    text = (f"dnn-dp: {steps} steps on {sum(k.startswith('replica-') for k in result.values)} replica(s), "
-            f"exchange={config['exchange']}, optimizer={config['optimizer']}, {result.supersteps} supersteps, "
-            f"{result.wall_s:.1f}s\n")
-    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
-    return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss,
-                  "params": {name: list(p.shape) for name, p in params}}
+    replicas = sum(k.startswith("replica-") for k in result.values)
+    return finish_training(result, config, run_dir, "dnn-dp", final_params(result, config), "replica-",
+                           f"{replicas} replica(s), exchange={config['exchange']}")
 
 
 JOB = Job(
@@ -144,18 +119,8 @@ JOB = Job(
         Key("replicas", 0, "int", "model replicas (0: one per worker)"),
         Key("exchange", "linear", "str", "gradient exchange topology", choices=("linear", "tree", "ps")),
         Key("ps_shards", 1, "int", "parameter-server vertices for exchange=ps (all on worker 0)"),
-        Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
-        Key("lr", 0.05, "float", "learning rate"),
-        Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
-        Key("weight_decay", 0.0, "float", "L2 weight decay"),
-        Key("eps", 1e-8, "float", "AdaGrad epsilon"),
-        Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
-        Key("batch_size", 64, "int", "global batch size (split equally over replicas)"),
-        Key("epochs", 20, "int", "passes over the training set"),
-        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
-        Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
-        Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
-        Key("classes", 0, "int", "number of classes (0: max label + 1)"),
+        *OPTIMIZER_KEYS,
+        *schedule_keys(20, "replicas"),
         Key("device", "cpu", "str", "where replicas compute: cpu, or cuda (replica r on GPU r mod #GPUs; needs cupy)",
             choices=("cpu", "cuda")),
     ),

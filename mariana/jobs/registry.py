@@ -20,6 +20,8 @@ __all__ = ["Key", "Job", "BuildContext", "BUILTIN_JOBS", "ENGINE_KEYS", "get_job
 
 BUILTIN_JOBS: dict[str, str] = {
     "dnn-dp": "mariana.jobs.dnn_data_parallel:JOB",
+    "cnn-hybrid": "mariana.jobs.cnn_hybrid:JOB",
+    "cpu-cluster": "mariana.jobs.cpu_cluster:JOB",
     "pagerank": "mariana.jobs.pagerank:JOB",
     "sssp": "mariana.jobs.sssp:JOB",
     "wcc": "mariana.jobs.wcc:JOB",

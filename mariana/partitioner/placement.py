@@ -80,17 +80,32 @@ class ExplicitStrategy(Strategy):
 
 
 class GroupStrategy(Strategy):
-    """Part ``p`` of group ``g`` on worker ``(g * parts + p) % num_workers``."""
+    """Part ``p`` of group ``g`` on worker ``(g * parts + p) % num_workers``.
+
+    ``helpers`` (optional) maps a vertex to a group when it is a helper of that group (an input
+    pipeline vertex): with more workers than ``groups * parts`` helpers go to the spare workers
+    (group g's to spare worker ``g mod spares``), so their work overlaps the parts' compute;
+    otherwise they stay where ``key`` puts them.
+    """
 
     name = "group"
 
-    def __init__(self, key: Callable[[str], tuple[int, int]], parts: int) -> None:
+    def __init__(self, key: Callable[[str], tuple[int, int]], parts: int, groups: int = 0,
+                 helpers: Callable[[str], int | None] | None = None) -> None:
         self.key = key
         self.parts = parts
+        self.groups = groups
+        self.helpers = helpers
 
     def assign(self, ids: list[str], num_workers: int) -> list[int]:
         out = []
+        busy = self.groups * self.parts
+        spares = num_workers - busy if self.helpers is not None and busy else 0
         for v in ids:
+            helper_of = self.helpers(v) if spares > 0 else None
+            if helper_of is not None:
+                out.append(busy + helper_of % spares)
+                continue
             g, p = self.key(v)
             out.append((g * self.parts + p) % num_workers)
         return out

@@ -552,4 +552,44 @@ def format_summary(s: dict) -> str:
 def cmd_summary(run: str, as_json: bool = False, top: int = 5) -> tuple[str, dict]:
     """``mariana trace summary RUN [--json]``."""
     d = summary(load_trace(run), top=top)
-    return (json.dumps(d, indent=2) + "\n" if as_json else format_summary(d)), d
+    totals = run_counters(run)
+    if totals:
+        d["counters"] = totals
+    text = format_summary(d) + (counters_text(totals) if totals else "")
+    return (json.dumps(d, indent=2) + "\n" if as_json else text), d
+
+
+# ---------------------------------------------------------------------------------------------
+# counters (Mariana's): aggregates named counter/NAME, summed over the run
+
+
+def counters(metrics: list[dict]) -> dict[str, Any]:
+    """Totals of every ``counter/NAME`` aggregate of ``metrics.jsonl`` lines, and samples per
+    second of superstep wall time when there is a ``counter/samples``."""
+    totals: dict[str, float] = {}
+    for line in metrics:
+        for key, value in line.items():
+            if key.startswith("counter/") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                name = key[len("counter/"):]
+                totals[name] = totals.get(name, 0) + value
+    out: dict[str, Any] = {k: int(v) for k, v in sorted(totals.items())}
+    wall = sum(_num(line.get("wall_s")) for line in metrics)
+    if wall > 0 and "samples" in totals:
+        out["samples_per_s"] = round(totals["samples"] / wall, 1)
+    return out
+
+
+def run_counters(run: str) -> dict[str, Any]:
+    """``counters`` of ``RUN/metrics.jsonl`` (empty when the run has none)."""
+    try:
+        run_dir = RunDir(run, create=False)
+        if not run_dir.exists("metrics.jsonl"):
+            return {}
+        return counters(run_dir.read_jsonl("metrics.jsonl"))
+    except MarianaError:
+        return {}
+
+
+def counters_text(totals: dict[str, Any]) -> str:
+    rows = [[name, f"{value:,}" if isinstance(value, int) else str(value)] for name, value in totals.items()]
+    return "\n".join(["", "counters:", *_table(["counter", "total"], rows, indent="  ")]) + "\n"

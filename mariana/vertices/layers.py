@@ -19,6 +19,7 @@ scatter-add (no atomics), so GPU results do not depend on thread scheduling.
 
 from __future__ import annotations
 
+import copy
 import math
 from abc import ABC, abstractmethod
 from typing import Any
@@ -85,11 +86,41 @@ def _col2im(xp: Any, cols: Array, shape: tuple[int, ...], sh: int, sw: int) -> A
 
 
 class Layer(ABC):
-    """Base class: parameter-free by default; ``to(xp)`` moves params and grads."""
+    """Base class: parameter-free by default; ``to(xp)`` moves params and grads.
+
+    Model parallelism: a layer with ``split_axes`` (parameter name -> axis of its output units or
+    channels) can be cut into ``part(p, parts)`` layers that each compute a slice of the output
+    from the whole input; ``out_attr`` names the attribute holding the output size. Layers
+    without ``split_axes`` act on each slice of their input independently.
+    """
+
+    split_axes: dict[str, int] = {}
+    out_attr: str = ""
 
     def __init__(self) -> None:
         self.params: dict[str, Array] = {}
         self.grads: dict[str, Array] = {}
+
+    def part(self, p: int, parts: int) -> "Layer":
+        """Output slice ``p`` of ``parts`` equal slices of this layer, parameters copied from it."""
+        size = getattr(self, self.out_attr)
+        if size % parts:
+            raise ValueError(f"{size} outputs are not divisible into {parts} partitions")
+        n = size // parts
+        new = copy.copy(self)
+        new.params = {}
+        for key, arr in self.params.items():
+            index = [slice(None)] * arr.ndim
+            index[self.split_axes[key]] = slice(p * n, (p + 1) * n)
+            new.params[key] = arr[tuple(index)].copy()
+        new.grads = {k: v * 0 for k, v in new.params.items()}
+        setattr(new, self.out_attr, n)
+        return new
+
+    @classmethod
+    def join(cls, key: str, slices: list[Array]) -> Array:
+        """The whole parameter ``key`` from the partitions' slices (inverse of ``part``)."""
+        return np.concatenate(slices, axis=cls.split_axes[key])
 
     @abstractmethod
     def forward(self, x: Array, train: bool = True) -> Array:
@@ -126,6 +157,9 @@ class Dense(Layer):
     ``np.random.default_rng(seed)``), ``b = 0``. He is used regardless of the activation that
     follows, which a layer cannot know; it is also a sound scale for tanh/sigmoid nets this size.
     """
+
+    split_axes = {"W": 1, "b": 0}
+    out_attr = "out_features"
 
     def __init__(self, in_features: int, out_features: int, seed: int = 0, dtype: Any = np.float32) -> None:
         super().__init__()
@@ -257,6 +291,9 @@ class Conv2D(Layer):
     ``b = 0``. Implemented as im2col + one tensordot; backward scatters back with col2im.
     """
 
+    split_axes = {"W": 0, "b": 0}
+    out_attr = "out_channels"
+
     def __init__(
         self,
         in_channels: int,
@@ -286,6 +323,7 @@ class Conv2D(Layer):
             "b": np.zeros(self.out_channels, dtype=dtype),
         }
         self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.input_grad = True  # Model turns it off for the first layer
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         if len(input_shape) != 3:
@@ -321,6 +359,8 @@ class Conv2D(Layer):
         cols, W = self._cols, self.params["W"]
         self.grads["W"][...] = xp.tensordot(dy, cols, axes=((0, 2, 3), (0, 4, 5)))
         self.grads["b"][...] = dy.sum(axis=(0, 2, 3))
+        if not self.input_grad:  # the first layer: nobody needs d(input)
+            return None
         dcols = xp.tensordot(W, dy, axes=(0, 1))  # (C, kh, kw, N, oh, ow)
         dcols = dcols.transpose(3, 0, 1, 2, 4, 5)
         dxpad = _col2im(xp, dcols, self._pshape, *self.stride)

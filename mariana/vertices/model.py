@@ -24,6 +24,8 @@ layer's params and grads views of two flat buffers (the form the engine sends an
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -34,22 +36,73 @@ from .layers import (
     array_module_of, to_module,
 )
 
-__all__ = ["Model", "build_model", "parse_entry", "LAYER_TYPES", "ACTIVATIONS"]
+__all__ = ["Model", "build_model", "bind_layers", "parse_entry", "LayerKind", "register_layer", "LAYERS", "LAYER_TYPES",
+           "ACTIVATIONS"]
 
 log = logging.getLogger(__name__)
 
 ACTIVATIONS: dict[str, Callable[[], Layer]] = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid}
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """One type of spec entry: a new layer is one ``Layer`` class and one ``register_layer(LayerKind(...))``.
+
+    ``parse(field)`` turns the entry's fields after the type into arguments (``field(i, what,
+    minimum)`` reads field i as an int, ``field.size2`` as N or HxW, ``field.number`` as a float,
+    ``field.count`` is how many there are); ``build(args, shape, seed, dtype)`` returns the layers
+    for an input of per-sample ``shape`` (raise ValueError when it does not fit).
+    """
+
+    name: str
+    syntax: str
+    fields: tuple[int, int] = (0, 0)
+    parse: Callable[["_Fields"], list[Any]] = lambda f: []
+    build: Callable[[list[Any], tuple[int, ...], int, Any], list[Layer]] = lambda a, s, seed, dt: []
+    activation: bool = False  # accepts a trailing :ACT
+
+
+#: Every entry type, by name (``register_layer`` adds one).
+LAYERS: dict[str, LayerKind] = {}
 #: Entry types and their syntax, for error messages.
-LAYER_TYPES: dict[str, str] = {
-    "conv": "conv:OUT:KERNEL[:STRIDE[:PADDING]][:ACT]",
-    "dense": "dense:UNITS[:ACT]",
-    "dropout": "dropout:P",
-    "flatten": "flatten",
-    "maxpool": "maxpool:KERNEL[:STRIDE]",
-    "relu": "relu",
-    "sigmoid": "sigmoid",
-    "tanh": "tanh",
-}
+LAYER_TYPES: dict[str, str] = {}
+
+
+def register_layer(kind: LayerKind) -> LayerKind:
+    """Make ``kind`` usable in model specs."""
+    LAYERS[kind.name] = kind
+    LAYER_TYPES[kind.name] = kind.syntax
+    return kind
+
+
+def _dense(args: list[Any], shape: tuple[int, ...], seed: int, dtype: Any) -> list[Layer]:
+    if len(shape) != 1:  # image-shaped input: flatten first (no parameters, names unaffected)
+        return [Flatten(), Dense(math.prod(shape), args[0], seed=seed, dtype=dtype)]
+    return [Dense(shape[0], args[0], seed=seed, dtype=dtype)]
+
+
+def _conv(args: list[Any], shape: tuple[int, ...], seed: int, dtype: Any) -> list[Layer]:
+    if len(shape) != 3:
+        raise ValueError(f"needs NCHW input (C, H, W) but gets {shape}")
+    out, k, st, pad = args
+    return [Conv2D(shape[0], out, k, stride=st, padding=pad, seed=seed, dtype=dtype)]
+
+
+register_layer(LayerKind("conv", "conv:OUT:KERNEL[:STRIDE[:PADDING]][:ACT]", (2, 4), lambda f: [
+    f(0, "output channel count", 1), f.size2(1, "kernel", 1),
+    f.size2(2, "stride", 1) if f.count > 2 else (1, 1), f.size2(3, "padding", 0) if f.count > 3 else (0, 0)],
+    _conv, activation=True))
+register_layer(LayerKind("dense", "dense:UNITS[:ACT]", (1, 1), lambda f: [f(0, "unit count", 1)], _dense,
+                         activation=True))
+register_layer(LayerKind("dropout", "dropout:P", (1, 1), lambda f: [f.probability(0)],
+                         lambda a, s, seed, dt: [Dropout(a[0], seed=seed)]))
+register_layer(LayerKind("flatten", "flatten", build=lambda a, s, seed, dt: [Flatten()]))
+register_layer(LayerKind("maxpool", "maxpool:KERNEL[:STRIDE]", (1, 2), lambda f: [
+    f.size2(0, "kernel", 1), f.size2(1, "stride", 1) if f.count > 1 else f.size2(0, "kernel", 1)],
+    lambda a, s, seed, dt: [MaxPool2D(a[0], stride=a[1])]))
+for _name, _act in ACTIVATIONS.items():
+    register_layer(LayerKind(_name, _name, build=lambda a, s, seed, dt, act=_act: [act()]))
+
 LOSS_NAME = "softmax_xent"
 
 
@@ -125,27 +178,8 @@ class Model:
         The buffers must be 1-D, of the model's dtype and length ``num_params``. Their array
         module becomes the model's (binding cupy buffers moves the model to the GPU).
         """
-        n = self.num_params
-        for what, buf in (("flat_params", flat_params), ("flat_grads", flat_grads)):
-            if buf.ndim != 1 or buf.shape[0] != n or buf.dtype != self.dtype:
-                raise ValueError(
-                    f"{what} must be 1-D {self.dtype} of length {n}, got {buf.dtype} of shape {buf.shape}"
-                )
-        xp = array_module_of(flat_params)
-        if array_module_of(flat_grads) is not xp:
-            raise ValueError("flat_params and flat_grads must live in the same array module")
-        offset = 0
-        for layer in self.layers:
-            for key in list(layer.params):
-                p, g = layer.params[key], layer.grads[key]
-                size, shape = int(p.size), p.shape
-                pv = flat_params[offset:offset + size].reshape(shape)
-                gv = flat_grads[offset:offset + size].reshape(shape)
-                pv[...] = to_module(p, xp)
-                gv[...] = to_module(g, xp)
-                layer.params[key], layer.grads[key] = pv, gv
-                offset += size
-        self.xp = xp
+        bind_layers(self.layers, flat_params, flat_grads)
+        self.xp = array_module_of(flat_params)
 
     def to(self, xp: Any) -> "Model":
         """Move every layer to array module ``xp`` (numpy or cupy); returns self.
@@ -160,6 +194,29 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.entries!r}, input_shape={self.input_shape}, classes={self.classes})"
+
+
+def bind_layers(layers: list[Layer], flat_params: Array, flat_grads: Array) -> None:
+    """``Model.bind_flat`` for any list of layers (a partition's slices, say)."""
+    n = sum(int(p.size) for layer in layers for p in layer.params.values())
+    dtype = next((p.dtype for layer in layers for p in layer.params.values()), flat_params.dtype)
+    for what, buf in (("flat_params", flat_params), ("flat_grads", flat_grads)):
+        if buf.ndim != 1 or buf.shape[0] != n or buf.dtype != dtype:
+            raise ValueError(f"{what} must be 1-D {dtype} of length {n}, got {buf.dtype} of shape {buf.shape}")
+    xp = array_module_of(flat_params)
+    if array_module_of(flat_grads) is not xp:
+        raise ValueError("flat_params and flat_grads must live in the same array module")
+    offset = 0
+    for layer in layers:
+        for key in list(layer.params):
+            p, g = layer.params[key], layer.grads[key]
+            size, shape = int(p.size), p.shape
+            pv = flat_params[offset:offset + size].reshape(shape)
+            gv = flat_grads[offset:offset + size].reshape(shape)
+            pv[...] = to_module(p, xp)
+            gv[...] = to_module(g, xp)
+            layer.params[key], layer.grads[key] = pv, gv
+            offset += size
 
 
 # -------------------------------------------------------------------------------------------
@@ -189,43 +246,46 @@ def _size2(index: int, entry: str, field: str, what: str, minimum: int) -> tuple
     raise _fail(index, entry, f"has a bad {what} {field!r}: expected N or HxW")
 
 
+class _Fields:
+    """The fields of one entry after its type, read with messages that name the entry."""
+
+    def __init__(self, index: int, entry: str, rest: list[str]) -> None:
+        self.index, self.entry, self.rest, self.count = index, entry, rest, len(rest)
+
+    def __call__(self, i: int, what: str, minimum: int) -> int:
+        return _int(self.index, self.entry, self.rest[i], what, minimum)
+
+    def size2(self, i: int, what: str, minimum: int) -> tuple[int, int]:
+        return _size2(self.index, self.entry, self.rest[i], what, minimum)
+
+    def probability(self, i: int) -> float:
+        try:
+            p = float(self.rest[i])
+        except ValueError:
+            raise _fail(self.index, self.entry, f"has a bad probability {self.rest[i]!r}: expected a number") from None
+        if not 0.0 <= p < 1.0:
+            raise _fail(self.index, self.entry, f"has a bad probability {p}: must be in [0, 1)")
+        return p
+
+
 def parse_entry(index: int, entry: str) -> tuple[str, list[Any], str | None]:
     """Split one spec entry into (type, arguments, activation or None); UsageError if malformed."""
     if not isinstance(entry, str):
         raise UsageError(f"entry {index} {entry!r} is not a string")
     fields = [f.strip() for f in entry.strip().split(":")]
-    kind, rest = fields[0].lower(), fields[1:]
-    if kind == LOSS_NAME:
+    name, rest = fields[0].lower(), fields[1:]
+    if name == LOSS_NAME:
         raise _fail(index, entry, "is the loss, which is appended automatically; remove it from the spec")
-    if kind not in LAYER_TYPES:
-        raise _fail(index, entry, f"has unknown layer type {kind!r}; known types: {', '.join(LAYER_TYPES)}")
+    kind = LAYERS.get(name)
+    if kind is None:
+        raise _fail(index, entry, f"has unknown layer type {name!r}; known types: {', '.join(sorted(LAYERS))}")
     act = None
-    if kind in ("dense", "conv") and rest and rest[-1].lower() in ACTIVATIONS:
+    if kind.activation and rest and rest[-1].lower() in ACTIVATIONS:
         act = rest.pop().lower()
-    counts = {"dense": (1, 1), "conv": (2, 4), "maxpool": (1, 2), "dropout": (1, 1)}
-    lo, hi = counts.get(kind, (0, 0))
+    lo, hi = kind.fields
     if not lo <= len(rest) <= hi:
-        raise _fail(index, entry, f"has the wrong number of fields; expected {LAYER_TYPES[kind]}")
-    if kind == "dense":
-        args: list[Any] = [_int(index, entry, rest[0], "unit count", 1)]
-    elif kind == "conv":
-        args = [_int(index, entry, rest[0], "output channel count", 1), _size2(index, entry, rest[1], "kernel", 1)]
-        args.append(_size2(index, entry, rest[2], "stride", 1) if len(rest) > 2 else (1, 1))
-        args.append(_size2(index, entry, rest[3], "padding", 0) if len(rest) > 3 else (0, 0))
-    elif kind == "maxpool":
-        k = _size2(index, entry, rest[0], "kernel", 1)
-        args = [k, _size2(index, entry, rest[1], "stride", 1) if len(rest) > 1 else k]
-    elif kind == "dropout":
-        try:
-            p = float(rest[0])
-        except ValueError:
-            raise _fail(index, entry, f"has a bad probability {rest[0]!r}: expected a number") from None
-        if not 0.0 <= p < 1.0:
-            raise _fail(index, entry, f"has a bad probability {p}: must be in [0, 1)")
-        args = [p]
-    else:
-        args = []
-    return kind, args, act
+        raise _fail(index, entry, f"has the wrong number of fields; expected {kind.syntax}")
+    return name, kind.parse(_Fields(index, entry, rest)), act
 
 
 def build_model(
@@ -261,25 +321,12 @@ def build_model(
         layer_entries.append(i)
 
     for i, (kind, args, act) in enumerate(parsed):
-        s = seed + i
-        if kind == "dense":
-            if len(shape) != 1:
-                log.debug("entry %d %r flattens input of shape %s", i, spec[i], shape)
-                add(Flatten(), i)
-            add(Dense(shape[0], args[0], seed=s, dtype=dtype), i)
-        elif kind == "conv":
-            if len(shape) != 3:
-                raise _fail(i, spec[i], f"needs NCHW input (C, H, W) but gets {shape}")
-            out, k, st, pad = args
-            add(Conv2D(shape[0], out, k, stride=st, padding=pad, seed=s, dtype=dtype), i)
-        elif kind == "maxpool":
-            add(MaxPool2D(args[0], stride=args[1]), i)
-        elif kind == "dropout":
-            add(Dropout(args[0], seed=s), i)
-        elif kind == "flatten":
-            add(Flatten(), i)
-        else:
-            add(ACTIVATIONS[kind](), i)
+        try:
+            built = LAYERS[kind].build(args, shape, seed + i, dtype)
+        except ValueError as exc:
+            raise _fail(i, spec[i], str(exc)) from None
+        for layer in built:
+            add(layer, i)
         if act is not None:
             add(ACTIVATIONS[act](), i)
     if len(shape) != 1:

@@ -1,0 +1,155 @@
+"""``mariana run cpu-cluster``: the CPU-cluster DNN framework (Mariana framework 3) as a vertex graph.
+
+Per worker group: a Coordinator vertex (mini-batches out, loss in, counters) and K worker
+vertices, each holding slice k of every layer (model parallelism across processes or hosts:
+the partitioned layers and transfer messages of cnn-hybrid, ``vertices/partition.py``). S
+parameter-server vertices each own segment s of every worker slice's parameters, apply the
+optimizer and persist their segments to the run directory at every checkpoint
+(``RUN/params/``, through fsspec). Data parallelism across groups; master compute keeps the
+data ledger that assigns each step's data shards to the groups (``vertices/coordinator.py``).
+
+Placement: worker k of group g on process g*K+k, the coordinator beside worker 0 of its group,
+server s on process s mod N.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine import Graph, RunResult
+from ..errors import UsageError
+from ..partitioner import GroupStrategy
+from ..trace.analyze import counters
+from ..vertices.coordinator import Coordinator, DataLedger
+from ..vertices.data import load_dataset
+from ..vertices.exchange import ParameterServer, ParameterServerVertex
+from ..vertices.model import build_model
+from ..vertices.partition import PartitionVertex, join_params, plan_partition
+from .dnn_data_parallel import DEFAULT_MODEL
+from .registry import BuildContext, Job, Key
+from .trainjob import OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of, schedule, schedule_keys
+
+
+def worker_id(g: int, k: int) -> str:
+    return f"w-g{g:02d}-k{k:02d}"
+
+
+def plan(config: dict[str, Any]) -> dict[str, Any]:
+    """Everything the graph, the finisher and the exporter need, validated (one UsageError each)."""
+    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
+    G, K, S = config["groups"], config["workers_per_group"], config["param_servers"]
+    for key, v in (("groups", G), ("workers_per_group", K), ("param_servers", S)):
+        if v < 1:
+            raise UsageError(f"config key '{key}' must be >= 1, got {v}")
+    spe, total = schedule(config, len(ds.x_train), G, "groups")
+    opt = optimizer_of(config)
+
+    def make(k: int, g: int = 0) -> Any:
+        model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
+        try:
+            return plan_partition(model, k, K, g, G)
+        except ValueError as exc:
+            raise UsageError(f"cannot split the model over {K} workers per group: {exc}") from None
+
+    topology = ParameterServer(S)
+    shards = [topology.shards(make(k).num_params, G) for k in range(K)]  # ps-000.. for every slice k
+    return dict(ds=ds, G=G, K=K, S=S, spe=spe, total=total, opt=opt, make=make, topology=topology, shards=shards)
+
+
+def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
+    pl = plan(config)
+    ds, G, K, S = pl["ds"], pl["G"], pl["K"], pl["S"]
+    where: dict[str, tuple[int, int]] = {f"ps-{s:03d}": (0, s) for s in range(S)}
+    for g in range(G):
+        where[f"coord-g{g:02d}"] = (g, 0)
+        where.update({worker_id(g, k): (g, k) for k in range(K)})
+    graph = Graph(name="cpu-cluster", placement=GroupStrategy(where.__getitem__, K, G))
+    members = [[worker_id(g, k) for g in range(G)] for k in range(K)]
+    for g in range(G):
+        peers = [worker_id(g, k) for k in range(K)]
+        coord = f"coord-g{g:02d}"
+        graph.add_lazy(coord, lambda g=g, coord=coord, peers=peers: Coordinator(
+            coord, g, G, peers, ds.x_train, ds.y_train, config["batch_size"], config["seed"], pl["total"],
+            log_samples=config["log_samples"]))
+        for k in range(K):
+            graph.add_lazy(worker_id(g, k), lambda g=g, k=k, peers=peers, coord=coord: PartitionVertex(
+                worker_id(g, k), g, G, pl["make"](k, g), peers, members[k], pl["shards"][k], pl["topology"],
+                pl["opt"], pl["total"], pl["spe"], ds.x_test[g::G], ds.y_test[g::G], None, 0,
+                report_to=coord, counters=True))
+    for s in range(S):
+        segments = [(k, pl["shards"][k][s].lo, pl["shards"][k][s].hi) for k in range(K)]
+        graph.add_lazy(f"ps-{s:03d}", lambda s=s, segments=segments: ParameterServerVertex(
+            f"ps-{s:03d}", segments, [flat_of(pl["make"](k).layers) for k in range(K)], pl["opt"], members, counters=True),
+            size_hint=sum(hi - lo for _, lo, hi in segments))
+    graph.master_compute = DataLedger(G, pl["spe"], pl["total"])
+    add_training_aggregators(graph)
+    graph.add_aggregator("want", "min")
+    for name in ["counter/samples", *(f"counter/ps-{s:03d}/bytes" for s in range(S)),
+                 *(f"counter/g{g:02d}/bytes" for g in range(G))]:
+        graph.add_aggregator(name, "sum")
+    if config["log_samples"]:
+        graph.add_aggregator("samples_served", _merge_served)
+    return graph
+
+
+def _merge_served(a: Any, b: Any) -> dict[str, list[int]]:
+    """``samples_served``: sample ids by epoch (``[epoch, ids]`` items or merged dicts)."""
+    out: dict[str, list[int]] = {}
+    for part in (a, b):
+        items = part.items() if isinstance(part, dict) else [(str(part[0]), part[1])]
+        for epoch, ids in items:
+            out.setdefault(epoch, []).extend(ids)
+    return out
+
+
+def _assemble(servers: list[dict[str, Any]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The unsplit model's named tensors from every server's segments."""
+    if not servers:
+        return []
+    pl = plan(config)
+    pieces: dict[int, list[tuple[int, np.ndarray]]] = {k: [] for k in range(pl["K"])}
+    for st in servers:
+        for (k, lo, _), value in zip(st["segments"], st["values"]):
+            pieces[int(k)].append((int(lo), np.asarray(value)))
+    flats = [np.concatenate([v for _, v in sorted(pieces[k], key=lambda item: item[0])]) for k in range(pl["K"])]
+    return join_params([pl["make"](k) for k in range(pl["K"])], flats)
+
+
+def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    return _assemble([v for vid, v in sorted(result.values.items()) if vid.startswith("ps-")], config)
+
+
+def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The model held by the servers' checkpointed states or snapshots (``mariana params export``)."""
+    return _assemble([st for _, st in sorted(states.items()) if "segments" in st], config)
+
+
+def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
+    return finish_training(result, config, run_dir, "cpu-cluster", final_params(result, config), "w-",
+                           f"{config['groups']} group(s) x {config['workers_per_group']} worker(s), "
+                           f"{config['param_servers']} parameter server(s)", {"counters": counters(result.metrics)})
+
+
+JOB = Job(
+    name="cpu-cluster",
+    description="CPU-cluster DNN: coordinators + model-parallel workers + parameter servers (Mariana framework 3)",
+    keys=(
+        Key("data", "digits", "str", "'digits' (bundled 8x8 handwritten digits) or an .npz with arrays x and y at any URL"),
+        Key("model", DEFAULT_MODEL, "list", "layers as dnn-dp: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], "
+                                            "maxpool:K, flatten, dropout:P, relu|tanh|sigmoid"),
+        Key("groups", 1, "int", "worker groups (data parallelism)"),
+        Key("workers_per_group", 2, "int", "worker vertices per group, each holding a slice of every layer"),
+        Key("param_servers", 1, "int", "parameter-server vertices (each owns a segment of every slice)"),
+        *OPTIMIZER_KEYS,
+        *schedule_keys(8, "groups"),
+        Key("log_samples", False, "bool", "write the sample ids each epoch trained to metrics.jsonl (an audit)"),
+    ),
+    build=build,
+    finish=finish,
+    progress_metric="loss",
+    export=export_params,
+)
+
+__all__ = ["JOB", "counters", "final_params", "export_params"]

@@ -1,0 +1,91 @@
+"""What the three training jobs (dnn-dp, cnn-hybrid, cpu-cluster) share: their optimizer and
+schedule config keys, the optimizer and step schedule from a config, the aggregators, the flat
+parameter vector of a list of layers, and the finisher that saves and reports the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine import Graph, RunResult
+from ..errors import UsageError
+from ..storage import save_params
+from ..vertices.layers import Layer
+from ..vertices.optim import OPTIMIZERS, Optimizer, make_optimizer
+from .registry import Key
+
+__all__ = ["OPTIMIZER_KEYS", "schedule_keys", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
+           "finish_training"]
+
+OPTIMIZER_KEYS = (
+    Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
+    Key("lr", 0.05, "float", "learning rate"),
+    Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
+    Key("weight_decay", 0.0, "float", "L2 weight decay"),
+    Key("eps", 1e-8, "float", "AdaGrad epsilon"),
+    Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
+)
+
+
+def schedule_keys(epochs: int, split_over: str) -> tuple[Key, ...]:
+    """batch_size, epochs, steps, seed, test_fraction, classes."""
+    return (
+        Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})"),
+        Key("epochs", epochs, "int", "passes over the training set"),
+        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
+        Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
+        Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
+        Key("classes", 0, "int", "number of classes (0: max label + 1)"),
+    )
+
+
+def optimizer_of(config: dict[str, Any]) -> Optimizer:
+    return make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
+                          config["eps"], config["adagrad_block"])
+
+
+def schedule(config: dict[str, Any], train_size: int, shares: int, what: str) -> tuple[int, int]:
+    """(steps per epoch, total steps); the global batch must split into ``shares`` equal ``what``."""
+    B = config["batch_size"]
+    if B < 1 or B % shares:
+        raise UsageError(f"batch_size {B} is not divisible by {what} {shares}: each needs an equal share")
+    if B > train_size:
+        raise UsageError(f"batch_size {B} is larger than the training set ({train_size} samples)")
+    spe = train_size // B
+    return spe, config["steps"] or config["epochs"] * spe
+
+
+def add_training_aggregators(graph: Graph) -> None:
+    """loss, test_loss, test_accuracy (weighted means) and epoch (max): every job's metrics keys."""
+    for name in ("loss", "test_loss", "test_accuracy"):
+        graph.add_aggregator(name, "wmean")
+    graph.add_aggregator("epoch", "max")
+
+
+def flat_of(layers: list[Layer]) -> np.ndarray:
+    """The layers' parameters as one float32 vector, in order (a shard's initial values)."""
+    return np.concatenate([a.ravel() for layer in layers for a in layer.params.values()]).astype(np.float32)
+
+
+def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,
+                    params: list[tuple[str, np.ndarray]], step_prefix: str, layout: str,
+                    extra: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """Save the model to ``RUN/params/`` and say how training went (text and the --json summary).
+
+    ``step_prefix``: the id prefix of the vertices whose results carry ``step``; ``layout``: how
+    the job ran (replicas, groups x partitions, ...); ``extra``: more summary keys (counters)."""
+    if run_dir is not None:
+        save_params(run_dir, params, job=job, supersteps=result.supersteps)
+    evals = [m for m in result.metrics if "test_accuracy" in m]
+    last = evals[-1] if evals else {}
+    steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith(step_prefix)), default=0)
+    acc, loss = last.get("test_accuracy"), last.get("test_loss")
+    text = (f"{job}: {steps} steps on {layout}, optimizer={config['optimizer']}, "
+            f"{result.supersteps} supersteps, {result.wall_s:.1f}s\n")
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict):
+            text += f"{key}: {', '.join(f'{k} {v}' for k, v in value.items())}\n"
+    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
+    return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss, **(extra or {}),
+                  "params": {name: list(p.shape) for name, p in params}}

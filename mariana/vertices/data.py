@@ -1,0 +1,261 @@
+"""Training data: loading a data set, and the vertices that feed batches to the training vertices.
+
+- ``load_dataset``: the bundled digits or an ``.npz`` (arrays ``x`` and ``y``) at any fsspec URL,
+  split into train and test by a seeded shuffle.
+- ``DataReader`` (dnn-dp): serves one replica its slice of every global batch, one step ahead.
+- ``InputReader`` + ``Preprocess`` (cnn-hybrid, Mariana's input pipeline as vertices): the reader
+  takes a group's raw samples of a batch out of storage order (the bytes as stored, uint8 stays
+  uint8) and the preprocess vertex decodes them (to float32, scaled, normalised, and randomly
+  cropped and flipped when ``augment`` is on), then hands the batch to every partition of the
+  group. Requests run ``depth`` batches ahead, so reading, preprocessing and computing different
+  batches fall into the same supersteps.
+
+Every batch comes from one seeded permutation of the training set per epoch, shared by all
+readers: N consumers with batch B/N see exactly the samples one consumer with batch B sees.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+
+import numpy as np
+
+from ..engine import Context, Message, Vertex
+from ..errors import StorageError, UsageError
+from ..storage import read_bytes
+
+__all__ = ["Dataset", "load_dataset", "batch_indices", "batch_rows", "DataReader", "InputReader", "Preprocess", "decode"]
+
+
+@dataclass
+class Dataset:
+    """Train and test arrays (y int64), the number of classes and the input shape.
+
+    ``x`` is float32 unless the data was stored as uint8 and ``raw=True`` was asked for (the
+    input pipeline decodes it later); ``scale`` is what decoding multiplies raw values by.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+    scale: float = 1.0
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+def _read_npz(url: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        blob = read_bytes(url)
+    except StorageError as exc:
+        raise UsageError(f"cannot read data: {exc}") from None
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+            missing = [k for k in ("x", "y") if k not in npz.files]
+            if missing:
+                raise UsageError(f"{url}: the data file has no array {' or '.join(repr(k) for k in missing)} "
+                                 f"(found: {', '.join(npz.files) or 'nothing'}); it needs 'x' and 'y'")
+            return npz["x"], npz["y"]
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"{url}: not a readable .npz file ({exc})") from None
+
+
+def load_dataset(data: str, test_fraction: float, seed: int, classes: int = 0,
+                 image_shape: tuple[int, ...] | None = None, raw: bool = False) -> Dataset:
+    """``digits`` (bundled, 8x8 pixels scaled to [0, 1]) or an ``.npz`` with ``x`` and ``y`` at any URL.
+
+    The split into train and test is a seeded shuffle; ``classes`` 0 means ``max(y) + 1``.
+    ``image_shape``: reshape each sample (the digits become ``(1, 8, 8)`` images this way).
+    ``raw``: keep uint8 samples as stored (``scale`` 1/255) for an input pipeline to decode.
+    """
+    if data == "digits":
+        raw_csv = np.loadtxt(gzip.open(files("mariana.vertices") / "data" / "digits.csv.gz"), delimiter=",")
+        x, y, where = raw_csv[:, :-1] / 16.0, raw_csv[:, -1], "digits"
+    else:
+        x, y = _read_npz(data)
+        where = data
+    if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+        raise UsageError(f"{where}: expected x of shape (N, ...) and y of shape (N,), got {x.shape} and {y.shape}")
+    if not (np.issubdtype(x.dtype, np.number) and np.issubdtype(y.dtype, np.number)):
+        raise UsageError(f"{where}: x and y must be numeric, got {x.dtype} and {y.dtype}")
+    if x.dtype != np.uint8:
+        bad = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+        if bad.size:
+            raise UsageError(f"{where}: x has NaN or Inf in {bad.size} sample(s), the first at row {bad[0]}")
+    if y.size and (np.any(y != np.round(y)) or y.min() < 0):
+        row = int(np.flatnonzero((y != np.round(y)) | (y < 0))[0])
+        raise UsageError(f"{where}: labels must be integers >= 0; row {row} has {y[row]!r}")
+    if image_shape is not None and x.shape[1:] != tuple(image_shape):
+        if int(np.prod(x.shape[1:])) != int(np.prod(image_shape)):
+            raise UsageError(f"{where}: samples of shape {x.shape[1:]} cannot be images of shape {tuple(image_shape)}")
+        x = x.reshape(len(x), *image_shape)
+    y = y.astype(np.int64)
+    classes = classes or (int(y.max()) + 1 if y.size else 0)
+    if y.size and y.max() >= classes:
+        row = int(np.argmax(y))
+        raise UsageError(f"{where}: label {y[row]} at row {row} is out of range for {classes} classes")
+    if not 0.0 <= test_fraction < 1.0:
+        raise UsageError(f"config key 'test_fraction' must be in [0, 1), got {test_fraction}")
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(round(len(x) * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    scale = 1.0
+    if x.dtype == np.uint8:
+        scale = 1.0 / 255.0
+        x_test = (x[test] * np.float32(scale)).astype(np.float32)  # the test set is decoded once, here
+        x_train = x[train] if raw else (x[train] * np.float32(scale)).astype(np.float32)
+        return Dataset(x_train, y[train], x_test, y[test], classes, scale if raw else 1.0)
+    x = x.astype(np.float32)
+    return Dataset(x[train], y[train], x[test], y[test], classes)
+
+
+def batch_indices(seed: int, epoch_size: int, global_batch: int, step: int, start: int, count: int,
+                  cache: list[Any]) -> np.ndarray:
+    """Sorted sample indices ``[start, start + count)`` of global batch ``step``.
+
+    One seeded permutation per epoch (``default_rng([seed, epoch])``), so every consumer of every
+    framework sees the same samples for the same step; ``cache`` (a one-item list) keeps the
+    current epoch's permutation.
+    """
+    return batch_rows(seed, epoch_size, global_batch, step, start, count, cache)[0]
+
+
+def batch_rows(seed: int, epoch_size: int, global_batch: int, step: int, start: int, count: int,
+               cache: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``batch_indices`` and, for each, its position in the global batch (which row of a
+    whole-batch dropout mask is its own, however the batch is split)."""
+    steps_per_epoch = epoch_size // global_batch
+    epoch, k = divmod(step, steps_per_epoch)
+    if not cache or cache[0][0] != epoch:
+        cache[:] = [(epoch, np.random.default_rng([seed, epoch]).permutation(epoch_size))]
+    begin = k * global_batch + start
+    segment = cache[0][1][begin:begin + count]
+    order = np.argsort(segment, kind="stable")
+    return segment[order], start + order
+
+
+class DataReader(Vertex):
+    """Serves replica ``rank`` its slice of each global batch; one batch ahead of the replica.
+
+    Batches come from one seeded permutation of the training set per epoch, shared by all
+    readers, so N replicas with batch B/N see exactly the samples one replica with batch B sees.
+    """
+
+    static_attributes = ("x", "y", "_perm")  # data and a cache: rebuilt, never checkpointed
+
+    def __init__(self, id: str, replica: str, x: np.ndarray, y: np.ndarray, batch_size: int, replicas: int,
+                 rank: int, seed: int, total_steps: int) -> None:
+        super().__init__(id, 0)
+        self.replica, self.x, self.y = replica, x, y
+        self.global_batch, self.local = batch_size, batch_size // replicas
+        self.rank, self.seed, self.total_steps = rank, seed, total_steps
+        self.steps_per_epoch = len(x) // batch_size
+        self._perm: list[Any] = []
+
+    def indices(self, step: int) -> np.ndarray:
+        return batch_indices(self.seed, len(self.x), self.global_batch, step, self.rank * self.local, self.local,
+                             self._perm)
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        wanted = [0] if ctx.superstep == 0 else [int(m.payload) for m in messages]
+        for step in wanted:
+            if step < self.total_steps:
+                idx = self.indices(step)
+                ctx.send(self.replica, {"step": step, "x": self.x[idx], "y": self.y[idx]}, tag="batch")
+                self.value = step
+        ctx.vote_to_halt()
+
+
+# -- the input pipeline of cnn-hybrid ---------------------------------------------------------------
+def decode(x: np.ndarray, scale: float, mean: float, std: float, crop: int, rng: np.random.Generator | None,
+           flip: bool, rows: np.ndarray | None = None, total: int = 0) -> np.ndarray:
+    """Raw samples (N, C, H, W) -> float32 ``(x * scale - mean) / std``; with ``rng``, a random
+    crop of ``crop`` pixels per side (zero padding, as in CIFAR training) and, if ``flip``, a
+    random horizontal flip per sample. The draws are made for ``total`` samples (the global
+    batch) and sample i takes draw ``rows[i]`` (its position there), so however a batch is split
+    over groups every sample gets the same crop and flip."""
+    out = x.astype(np.float32)
+    if scale != 1.0:
+        out *= np.float32(scale)
+    if mean != 0.0:
+        out -= np.float32(mean)
+    if std != 1.0:
+        out /= np.float32(std)
+    if rng is None:
+        return out
+    n, _, h, w = out.shape
+    rows = np.arange(n) if rows is None else rows
+    total = max(total, n)
+    shifts = rng.integers(-crop, crop + 1, size=(total, 2))[rows] if crop else np.zeros((n, 2), dtype=np.int64)
+    flips = (rng.random(total) < 0.5)[rows] if flip else np.zeros(n, dtype=bool)
+    if crop:
+        padded = np.zeros(out.shape[:2] + (h + 2 * crop, w + 2 * crop), dtype=np.float32)
+        padded[:, :, crop:crop + h, crop:crop + w] = out
+        for i, (dy, dx) in enumerate(shifts):
+            out[i] = padded[i, :, crop + dy:crop + dy + h, crop + dx:crop + dx + w]
+    if flips.any():
+        out[flips] = out[flips, :, :, ::-1]
+    return out
+
+
+class InputReader(Vertex):
+    """Storage -> raw samples: for every requested step, the group's share of the global batch,
+    as stored (no decoding), sent to the group's ``Preprocess`` vertex."""
+
+    static_attributes = ("x", "y", "_perm")
+
+    def __init__(self, id: str, preprocess: str, x: np.ndarray, y: np.ndarray, batch_size: int, groups: int,
+                 group: int, seed: int, total_steps: int) -> None:
+        super().__init__(id, -1)
+        self.preprocess, self.x, self.y = preprocess, x, y
+        self.global_batch, self.local = batch_size, batch_size // groups
+        self.group, self.seed, self.total_steps = group, seed, total_steps
+        self._perm: list[Any] = []
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        for m in messages:  # requests, in the order the consumer made them
+            step = int(m.payload)
+            if step < self.total_steps:
+                idx, pos = batch_rows(self.seed, len(self.x), self.global_batch, step, self.group * self.local,
+                                      self.local, self._perm)
+                ctx.send(self.preprocess, {"step": step, "x": self.x[idx], "y": self.y[idx], "pos": pos}, tag="raw")
+                self.value = step
+        ctx.vote_to_halt()
+
+
+class Preprocess(Vertex):
+    """Raw samples -> the float32 batch every partition of the group trains on.
+
+    Augmentation draws from ``default_rng([seed, step])`` for the whole global batch of
+    ``batch_size`` samples, each sample taking the draw of its position: it does not depend on
+    when or where a batch is decoded (pipelined or not, any placement or number of groups, after
+    a rollback).
+    """
+
+    def __init__(self, id: str, consumers: list[str], scale: float, mean: float, std: float, augment: bool,
+                 crop: int, seed: int, batch_size: int) -> None:
+        super().__init__(id, -1)
+        self.consumers, self.scale, self.mean, self.std = consumers, scale, mean, std
+        self.augment, self.crop, self.seed, self.batch_size = augment, crop, seed, batch_size
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        for m in messages:
+            step = int(m.payload["step"])
+            rng = np.random.default_rng([self.seed, step]) if self.augment else None
+            x = m.payload["x"]
+            if x.ndim == 4:
+                x = decode(x, self.scale, self.mean, self.std, self.crop, rng, True, m.payload["pos"], self.batch_size)
+            else:  # flat samples: decoding only
+                x = decode(x, self.scale, self.mean, self.std, 0, None, flip=False)
+            batch = {"step": step, "x": x, "y": m.payload["y"], "pos": m.payload["pos"]}
+            for c in self.consumers:
+                ctx.send(c, batch, tag="batch")
+            self.value = step
+        ctx.vote_to_halt()

@@ -1,0 +1,306 @@
+"""Gradient exchange between data-parallel members and parameter shards (every framework's).
+
+A *member* is a vertex holding a whole flat parameter vector of some model (a dnn-dp replica,
+or partition p of a cnn-hybrid / cpu-cluster group: then the members are partition p of every
+group). Members compute gradients into a flat ``grad`` buffer; *parameter shards*
+(``ParameterShardVertex``) each own a contiguous range ``[lo, hi)`` of the flat vector, sum the
+members' gradient slices in member order, apply the optimizer and send the fresh slice back.
+
+A ``Topology`` decides how gradients travel and where shards live:
+
+- ``Linear``: one shard per member, shard i beside member i; every member sends every shard its
+  slice (reduce-scatter + all-gather; two supersteps per step).
+- ``ParameterServer``: ``servers`` shards, all beside member 0 (or wherever the job places them).
+- ``Tree``: members reduce whole gradients pairwise up a binomial tree (log2 N rounds, one
+  superstep each) to member 0, which hands the sum to one shard.
+
+``SyncedMember`` is the member side (a mixin for a Vertex): ``push_gradients`` after backward,
+``take_exchange`` for incoming ``param``/``tree`` messages, ``params_ready`` when every fresh
+slice is in. Its per-step state is plain attributes, so checkpoints capture it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine import Context, Message, Vertex
+from ..errors import UsageError
+from .layers import to_module
+from .optim import Optimizer, replica_stats
+
+__all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology",
+           "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
+           "tree_parent"]
+
+
+def shard_ranges(num_params: int, shards: int, align: int = 16) -> list[tuple[int, int]]:
+    """``shards`` contiguous, near-equal ranges covering ``[0, num_params)``, cut at multiples of
+    ``align`` so that per-block statistics (``adagrad_approx``) see the same blocks whatever the
+    number of shards or the exchange topology."""
+    blocks = -(-num_params // align)
+    bounds = [min(num_params, blocks * i // shards * align) for i in range(shards + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def tree_children(rank: int, n: int) -> list[int]:
+    """Children of ``rank`` in a binomial reduction tree over ``n`` members, in arrival order."""
+    out, step = [], 1
+    while step < n and rank % (2 * step) == 0:
+        if rank + step < n:
+            out.append(rank + step)
+        step *= 2
+    return out
+
+
+def tree_parent(rank: int) -> int:
+    return rank - (rank & -rank)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A parameter shard: its vertex id, its range of the flat vector, and the member it lives beside."""
+
+    id: str
+    lo: int
+    hi: int
+    home: int
+
+
+class Topology(ABC):
+    """How members' gradients reach the shards; see the module docstring."""
+
+    name: str
+
+    @abstractmethod
+    def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
+        """The shards of a flat vector of ``num_params`` elements shared by ``members`` members."""
+
+    def push(self, ctx: Context, member: "SyncedMember") -> None:
+        """After backward: send every shard its slice of ``member.grad`` (and the statistics)."""
+        for sid, lo, hi in member.shards:
+            g = to_module(member.grad[lo:hi], np)  # a view on the CPU, a host copy from a GPU
+            payload: dict[str, Any] = {"g": g}
+            if member.stats_kind is not None:
+                payload["s"] = replica_stats(member.stats_kind, g, member.block)
+            ctx.send(sid, payload, tag="grad")
+
+    def take(self, ctx: Context, member: "SyncedMember", m: Message) -> bool:
+        """Handle a topology-specific message; False if ``m`` is not one."""
+        return False
+
+
+class Linear(Topology):
+    name = "linear"
+
+    def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
+        return [Shard(f"shard{namespace}-{i:03d}", lo, hi, i)
+                for i, (lo, hi) in enumerate(shard_ranges(num_params, members))]
+
+
+class ParameterServer(Topology):
+    name = "ps"
+
+    def __init__(self, servers: int = 1) -> None:
+        if servers < 1:
+            raise UsageError(f"config key 'ps_shards' must be >= 1, got {servers}")
+        self.servers = servers
+
+    def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
+        return [Shard(f"ps{namespace}-{i:03d}", lo, hi, 0)
+                for i, (lo, hi) in enumerate(shard_ranges(num_params, self.servers))]
+
+
+class Tree(Topology):
+    name = "tree"
+
+    def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
+        return [Shard(f"shard{namespace}-000", 0, num_params, 0)]
+
+    def push(self, ctx: Context, member: "SyncedMember") -> None:
+        member.tree_stats = replica_stats(member.stats_kind, to_module(member.grad, np), member.block)
+        member.tree_waiting = tree_children(member.rank, member.members)
+        if not member.tree_waiting:
+            self._up(ctx, member)
+
+    def take(self, ctx: Context, member: "SyncedMember", m: Message) -> bool:
+        if m.tag != "tree":
+            return False
+        xp = member.xp
+        xp.add(member.grad, xp.asarray(m.payload["g"]), out=member.grad)
+        if member.tree_stats is not None:
+            np.add(member.tree_stats, m.payload["s"], out=member.tree_stats)
+        member.tree_waiting.remove(m.payload["rank"])
+        if not member.tree_waiting:
+            self._up(ctx, member)
+        return True
+
+    @staticmethod
+    def _up(ctx: Context, member: "SyncedMember") -> None:
+        """The whole subtree's gradient is here: pass it up, or to the shard from the root."""
+        payload: dict[str, Any] = {"g": to_module(member.grad, np), "rank": member.rank}
+        if member.tree_stats is not None:
+            payload["s"] = member.tree_stats
+        if member.rank:
+            ctx.send(member.member_ids[tree_parent(member.rank)], payload, tag="tree")
+        else:
+            ctx.send(member.shards[0][0], payload, tag="grad")
+
+
+TOPOLOGIES: dict[str, type[Topology]] = {"linear": Linear, "tree": Tree, "ps": ParameterServer}
+
+
+def make_topology(name: str, ps_shards: int = 1) -> Topology:
+    """A topology by config name (``exchange=linear|tree|ps``)."""
+    if name not in TOPOLOGIES:
+        raise UsageError(f"unknown exchange {name!r}; choose one of: {', '.join(TOPOLOGIES)}")
+    return ParameterServer(ps_shards) if name == "ps" else TOPOLOGIES[name]()
+
+
+class SyncedMember:
+    """Mixin for a Vertex that holds a flat parameter vector kept in sync through shards.
+
+    Call ``init_sync`` once the flat ``self.flat`` / ``self.grad`` buffers exist (``self.xp`` is
+    their array module). ``topology`` belongs in the class's ``static_attributes``.
+    """
+
+    flat: Any
+    grad: Any
+    xp: Any
+
+    def init_sync(self, rank: int, member_ids: list[str], shards: list[Shard], topology: Topology,
+                  optimizer: Optimizer) -> None:
+        self.rank, self.members, self.member_ids = rank, len(member_ids), member_ids
+        self.shards = [(s.id, s.lo, s.hi) for s in shards]
+        self.topology = topology
+        self.stats_kind, self.block = optimizer.stats, optimizer.block
+        self.params_ready = True
+        self.pending_slices = 0
+        self.tree_waiting: list[int] = []
+        self.tree_stats: Any = None
+
+    def push_gradients(self, ctx: Context) -> None:
+        """``self.grad`` holds this step's (scaled) gradient: send it, await fresh parameters."""
+        self.params_ready = False
+        self.pending_slices = len(self.shards)
+        self.topology.push(ctx, self)
+
+    def take_exchange(self, ctx: Context, m: Message) -> bool:
+        """Consume a ``param`` slice or a topology message; False if ``m`` is neither.
+
+        Returns True also for the last slice, after which ``params_ready`` is set.
+        """
+        if m.tag == "param":
+            lo, p = m.payload["lo"], m.payload["p"]
+            self.flat[lo:lo + len(p)] = self.xp.asarray(p)
+            self.pending_slices -= 1
+            self.params_ready = self.pending_slices == 0
+            return True
+        return self.topology.take(ctx, self, m)
+
+
+class ParameterShardVertex(Vertex):
+    """Owns ``[lo, hi)`` of the flat parameter vector and its optimizer state."""
+
+    static_attributes = ("optimizer", "replicas")
+
+    def __init__(self, id: str, lo: int, hi: int, init: np.ndarray, optimizer: Optimizer, replicas: list[str]) -> None:
+        super().__init__(id, np.array(init[lo:hi], dtype=np.float32))
+        self.lo, self.hi, self.optimizer, self.replicas = lo, hi, optimizer, replicas
+        self.state = optimizer.init_state(self.value)
+        self.updates = 0
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        grads = [m.payload for m in messages if m.tag == "grad"]
+        if grads:
+            if len(grads) == 1:  # nothing to sum: the optimizer only reads the gradient
+                g, stats = grads[0]["g"], grads[0].get("s")
+            else:
+                g = np.array(grads[0]["g"], dtype=np.float32)
+                stats = None if "s" not in grads[0] else np.array(grads[0]["s"], dtype=np.float32)
+            for other in grads[1:]:  # in member order (message order is by source id)
+                np.add(g, other["g"], out=g)
+                if stats is not None:
+                    np.add(stats, other["s"], out=stats)
+            self.optimizer.step(self.value, g, self.state, stats)
+            self.updates += 1
+            for r in self.replicas:
+                ctx.send(r, {"lo": self.lo, "p": self.value}, tag="param")
+        ctx.vote_to_halt()
+
+    def result(self) -> dict[str, Any]:
+        return {"lo": self.lo, "p": self.value, "updates": self.updates}
+
+    def params_snapshot(self) -> dict[str, Any]:
+        """This shard of the model, for ``RUN/params/ss-NNNNNN/`` (read by ``mariana params export``)."""
+        return {"lo": self.lo, "hi": self.hi, "value": self.value, "updates": self.updates}
+
+    def size_hint(self) -> int:
+        return self.hi - self.lo
+
+
+class ParameterServerVertex(Vertex):
+    """Server ``s`` of S: owns segment s of every partition's flat vector (cpu-cluster).
+
+    Members of partition k are partition k of every group; they use the ``ParameterServer``
+    topology (``ps-NNN`` ids), so each sends server s its slice ``shard_ranges(len_k, S)[s]``.
+    Per partition the server sums the members' slices in member order, applies the optimizer
+    elementwise and sends the fresh slice back, exactly as ``ParameterShardVertex`` does: S
+    servers give the parameters of one. With ``counters`` it reports the bytes it exchanged
+    as the aggregate ``counter/ID/bytes``.
+    """
+
+    static_attributes = ("optimizer", "members", "partition_of")
+
+    def __init__(self, id: str, segments: list[tuple[int, int, int]], inits: list[np.ndarray], optimizer: Optimizer,
+                 members: list[list[str]], counters: bool = False) -> None:
+        super().__init__(id, None)
+        self.segments = [list(s) for s in segments]  # [k, lo, hi]
+        self.values = [np.array(inits[k][lo:hi], dtype=np.float32) for k, lo, hi in segments]
+        self.optimizer, self.members = optimizer, members
+        self.states = [optimizer.init_state(v) for v in self.values]
+        self.partition_of = {m: k for k, ids in enumerate(members) for m in ids}
+        self.counters = counters
+        self.updates = 0
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        by_part: dict[int, list[dict[str, Any]]] = {}
+        for m in messages:
+            if m.tag == "grad":
+                by_part.setdefault(self.partition_of[m.src], []).append(m.payload)
+        moved = 0
+        for i, (k, lo, _) in enumerate(self.segments):
+            grads = by_part.get(k)
+            if not grads:
+                continue
+            g = grads[0]["g"] if len(grads) == 1 else np.array(grads[0]["g"], dtype=np.float32)
+            stats = grads[0].get("s")
+            if len(grads) > 1 and stats is not None:
+                stats = np.array(stats, dtype=np.float32)
+            for other in grads[1:]:  # in member order (message order is by source id)
+                np.add(g, other["g"], out=g)
+                if stats is not None:
+                    np.add(stats, other["s"], out=stats)
+            self.optimizer.step(self.values[i], g, self.states[i], stats)
+            for member in self.members[k]:
+                ctx.send(member, {"lo": lo, "p": self.values[i]}, tag="param")
+            moved += sum(p["g"].nbytes + (p["s"].nbytes if "s" in p else 0) for p in grads)
+            moved += self.values[i].nbytes * len(self.members[k])
+        if by_part:
+            self.updates += 1
+            if self.counters:
+                ctx.aggregate(f"counter/{self.id}/bytes", moved)
+        ctx.vote_to_halt()
+
+    def result(self) -> dict[str, Any]:
+        return {"segments": self.segments, "values": self.values, "updates": self.updates}
+
+    def params_snapshot(self) -> dict[str, Any]:
+        """This server's segments of the model, for ``RUN/params/ss-NNNNNN/``."""
+        return self.result()
+
+    def size_hint(self) -> int:
+        return sum(hi - lo for _, lo, hi in self.segments)

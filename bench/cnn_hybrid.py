@@ -139,7 +139,7 @@ class MemoryProbe:
         self.tm = tracemalloc
         self.placement = placement
         self.vertices: dict[int, dict[str, Any]] = {}
-        self.peak: dict[int, dict[str, Any]] = {}
+        self.peak: dict[Any, dict[str, Any]] = {}  # by worker, and by (worker, "plan" | "shard")
         self.calls = 0
 
     @staticmethod
@@ -182,7 +182,7 @@ class MemoryProbe:
             out[cat] = out.get(cat, 0) + n
         return out
 
-    def wrap(self, cls: type) -> Any:
+    def wrap(self, cls: Any) -> Any:
         orig = cls.compute
         probe = self
 
@@ -198,6 +198,7 @@ class MemoryProbe:
             probe.calls += 1
             rec = {"total": total, "held": held, "transient": transient, "vertex": vertex.id,
                    "superstep": ctx.superstep}
+            key: Any
             for key in (w, (w, "plan" if hasattr(vertex, "plan") else "shard")):
                 best = probe.peak.get(key)
                 if best is None or total > best["total"]:
@@ -224,13 +225,12 @@ def child_memory(spec: dict[str, Any]) -> dict[str, Any]:
         graph = job.build(config, BuildContext(workers=parts))
         placement = graph.place(parts)
         probe = MemoryProbe(placement)
-        originals = {cls: probe.wrap(cls) for cls in (PartitionVertex, ParameterShardVertex)}
+        originals: dict[Any, Any] = {cls: probe.wrap(cls) for cls in (PartitionVertex, ParameterShardVertex)}
         tracemalloc.start()
         try:
             t = time.perf_counter()
             res = mariana_run(graph, workers=parts)
             wall = time.perf_counter() - t
-            process_peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
             for cls, fn in originals.items():
@@ -395,7 +395,7 @@ class NumpyCNN:
                 k, s, p = e["k"], e["stride"], e["pad"]
                 oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
                 e["W"] = (rng.standard_normal((out, c * k * k)) * np.sqrt(2 / (c * k * k))).astype(np.float32)
-                whole_out = (e["out"], oh, ow)
+                whole_out: tuple[int, ...] = (e["out"], oh, ow)
             else:
                 fan_in = int(np.prod(shape))
                 e["W"] = (rng.standard_normal((fan_in, out)) * np.sqrt(2 / fan_in)).astype(np.float32)
@@ -589,7 +589,7 @@ def child_timing(spec: dict[str, Any]) -> dict[str, Any]:
     psteps = sz["pipe_warm"] + sz["pipe_steps"] + 1
     prounds: list[dict[str, Any]] = []
     for r in range(sz["pipe_rounds"]):
-        rd: dict[str, Any] = {}
+        rd = {}
         for depth in ((0, 2) if r % 2 == 0 else (2, 0)):  # alternate which goes first
             progress(f"fig 3 round {r + 1}/{sz['pipe_rounds']}: pipeline={depth}, G=1 P=1, cluster 2 workers "
                      f"(input pipeline on worker 1), {psteps} steps")
@@ -794,7 +794,7 @@ def _fig2_lines(v: dict[str, Any], f2: dict[str, Any], c: dict[str, Any]) -> lis
                      + " / ".join(_ms(t) for t in ce["two_s"]) + f" ms [load {ce['load'][0]}->{ce['load'][1]}]")
         lines.append(f"            engine speedup {rd['engine_speedup']:.3f}, ceiling speedup {ce['speedup']:.3f}, "
                      f"engine/ceiling {rd['engine_vs_ceiling']:.3f}")
-        lines.append(f"            CPU s/step of the busiest process: engine P=1 "
+        lines.append("            CPU s/step of the busiest process: engine P=1 "
                      + "/".join(_ms(x) for x in p1["worker_cpu_s"]) + " ms, P=2 "
                      + "/".join(_ms(x) for x in p2["worker_cpu_s"]) + f" ms (master {_ms(p2['master_cpu_s'])}); "
                      f"numpy {_ms(ce['one_cpu_s'])} vs " + "/".join(_ms(x) for x in ce["two_cpu_s"])

@@ -170,7 +170,8 @@ class Master:
             peers=[x.data for x in self.by_index], heartbeat_interval=self.heartbeat_interval,
             worker_timeout=self.worker_timeout, run_dir=self.run_dir.url if self.run_dir is not None else None,
             restore=restore, gen=self.gen, trace=self.tracer is not None, capture=self.capture,
-            capture_limit=self.capture_limit, peer_keys=[x.key for x in self.by_index]))
+            capture_limit=self.capture_limit, peer_keys=[x.key for x in self.by_index],
+            checkpoint_background=self.background))
 
     # -- the Exchange of the driver -----------------------------------------------------------
     def superstep(self, begin: Begin) -> list[Done]:

@@ -174,7 +174,7 @@ class Worker:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
         self.gen = welcome.gen
         self.run_url = welcome.run_dir
-        self.background = bool(welcome.config.get("checkpoint_background", True))
+        self.background = welcome.checkpoint_background
         self._connect_peers(welcome.peers)
         self.partition.trace = welcome.trace
         if not self.partition.combiners:  # combining needs the whole batch: stream only without combiners

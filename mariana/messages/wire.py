@@ -196,6 +196,7 @@ class Welcome(Wire):
     capture: str | None = None
     capture_limit: int = 64 << 20
     peer_keys: list = field(default_factory=list)
+    checkpoint_background: bool = True  # write checkpoint parts from a copy while supersteps go on
 
 
 @dataclass

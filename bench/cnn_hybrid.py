@@ -7,7 +7,7 @@
     python bench/cnn_hybrid.py --report F    # the table of a saved --json result
 
 Every figure and its baseline come from the same run, on seeded synthetic data written under
-``bench/out/`` (git-ignored), ``test_fraction=0`` (no evaluation pass inside timed steps):
+``bench/out/cnn_hybrid/`` (git-ignored), ``test_fraction=0`` (no evaluation pass inside timed steps):
 
 1. **Peak array memory per partition, P=2 vs P=1** (Mariana: 3.99 GB -> 2.15 GB per GPU, 0.54;
    target <= 0.55). CNN "alexnet-ish" on float32 3x32x32 images, batch 64:
@@ -31,23 +31,30 @@ Every figure and its baseline come from the same run, on seeded synthetic data w
    workers inherit it), same model and batch as figure 1. P=1 runs on the *cluster* runtime with
    1 worker process (so both sides pay the same runtime: a worker process, the master's barrier,
    heartbeats; LocalRuntime P=1 is printed beside it for reference), P=2 on the cluster runtime
-   with 2 workers. Steady-state step time = interval between the master's ``on_superstep``
+   with 2 workers. Step time = the median interval between the master's ``on_superstep``
    callbacks of the supersteps that report ``loss`` (one per step), after ``warm`` steps
    (process start-up, the data load and the first steps are excluded). Ceiling, same run: one
    plain numpy process doing the whole CNN forward + backward + momentum update at the same
    batch, vs two plain numpy processes at once, each doing half the output channels/units of
    every layer from the whole input (the partition's work: im2col of the whole input, a
    concatenation standing in for each gather and an add for each reduce-scatter, no transfer).
-   Reported: engine speedup, ceiling speedup, engine/ceiling (target >= 0.8). A traced P=2 run
-   (``RUN/trace/worker-K.jsonl``, docs/traces.md) splits each worker's step into vertex compute
-   (partition / shard / input pipeline), encode + send, wait for peers, barrier and the rest.
+   Reported per round (3) and as the median of the per-round figures: engine speedup, ceiling
+   speedup, engine/ceiling (target >= 0.8). Companion figures that survive a loaded machine: the
+   same ratios from CPU seconds per step of the busiest process (``/proc/PID/stat`` of each
+   worker, all threads; ``time.process_time`` in the numpy processes); they do not see idle
+   waiting. The P=2 run's traces (``RUN/trace/worker-K.jsonl``, docs/traces.md) split each
+   worker's step into vertex compute (partition / shard / input pipeline), encode + send, wait
+   for peers, other, and the time outside its supersteps (barrier, master, idle).
 3. **Pipeline overlap**: uint8 3x16x16 images, ``augment=true crop=2 mean=0.5 std=0.25``
    (decode to float32 + random crop + flip per sample in the preprocess vertex), a light CNN
    (conv 8 4x4 stride 4, dense 10), batch 4096, G=1 P=1 on ``--workers 2`` (cluster) so the
    reader and the preprocess vertex sit on the spare worker 1; ``pipeline=2`` vs ``pipeline=0``.
    The preprocessing share of a step is taken from the ``pipeline=0`` run's traces (time of the
    reader + preprocess vertices per step / step time), and cross-checked by timing
-   ``mariana.vertices.data.decode`` on one batch here. Target: pipelined >= 1.2x the samples/s.
+   ``mariana.vertices.data.decode`` on one batch here. Target: pipelined >= 1.2x the samples/s
+   (median of 5 rounds, alternating which depth runs first). Companion: what two otherwise idle
+   cores would allow, projected from CPU times (both workers' CPU per on-demand step over the
+   busier worker's CPU per pipelined step).
 
 BLAS variants: the measuring children run once with the environment as it is and once with
 ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed for that child only (``--variants auto``,
@@ -72,7 +79,7 @@ from typing import Any
 
 BENCH = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(BENCH))
-OUT = os.path.join(ROOT, "bench", "out")
+OUT = os.path.join(ROOT, "bench", "out", "cnn_hybrid")
 BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 TARGETS = {"memory_ratio": 0.55, "engine_vs_ceiling": 0.8, "pipeline_speedup": 1.2, "prep_share": 1 / 3}
@@ -231,6 +238,7 @@ def child_memory(spec: dict[str, Any]) -> dict[str, Any]:
             t = time.perf_counter()
             res = mariana_run(graph, workers=parts)
             wall = time.perf_counter() - t
+            process_peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
             for cls, fn in originals.items():
@@ -242,7 +250,7 @@ def child_memory(spec: dict[str, Any]) -> dict[str, Any]:
                                    in_partition=probe.peak.get((w, "plan")), in_shard=probe.peak.get((w, "shard")))
                       for w in workers}
         out[f"P{parts}"] = {"workers": per_worker, "peak": max(probe.peak[w]["total"] for w in workers),
-                            "calls": probe.calls, "supersteps": res.supersteps, "wall_s": wall,
+                            "calls": probe.calls, "supersteps": res.supersteps, "wall_s": wall, "process_peak": process_peak,
                             "num_params": int(sum(v.plan.num_params for w in probe.vertices.values()
                                                   for v in w.values() if hasattr(v, "plan")))}
         del graph, res, probe
@@ -737,7 +745,7 @@ def report(res: dict[str, Any]) -> str:
     mem = res.get("memory")
     if mem:
         lines.append("")
-        lines.append(f"1. peak array memory per worker (partition + its shards), MB  "
+        lines.append(f"1. peak array memory per worker (partition + its shards), MiB  "
                      f"[load {mem['load_start']} -> {mem['load_end']}]")
         cats = ("params", "caches", "transfer", "batch", "inbox", "other")
         lines.append(f"   {'':16} {'peak':>8} {'held':>8} " + " ".join(f"{k:>9}" for k in cats)
@@ -754,7 +762,7 @@ def report(res: dict[str, Any]) -> str:
                                  + f" {_mb(q['transient']):>9}  {q['vertex']} ss {q['superstep']}")
         lines.append(f"   params per partition: P=1 {mem['P1']['num_params']:,}, P=2 {mem['P2']['num_params'] // 2:,} "
                      f"each")
-        lines.append(f"   peak P=2 / P=1 = {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MB = "
+        lines.append(f"   peak P=2 / P=1 = {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MiB = "
                      f"{mem['ratio']:.3f}  (target <= {TARGETS['memory_ratio']}: {ok(mem['ratio'], TARGETS['memory_ratio'], True)};"
                      f" Mariana 0.54)")
     for name, v in res["variants"].items():
@@ -816,7 +824,7 @@ def _fig2_lines(v: dict[str, Any], f2: dict[str, Any], c: dict[str, Any]) -> lis
                      f"supersteps/step, step {_ms(run['step_s'])} median / {_ms(run['mean_step_s'])} mean; stragglers "
                      f"{tr['straggler_counts']}):")
         for w, ph in tr["workers"].items():
-            lines.append(f"     worker {w}: {_phases(ph)}; sent {_mb(ph['bytes_out'])} MB/step")
+            lines.append(f"     worker {w}: {_phases(ph)}; sent {_mb(ph['bytes_out'])} MiB/step")
     return lines
 
 
@@ -852,7 +860,7 @@ def summary(res: dict[str, Any]) -> list[str]:
     lines = ["SUMMARY"]
     mem = res.get("memory")
     if mem:
-        lines.append(f"  1. peak array memory per worker P=2 / P=1: {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MB"
+        lines.append(f"  1. peak array memory per worker P=2 / P=1: {_mb(mem['P2']['peak'])} / {_mb(mem['P1']['peak'])} MiB"
                      f" = {mem['ratio']:.3f} (target <= {TARGETS['memory_ratio']}: "
                      f"{ok(mem['ratio'], TARGETS['memory_ratio'], True)})")
     for name, v in res["variants"].items():

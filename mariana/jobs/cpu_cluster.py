@@ -36,11 +36,18 @@ def worker_id(g: int, k: int) -> str:
     return f"w-g{g:02d}-k{k:02d}"
 
 
-def plan(config: dict[str, Any]) -> dict[str, Any]:
-    """Everything the graph, the finisher and the exporter need, validated (one UsageError each)."""
+def plan(config: dict[str, Any], workers: int = 1) -> dict[str, Any]:
+    """Everything the graph, the finisher and the exporter need, validated (one UsageError each).
+
+    ``param_servers`` 0 means one per worker process (``workers``): the servers' update and
+    traffic then spread over every process instead of queueing on the first.
+    """
     ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
-    G, K, S = config["groups"], config["workers_per_group"], config["param_servers"]
-    for key, v in (("groups", G), ("workers_per_group", K), ("param_servers", S)):
+    if config["param_servers"] < 0:
+        raise UsageError(f"config key 'param_servers' must be >= 0 (0: one per worker process), "
+                         f"got {config['param_servers']}")
+    G, K, S = config["groups"], config["workers_per_group"], config["param_servers"] or workers
+    for key, v in (("groups", G), ("workers_per_group", K)):
         if v < 1:
             raise UsageError(f"config key '{key}' must be >= 1, got {v}")
     spe, total = schedule(config, len(ds.x_train), G, "groups")
@@ -59,7 +66,7 @@ def plan(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
-    pl = plan(config)
+    pl = plan(config, bctx.workers)
     ds, G, K, S = pl["ds"], pl["G"], pl["K"], pl["S"]
     where: dict[str, tuple[int, int]] = {f"ps-{s:03d}": (0, s) for s in range(S)}
     for g in range(G):
@@ -129,7 +136,8 @@ def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     return finish_training(result, config, run_dir, "cpu-cluster", final_params(result, config), "w-",
                            f"{config['groups']} group(s) x {config['workers_per_group']} worker(s), "
-                           f"{config['param_servers']} parameter server(s)", {"counters": counters(result.metrics)})
+                           f"{sum(k.startswith('ps-') for k in result.values)} parameter server(s)",
+                           {"counters": counters(result.metrics)})
 
 
 JOB = Job(
@@ -141,7 +149,8 @@ JOB = Job(
                                             "maxpool:K, flatten, dropout:P, relu|tanh|sigmoid"),
         Key("groups", 1, "int", "worker groups (data parallelism)"),
         Key("workers_per_group", 2, "int", "worker vertices per group, each holding a slice of every layer"),
-        Key("param_servers", 1, "int", "parameter-server vertices (each owns a segment of every slice)"),
+        Key("param_servers", 0, "int", "parameter-server vertices, each owning a segment of every slice "
+                                       "(0: one per worker process)"),
         *OPTIMIZER_KEYS,
         *schedule_keys(8, "groups"),
         Key("log_samples", False, "bool", "write the sample ids each epoch trained to metrics.jsonl (an audit)"),

@@ -86,6 +86,7 @@ class Topology(ABC):
             payload: dict[str, Any] = {"g": g}
             if member.stats_kind is not None:
                 payload["s"] = replica_stats(member.stats_kind, g, member.block)
+            member.sync_bytes += g.nbytes + (payload["s"].nbytes if "s" in payload else 0)
             ctx.send(sid, payload, tag="grad")
 
     def take(self, ctx: Context, member: "SyncedMember", m: Message) -> bool:
@@ -144,6 +145,7 @@ class Tree(Topology):
         payload: dict[str, Any] = {"g": to_module(member.grad, np), "rank": member.rank}
         if member.tree_stats is not None:
             payload["s"] = member.tree_stats
+        member.sync_bytes += payload["g"].nbytes + (payload["s"].nbytes if "s" in payload else 0)
         if member.rank:
             ctx.send(member.member_ids[tree_parent(member.rank)], payload, tag="tree")
         else:
@@ -181,6 +183,7 @@ class SyncedMember:
         self.pending_slices = 0
         self.tree_waiting: list[int] = []
         self.tree_stats: Any = None
+        self.sync_bytes = 0  # gradient and statistics bytes sent, for counters (the member resets it)
 
     def push_gradients(self, ctx: Context) -> None:
         """``self.grad`` holds this step's (scaled) gradient: send it, await fresh parameters."""

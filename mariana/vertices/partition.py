@@ -212,9 +212,10 @@ class PartitionVertex(SyncedMember, Vertex):
                 elif self.take_exchange(ctx, m) and m.tag == "param" and self.params_ready:
                     self.eval_due = self.step == self.total_steps or self.step % self.steps_per_epoch == 0
             self._advance(ctx)
+        self.sent_bytes += self.sync_bytes
         if self.counters and self.sent_bytes:
             ctx.aggregate(f"counter/g{self.group:02d}/bytes", self.sent_bytes)
-        self.sent_bytes = 0
+        self.sent_bytes = self.sync_bytes = 0
         ctx.vote_to_halt()
 
     def _advance(self, ctx: Context) -> None:
@@ -309,7 +310,6 @@ class PartitionVertex(SyncedMember, Vertex):
         if not self.depth:
             self._request(ctx, self.step)
         self.push_gradients(ctx)
-        self.sent_bytes += self.grad.nbytes
 
     # -- transfers ------------------------------------------------------------------------------
     def _transfer(self, ctx: Context, kind: str, x: Any) -> None:

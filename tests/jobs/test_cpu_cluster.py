@@ -139,14 +139,16 @@ def test_the_main_job_trains_on_two_processes_with_counters(tmp_path, capsys):
     steps = 8 * (1438 // 64)  # 8 epochs of the training split
     assert c["samples"] == steps * 64 and c["samples_per_s"] > 0
     model = 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
-    # the server receives every gradient slice and sends every slice back: 2 x 4 bytes per parameter
-    assert c["ps-000/bytes"] == steps * model * 4 * 2
+    # one server per process (param_servers=0); together they receive every gradient slice and
+    # send every slice back: 2 x 4 bytes per parameter and step
+    assert c["ps-000/bytes"] + c["ps-001/bytes"] == steps * model * 4 * 2
     assert c["g00/bytes"] > steps * model * 4  # gradients plus the transfers between the two workers
+    assert summary["params"]["0.W"] == [64, 256]
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert sum(m.get("counter/samples", 0) for m in lines) == steps * 64
     assert main(["trace", "summary", str(run)]) == 0
     text = capsys.readouterr().out
-    assert "counters:" in text and "ps-000/bytes" in text and "samples_per_s" in text
+    assert "counters:" in text and "ps-001/bytes" in text and "samples_per_s" in text
 
 
 def test_servers_persist_their_segments_to_s3_and_export_reads_them(tmp_path, s3_url, capsys):
@@ -177,7 +179,7 @@ def test_servers_persist_their_segments_to_s3_and_export_reads_them(tmp_path, s3
 @pytest.mark.parametrize("case,needle", [
     (["workers_per_group=3"], "not divisible into 3 partitions"),
     (["groups=3"], "batch_size 64 is not divisible by groups 3"),
-    (["param_servers=0"], "'param_servers' must be >= 1"),
+    (["param_servers=-1"], "'param_servers' must be >= 0"),
     (["workers_per_group=0"], "'workers_per_group' must be >= 1"),
 ])
 def test_bad_configuration_is_one_clear_line_and_exit_2(tmp_path, capsys, case, needle):

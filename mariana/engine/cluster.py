@@ -25,7 +25,7 @@ from .transport import parse_endpoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_cluster", "spawn_workers", "stop_processes", "blas_threads", "THREAD_VARS"]
+__all__ = ["run_cluster", "LocalCluster", "spawn_workers", "stop_processes", "blas_threads", "THREAD_VARS"]
 
 
 #: Thread-pool variables of the BLAS/OpenMP libraries numpy may use.
@@ -84,45 +84,84 @@ def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, options: Ru
     """Run a job by name on the cluster runtime and return its result.
 
     With ``options.spawn`` (``mariana run``) the master starts ``options.workers`` local worker
-    processes and respawns a lost one; without (``mariana master``) it waits for ``mariana worker``
-    processes from anywhere. ``options.secure``: CURVE on every socket, with keys made for this
-    run in a private temporary folder; ``options.security``: the master's own keys.
+    processes (``LocalCluster``) and respawns a lost one; without (``mariana master``) it waits for
+    ``mariana worker`` processes from anywhere. ``options.secure``: CURVE on every socket, with keys
+    made for this run in a private temporary folder; ``options.security``: the master's own keys.
     ``options.resume``: continue from the newest valid checkpoint of ``options.run_dir``.
     """
-    workers = options.workers
+    if options.spawn:
+        with LocalCluster(job_name, config, options) as cluster:
+            cluster.start()
+            return cluster.run(graph, options.run_dir)
     resume = resume_point(options.run_dir, options.keep_checkpoints) if options.resume else None
-    local_secure = options.secure and options.spawn and options.security is None
-    keys_dir, key_files = local_keys(workers) if local_secure else (None, [])
-    security = Security.for_master(keys_dir) if local_secure else options.security
-    master = Master(job_name, config, graph, options, security=security, resume=resume)
-    procs: list[subprocess.Popen] = []
+    master = Master(job_name, config, graph, options, security=options.security, resume=resume)
     try:
-        endpoint = master.start()
-        if options.spawn:
-            extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
-            if security is not None:
-                extra += [f"--server-key={security.public.decode()}"]  # a Z85 key may start with "-"
-            host = parse_endpoint(endpoint)[0]
-            for key_file in key_files or [None] * workers:
-                procs += spawn_workers(endpoint, 1, host, extra + (["--key", key_file] if key_file else []),
-                                       sharing=workers)
-
-            def respawn() -> subprocess.Popen:
-                key = []
-                if keys_dir is not None:  # a fresh key for the replacement, allowed before it connects
-                    key_file = str(add_key(keys_dir, f"worker-{len(procs)}"))
-                    security.allowed.keys.add(load_keypair(key_file)[0])
-                    key = ["--key", key_file]
-                proc = spawn_workers(endpoint, 1, host, extra + key, sharing=workers)[0]
-                procs.append(proc)
-                return proc
-
-            master.respawn = respawn
+        master.start()
         if options.on_start is not None:
-            options.on_start(master, procs)
-        return master.run(children=procs)
+            options.on_start(master, [])
+        return master.run()
     finally:
-        stop_processes(procs, grace=max(3.0, 2 * master.heartbeat_interval))
         master.close()
-        if keys_dir is not None:
-            shutil.rmtree(keys_dir, ignore_errors=True)
+
+
+class LocalCluster:
+    """A master in this process and ``options.workers`` worker processes on this machine.
+
+    ``start()`` binds the master and starts the workers; ``run(graph, run_dir)`` runs the job. The
+    graph may be built between the two: the workers import and join meanwhile, so a launch does
+    not wait for its own build and then for theirs one after the other (``jobs.launch``).
+    ``close()`` (or leaving the ``with`` block) stops every worker still running and removes
+    the throwaway keys of ``options.secure``.
+    """
+
+    def __init__(self, job_name: str, config: dict[str, Any], options: RunOptions) -> None:
+        self.options = options
+        secure = options.secure and options.security is None
+        self.keys_dir, self.key_files = local_keys(options.workers) if secure else (None, [])
+        self.security = Security.for_master(self.keys_dir) if secure else options.security
+        self.master = Master(job_name, config, None, options.replace(run_dir=None), security=self.security)
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        master, workers = self.master, self.options.workers
+        endpoint = master.start()
+        extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
+        if self.security is not None:
+            extra += [f"--server-key={self.security.public.decode()}"]  # a Z85 key may start with "-"
+        host = parse_endpoint(endpoint)[0]
+        for key_file in self.key_files or [None] * workers:
+            self.procs += spawn_workers(endpoint, 1, host, extra + (["--key", key_file] if key_file else []),
+                                        sharing=workers)
+
+        def respawn() -> subprocess.Popen:
+            key = []
+            if self.keys_dir is not None:  # a fresh key for the replacement, allowed before it connects
+                key_file = str(add_key(self.keys_dir, f"worker-{len(self.procs)}"))
+                self.security.allowed.keys.add(load_keypair(key_file)[0])
+                key = ["--key", key_file]
+            proc = spawn_workers(endpoint, 1, host, extra + key, sharing=workers)[0]
+            self.procs.append(proc)
+            return proc
+
+        master.respawn = respawn
+        if self.options.on_start is not None:
+            self.options.on_start(master, self.procs)
+
+    def run(self, graph: Graph, run_dir: Any) -> RunResult:
+        """Run ``graph`` on the started workers (``options.resume``: from ``run_dir``'s newest checkpoint)."""
+        o = self.options
+        resume = resume_point(run_dir, o.keep_checkpoints) if o.resume else None
+        self.master.attach(graph, run_dir, resume)
+        return self.master.run(children=self.procs)
+
+    def close(self) -> None:
+        stop_processes(self.procs, grace=max(3.0, 2 * self.master.heartbeat_interval))
+        self.master.close()
+        if self.keys_dir is not None:
+            shutil.rmtree(self.keys_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -26,6 +26,7 @@ from ..errors import MarianaError, ProtocolError, StorageError, VertexError
 from ..messages.kinds import Kind
 from ..messages import wire
 from ..messages.wire import DropCounter
+from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from .checkpointing import commit, report
 from .driver import Driver
@@ -81,22 +82,19 @@ class Master:
                  security: Any = None, resume: CheckpointInfo | None = None,
                  respawn: Callable[[], Any] | None = None) -> None:
         o = self.options = options
-        self.job_name, self.config, self.graph = job_name, config, graph
+        self.job_name, self.config = job_name, config
         self.workers, self.placement = o.workers, o.placement
         self.bind = o.bind
         self.heartbeat_interval, self.worker_timeout, self.join_timeout = o.heartbeat_interval, o.worker_timeout, o.join_timeout
         self.max_supersteps = o.max_supersteps
         self.on_superstep = o.on_superstep
-        self.run_dir = run_dir = o.run_dir
-        self.checkpoints = Checkpoints(run_dir, o.keep_checkpoints) if run_dir is not None else None
-        self.checkpoint_every, self.resume = o.checkpoint_every, resume
+        self.checkpoint_every = o.checkpoint_every
         self.background = o.checkpoint_background
         self.max_restarts, self.rejoin_timeout, self.respawn = o.max_restarts, o.rejoin_timeout, respawn
         self.restarts = 0
         self.gen = 0
         #: the checkpoint being written: {"ss", "coordinator" (its copy), "parts": {worker: Checkpointed}}
         self._checkpoint: dict[str, Any] | None = None
-        self.tracer = TraceWriter(run_dir) if run_dir is not None and o.trace else None
         self.capture, self.capture_limit = o.capture, o.capture_limit_mb << 20
         self.superstep_timeout = o.superstep_timeout
         self.job_id = uuid.uuid4().hex
@@ -117,6 +115,16 @@ class Master:
         self._spares: set[bytes] = set()
         self._wall0 = time.time()
         self._next_hb = 0.0
+        self.attach(graph, o.run_dir, resume)
+
+    def attach(self, graph: Any, run_dir: RunDir | None, resume: CheckpointInfo | None = None) -> None:
+        """The job's graph and run directory (``resume``: the checkpoint to continue from). They may
+        come after ``start()``: a local launch starts its workers first and builds the graph while
+        they start up."""
+        self.graph, self.run_dir, self.resume = graph, run_dir, resume
+        o = self.options
+        self.checkpoints = Checkpoints(run_dir, o.keep_checkpoints) if run_dir is not None else None
+        self.tracer = TraceWriter(run_dir) if run_dir is not None and o.trace else None
 
     def start(self) -> str:
         """Bind the control socket; returns the endpoint workers connect to."""
@@ -170,7 +178,8 @@ class Master:
             peers=[x.data for x in self.by_index], heartbeat_interval=self.heartbeat_interval,
             worker_timeout=self.worker_timeout, run_dir=self.run_dir.url if self.run_dir is not None else None,
             restore=restore, gen=self.gen, trace=self.tracer is not None, capture=self.capture,
-            capture_limit=self.capture_limit, peer_keys=[x.key for x in self.by_index]))
+            capture_limit=self.capture_limit, peer_keys=[x.key for x in self.by_index],
+            checkpoint_background=self.background))
 
     # -- the Exchange of the driver -----------------------------------------------------------
     def superstep(self, begin: Begin) -> list[Done]:
@@ -379,7 +388,7 @@ class Master:
             self._results[w.index] = msg
         elif isinstance(msg, wire.Error):
             self._worker_error(w, msg)
-        elif not isinstance(msg, (wire.Heartbeat, wire.Ready)):
+        elif not isinstance(msg, wire.Heartbeat):
             self.drops.drop("kind", f"unexpected {kind} from {w.describe()} in phase {self.phase}")
 
     def _heartbeat(self, identity: bytes, header: dict[str, Any]) -> None:

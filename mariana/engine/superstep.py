@@ -4,7 +4,10 @@ Two pure state machines, shared by every runtime:
 
 - ``Partition``: one worker's vertices. ``compute(begin)`` runs every active vertex (or one
   with messages) once, in sorted id order, and returns the outgoing batches, one per worker,
-  combined sender-side, plus a ``Done`` report. ``deliver(batches)`` builds the next inbox in
+  combined sender-side, plus a ``Done`` report. With a ``stream`` callback (the cluster worker,
+  graphs without combiners) a remote worker's messages are handed over early, in order, as parts
+  of its batch: after a vertex's compute once they hold ``stream_bytes`` of arrays, and when a
+  vertex calls ``ctx.flush()``; the batch returned is then the rest. ``deliver(batches)`` builds the next inbox in
   the deterministic order (source vertex id, send order) and combines receiver-side.
 - ``Coordinator``: the master's side. ``next_begin()`` decides whether the job goes on (halt
   conditions, ``max_supersteps``, master compute) and ``barrier(dones)`` reduces aggregates.
@@ -92,6 +95,11 @@ class Partition:
         self.trace = True  # scan for NaN/Inf and time the phases (docs/traces.md)
         self.capture: Any = None  # a tracing.Capture for --capture GLOB
         self._sends: list[Message] | None = None
+        #: ``stream(worker, messages)``: hand a remote worker's messages over before the end of compute
+        self.stream: Any = None
+        self.stream_bytes = 1 << 20
+        self._pending = [0] * self.num_workers  # array bytes queued per worker since its last part
+        self._streamed: list[list[Message]] = [[] for _ in range(self.num_workers)]
 
     # -- called by Context while a vertex computes -------------------------------------------
     def send(self, src: str, dst: str, tag: str | None, payload: Any) -> None:
@@ -106,6 +114,20 @@ class Partition:
         self._sent += 1
         if self._sends is not None:
             self._sends.append(m)
+        if self.stream is not None and w != self.worker:
+            self._pending[w] += _array_bytes(payload)
+
+    def flush(self, threshold: int = 0) -> None:
+        """Hand every remote worker's queued messages (holding at least ``threshold`` bytes of
+        arrays) to ``stream`` now; a no-op without a stream (LocalRuntime, graphs with combiners)."""
+        if self.stream is None:
+            return
+        for w, queued in enumerate(self._out):
+            if queued and w != self.worker and self._pending[w] >= threshold:
+                self._out[w] = []
+                self._pending[w] = 0
+                self._streamed[w].extend(queued)
+                self.stream(w, queued)
 
     def halt(self, vertex_id: str) -> None:
         self.halted.add(vertex_id)
@@ -159,6 +181,8 @@ class Partition:
                 raise VertexError(vid, s, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
             timings.append((clock() - t0, vid))
             computed += 1
+            if self.stream is not None:
+                self.flush(self.stream_bytes)
             if trace:
                 hit = tracing.state_flags(vertices[vid], scanned)
                 if hit:
@@ -167,9 +191,10 @@ class Partition:
                 capture.store(vid, s, msgs, self._sends, begin.aggregates, begin.broadcasts)
                 self._sends = None
         compute_s = clock() - t_start
+        streamed = self._streamed
         if trace:
             seen = {f["vertex"] for f in flags}
-            for batch in self._out:
+            for batch in (*streamed, *self._out):
                 for m in batch:
                     if m.src not in seen:
                         hit = tracing.nonfinite(m.payload, skip=scanned)
@@ -179,13 +204,17 @@ class Partition:
         t_combine = clock()
         batches = [self._combine(batch) if self.combiners else batch for batch in self._out]
         slowest = sorted(timings, reverse=True)[: self.keep_slowest]
+        out = [len(a) + len(b) for a, b in zip(streamed, batches)]
         done = Done(s, self.worker, self._partials, len(self.order) - len(halted), computed, self._sent,
-                    [len(b) for b in batches], compute_s, [(vid, t) for t, vid in slowest])
+                    out, compute_s, [(vid, t) for t, vid in slowest])
         if trace:
             done.trace = {"compute_s": compute_s, "combine_s": clock() - t_combine, "vertices_run": computed,
-                          "messages_out": {str(w): len(b) for w, b in enumerate(batches) if b},
+                          "messages_out": {str(w): n for w, n in enumerate(out) if n},
                           "slowest": [[vid, round(t, 6)] for t, vid in slowest], "flags": flags}
         self._out = [[] for _ in range(self.num_workers)]
+        if self.stream is not None:
+            self._streamed = [[] for _ in range(self.num_workers)]
+            self._pending = [0] * self.num_workers
         self._partials = {}
         self._sent = 0
         return batches, done
@@ -340,6 +369,24 @@ class Coordinator:
         record["workers"] = [{"worker": d.worker, "computed": d.computed, "messages_out": d.sent,
                               "active": d.active, "compute_s": round(d.compute_s, 6)} for d in dones]
         return record
+
+
+def _array_bytes(payload: Any) -> int:
+    """Bytes of the arrays in a payload, looking one level into dicts, lists and tuples (cheap:
+    it decides when queued messages are worth a part of their own, not what travels)."""
+    n = getattr(payload, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if isinstance(payload, dict):
+        payload = payload.values()
+    elif not isinstance(payload, (list, tuple)):
+        return 0
+    total = 0
+    for v in payload:
+        n = getattr(v, "nbytes", None)
+        if isinstance(n, int):
+            total += n
+    return total
 
 
 class gc_paused:

@@ -2,8 +2,8 @@
 
 Every socket is created with ``linger=0`` (closing never blocks on unsent data) and an explicit
 ``MAXMSGSIZE`` (a peer sending a larger frame is disconnected by libzmq). High-water marks are
-0 (unbounded) on purpose: within a superstep every worker sends one batch to every peer before
-it reads, and a bounded queue would make those blocking sends deadlock each other once batches
+0 (unbounded) on purpose: within a superstep every worker sends its batch (in one or more
+parts) to every peer before it reads, and a bounded queue would make those blocking sends deadlock each other once batches
 outgrow it. Memory is bounded by what one superstep sends, which the job holds anyway. Routers
 that send (the master) set ``ROUTER_MANDATORY``, so a message to a vanished worker raises
 instead of disappearing.

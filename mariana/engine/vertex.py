@@ -102,6 +102,13 @@ class Context:
         """Send ``payload`` to vertex ``dst``; it arrives in the next superstep."""
         self._partition.send(self._vertex_id, dst, tag, payload)
 
+    def flush(self) -> None:
+        """Let the messages sent so far leave now, while this vertex goes on computing (e.g. a
+        gradient bucket as soon as backward produced it). Delivery order is unchanged: (source id,
+        send order), in the next superstep. On the cluster runtime they are sent to their workers
+        at once (graphs without combiners); elsewhere this does nothing."""
+        self._partition.flush()
+
     def send_to_neighbors(self, payload: Any, tag: str | None = None, edges: Iterable[tuple[str, Any]] | None = None) -> None:
         """Send the same payload along every out-edge (or along ``edges``)."""
         send = self._partition.send

@@ -50,6 +50,15 @@ EXIT_MASTER_LOST = 3
 GraphBuilder = Callable[[str, dict[str, Any], int, Any], Graph]
 
 
+class _Outgoing:
+    """What this worker sent in the current superstep: bytes and parts per peer, encode and send time."""
+
+    def __init__(self, workers: int) -> None:
+        self.encode_s = self.send_s = 0.0
+        self.bytes = [0] * workers
+        self.parts = [0] * workers
+
+
 class _Interrupt(Exception):
     """A ROLLBACK or ABORT that arrived while this worker waited for its peers' batches."""
 
@@ -71,11 +80,15 @@ class Worker:
         self.want_job = job
         self.transport = Transport(max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
+        self.hostname, self.pid = socket.gethostname(), os.getpid()
         self.drops = DropCounter(f"worker {self.identity.decode()}")
         self.index = -1
         self.current = -1
-        self._inbound: dict[int, dict[int, list[Message]]] = {}
+        self._inbound: dict[int, dict[int, list[Message]]] = {}  # complete batches: {ss: {peer: messages}}
         self._inbound_bytes: dict[int, dict[int, int]] = {}
+        self._arriving: dict[int, dict[int, list[Message]]] = {}  # batches whose last part is still to come
+        self._parts: dict[int, dict[int, int]] = {}  # {ss: {peer: next part expected}}
+        self._out = _Outgoing(0)
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
         self.clock_offset = 0.0  # master clock - this clock, from the heartbeat exchange
@@ -103,7 +116,7 @@ class Worker:
             t.close()
 
     def _join(self, data_ep: str) -> wire.Welcome | None:
-        hello = wire.Hello(version=__version__, data=data_ep, pid=os.getpid(), host=socket.gethostname(),
+        hello = wire.Hello(version=__version__, data=data_ep, pid=self.pid, host=self.hostname,
                            want_job=self.want_job,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         deadline = time.monotonic() + self.connect_timeout
@@ -161,9 +174,11 @@ class Worker:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
         self.gen = welcome.gen
         self.run_url = welcome.run_dir
-        self.background = bool(welcome.config.get("checkpoint_background", True))
+        self.background = welcome.checkpoint_background
         self._connect_peers(welcome.peers)
         self.partition.trace = welcome.trace
+        if not self.partition.combiners:  # combining needs the whole batch: stream only without combiners
+            self.partition.stream = self._stream
         if welcome.capture and self.run_url:
             self.partition.capture = Capture(welcome.capture, RunDir(self.run_url), welcome.capture_limit)
         if welcome.restore is not None:
@@ -174,6 +189,7 @@ class Worker:
         self._send_ctl(wire.Ready(self.gen))
         log.info("worker %d of %d ready: %d vertices", self.index, n, len(self.partition.order))
         poll = poller(self.ctl, self.data)
+        self._wait_poll = poller(self.data, self.ctl)  # while waiting for peers' batches (one, not one per superstep)
         while True:
             events = dict(poll.poll(5 if self._writer.pending is not None else 200))
             self._checkpointed()
@@ -218,8 +234,8 @@ class Worker:
             self._send_ctl(wire.Error("restore", str(exc)))
             return 2
         self.current = superstep - 1
-        self._inbound.clear()
-        self._inbound_bytes.clear()
+        for d in (self._inbound, self._inbound_bytes, self._arriving, self._parts):
+            d.clear()
         return None
 
     # -- control plane ----------------------------------------------------------------------
@@ -314,26 +330,21 @@ class Worker:
         start = time.time()
         self.state = {"phase": "computing", "ss": s, "since": start}
         begin = Begin(s, msg.aggregates, msg.broadcasts)
+        self._out = _Outgoing(self.partition.num_workers)
         try:
             batches, done = self.partition.compute(begin)
         except VertexError as exc:
             self._send_ctl(wire.Error("compute", exc.detail, vertex=exc.vertex_id, ss=exc.superstep,
                                       traceback=exc.traceback_text))
             return 1
-        encode_s = send_s = 0.0
-        bytes_out = [0] * self.partition.num_workers
+        for p in self.peers:
+            self._send_part(p, batches[p], last=True)
+        out = self._out
+        encode_s, send_s, bytes_out = out.encode_s, out.send_s, out.bytes
         clock = time.perf_counter
-        for p, sock in self.peers.items():
-            t0 = clock()
-            batch = wire.Batch(s, self.index, [[m.src, m.dst, m.tag, m.payload] for m in batches[p]], self.gen)
-            frames = codec.encode(batch.to_wire(self.job_id))
-            t1 = clock()
-            bytes_out[p] = send_frames(sock, frames)
-            encode_s += t1 - t0
-            send_s += clock() - t1
         t_wait = clock()
         self.state = {"phase": "waiting", "ss": s, "since": time.time()}
-        poll = poller(self.data, self.ctl)
+        poll = self._wait_poll
         while len(self._inbound.get(s, ())) < len(self.peers):
             self.state["peers"] = sorted(set(self.peers) - set(self._inbound.get(s, ())))
             events = dict(poll.poll(100))
@@ -350,6 +361,8 @@ class Worker:
         wait_s = clock() - t_wait
         inbound = self._inbound.pop(s, {})
         bytes_in = self._inbound_bytes.pop(s, {})
+        self._arriving.pop(s, None)
+        self._parts.pop(s, None)
         self.partition.deliver([batches[w] if w == self.index else inbound[w] for w in range(len(batches))])
         self.state = {"phase": "barrier", "ss": s, "since": time.time()}
         trace = {}
@@ -357,10 +370,11 @@ class Worker:
             dropped = {k: n - self._dropped_before.get(k, 0) for k, n in self.drops.counts.items()
                        if n > self._dropped_before.get(k, 0)}
             self._dropped_before = dict(self.drops.counts)
-            trace = {**done.trace, "host": socket.gethostname(), "pid": os.getpid(),
+            trace = {**done.trace, "host": self.hostname, "pid": self.pid,
                      "start": start + self.clock_offset, "end": time.time() + self.clock_offset,
                      "encode_s": encode_s, "send_s": send_s, "wait_s": wait_s, "clock_offset_s": self.clock_offset,
                      "bytes_out": {str(p): b for p, b in enumerate(bytes_out) if b},
+                     "parts_out": {str(p): n for p, n in enumerate(out.parts) if n > 1},
                      "bytes_in": {str(p): b for p, b in bytes_in.items()},
                      "messages_in": {str(p): len(m) for p, m in inbound.items() if m}, "dropped": dropped}
             if batches[self.index]:
@@ -371,17 +385,45 @@ class Worker:
         return None
 
     # -- data plane -------------------------------------------------------------------------
+    def _stream(self, peer: int, msgs: list[Message]) -> None:
+        """``Partition.stream``: a part of this superstep's batch for ``peer``, sent now."""
+        self._send_part(peer, msgs, last=False)
+
+    def _send_part(self, peer: int, msgs: list[Message], last: bool) -> None:
+        out, clock = self._out, time.perf_counter
+        t0 = clock()
+        batch = wire.Batch(self.current, self.index, [[m.src, m.dst, m.tag, m.payload] for m in msgs], self.gen,
+                           part=out.parts[peer], last=last)
+        frames = codec.encode(batch.to_wire(self.job_id))
+        t1 = clock()
+        out.bytes[peer] += send_frames(self.peers[peer], frames)
+        out.parts[peer] += 1
+        out.encode_s += t1 - t0
+        out.send_s += clock() - t1
+
     def _drain_data(self) -> None:
-        """Receive every waiting batch; keep the valid ones for their superstep, drop the rest."""
+        """Receive every waiting batch or part; keep the valid ones for their superstep, drop the rest."""
         for identity, header, size in drain(self.data, True, self.drops):
             try:
                 msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
-                                   self.gen)
+                                   self.gen, self._parts)
             except ProtocolError as exc:
                 self.drops.malformed(identity, exc.kind, exc.detail)
                 continue
-            self._inbound.setdefault(header["ss"], {})[header["src"]] = msgs
-            self._inbound_bytes.setdefault(header["ss"], {})[header["src"]] = size
+            ss, src = header["ss"], header["src"]
+            sizes = self._inbound_bytes.setdefault(ss, {})
+            sizes[src] = sizes.get(src, 0) + size
+            arriving = self._arriving.setdefault(ss, {})
+            if src in arriving:
+                arriving[src].extend(msgs)
+                msgs = arriving[src]
+            if header.get("last", True):
+                arriving.pop(src, None)
+                self._parts.get(ss, {}).pop(src, None)
+                self._inbound.setdefault(ss, {})[src] = msgs
+            else:
+                arriving[src] = msgs
+                self._parts.setdefault(ss, {})[src] = header.get("part", 0) + 1
 
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:

@@ -68,6 +68,18 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
     leaves nothing behind).
     """
     name = name or job.name
+    if options.runtime_name == "cluster" and options.spawn:
+        from ..engine.cluster import LocalCluster
+
+        # the workers start first and import while this process builds the graph (start-up time)
+        with LocalCluster(_job_ref(options, name), config, options) as cluster:
+            cluster.start()
+            return _launch(job, config, options, name, finish, cluster)
+    return _launch(job, config, options, name, finish, None)
+
+
+def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, finish: bool,
+            cluster: Any) -> Launched:
     graph = job.build(config, BuildContext(options.workers, options.placement))
     placement = graph.place(options.workers)
     if isinstance(options.run_dir, str):  # created only now that the job has built
@@ -79,6 +91,8 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
     try:
         if options.runtime_name == "local":
             result = run_local(graph, options.replace(placement=placement))
+        elif cluster is not None:
+            result = cluster.run(graph, run_dir)
         else:
             from ..engine.cluster import run_cluster
 
@@ -94,6 +108,14 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
                     wall_s=round(result.wall_s, 6))
         run_dir.write_json("job.json", info)  # type: ignore[union-attr]
     return Launched(result, run_dir, text, summary)
+
+
+def _job_ref(options: RunOptions, name: str) -> str:
+    """How workers name the job: ``name``, or for a resumed run the reference its job.json recorded."""
+    run_dir = options.run_dir
+    if options.resume and isinstance(run_dir, RunDir) and run_dir.exists("job.json"):
+        return run_dir.read_json("job.json")["job"]
+    return name
 
 
 def _job_info(run_dir: RunDir, name: str, config: dict[str, Any], graph: Graph, placement: Any,

@@ -5,7 +5,8 @@ Control plane (worker DEALER -> master ROUTER)::
     worker -> master   HELLO, READY, DONE, CHECKPOINTED, RESULT, ERROR, HEARTBEAT
     master -> worker   WELCOME, REFUSE, BEGIN, CHECKPOINT, ROLLBACK, FINISH, BYE, ABORT, HEARTBEAT
 
-Data plane (worker DEALER -> peer ROUTER): exactly one BATCH per peer per superstep.
+Data plane (worker DEALER -> peer ROUTER): one batch per peer per superstep, as one BATCH or as
+several (``part`` 0, 1, ...) of which the last says ``last``.
 """
 
 from __future__ import annotations

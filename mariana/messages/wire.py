@@ -196,6 +196,7 @@ class Welcome(Wire):
     capture: str | None = None
     capture_limit: int = 64 << 20
     peer_keys: list = field(default_factory=list)
+    checkpoint_background: bool = True  # write checkpoint parts from a copy while supersteps go on
 
 
 @dataclass
@@ -253,13 +254,19 @@ class Abort(Wire):
 # -- data plane -----------------------------------------------------------------------------------
 @dataclass
 class Batch(Wire):
-    """One worker's messages for one peer in superstep ``ss``: ``[[src, dst, tag, payload], ...]``."""
+    """One worker's messages for one peer in superstep ``ss``: ``[[src, dst, tag, payload], ...]``.
+
+    A batch may travel in parts (a worker streams a peer's messages while its vertices compute):
+    ``part`` 0, 1, ... in order, the last one with ``last`` true; the receiver concatenates them.
+    """
 
     KIND = Kind.BATCH
     ss: int
     src: int
     msgs: list
     gen: int = 0
+    part: int = 0
+    last: bool = True
 
 
 RECORDS: dict[int, type[Wire]] = {cls.KIND: cls for cls in (
@@ -276,11 +283,14 @@ def decode(header: dict[str, Any]) -> Wire:
 
 
 def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: int,
-                inbound: dict[int, dict[int, Any]], gen: int = 0) -> list[Message]:
-    """The messages of a valid data-plane batch; ``ProtocolError(kind, detail)`` otherwise.
+                inbound: dict[int, dict[int, Any]], gen: int = 0,
+                parts: dict[int, dict[int, int]] | None = None) -> list[Message]:
+    """The messages of a valid data-plane batch (or part of one); ``ProtocolError(kind, detail)`` otherwise.
 
     ``peer`` is the index the sending socket's identity maps to (None: unknown identity);
     ``current`` the last superstep this worker began; batches for it and the next are valid.
+    ``inbound[ss]`` holds the peers whose batch of ``ss`` is complete, ``parts[ss][peer]`` the
+    next part expected of a batch still arriving (0 when none has).
     """
     if peer is None:
         raise ProtocolError("sender", "batch from an unknown identity")
@@ -297,6 +307,11 @@ def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: 
         raise ProtocolError("superstep", f"batch for superstep {ss!r} while at {current}")
     if peer in inbound.get(ss, {}):
         raise ProtocolError("duplicate", f"second batch from peer {peer} for superstep {ss}")
+    part, last = header.get("part", 0), header.get("last", True)
+    expected = (parts or {}).get(ss, {}).get(peer, 0)
+    if not isinstance(last, bool) or not isinstance(part, int) or isinstance(part, bool) or part != expected:
+        raise ProtocolError("batch", f"part {part!r} (last {last!r}) from peer {peer} for superstep {ss}, "
+                                     f"expected part {expected}")
     msgs = messages(header.get("msgs"))
     if msgs is None:
         raise ProtocolError("batch", f"malformed message list from peer {peer}")

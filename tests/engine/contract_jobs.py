@@ -302,3 +302,35 @@ def build_blas(config, bctx: BuildContext) -> Graph:
 
 
 blas = _job("blas", build_blas)
+
+
+# -- streaming: a batch leaves in parts while vertices compute; delivery order is unchanged --------
+class Streamer(Logger):
+    """Each superstep: small messages, a large array (a part of its own once queued), an explicit
+    ``ctx.flush()`` in the middle, more small messages; every vertex logs what it received."""
+
+    def compute(self, ctx, messages):
+        s = ctx.superstep
+        self.value.append([[m.src, m.tag, float(m.payload["x"].sum()), int(m.payload["x"].size)] for m in messages])
+        if s >= 4:
+            ctx.vote_to_halt()
+            return
+        rng = np.random.default_rng([s, int(self.id[1:])])
+        for dst, _ in self.edges:
+            ctx.send(dst, {"x": rng.standard_normal(3)}, tag="a")
+            ctx.send(dst, {"x": rng.standard_normal(150_000)}, tag="big")  # 1.2 MB: over the part threshold
+            ctx.send(dst, {"x": rng.standard_normal(2)}, tag="b")
+            ctx.flush()
+            ctx.send(dst, {"x": rng.standard_normal(5)}, tag="c")
+
+
+def build_streamed(config, bctx: BuildContext) -> Graph:
+    g = Graph("streamed")
+    n = 5
+    for i in range(n):
+        g.add_vertex(Streamer(f"v{i}", [(f"v{(i + k) % n}", None) for k in (1, 2)]))
+    g.placement = bctx.placement
+    return g
+
+
+streamed = _job("streamed", build_streamed)

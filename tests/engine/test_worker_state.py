@@ -51,3 +51,22 @@ def test_drop_counter_logs_once_per_kind(caplog):
     d.drop("job", "other job")
     assert d.counts == {"header": 5, "job": 1} and d.total == 6
     assert caplog.text.count("dropped a malformed message") == 2
+
+
+def test_a_batch_in_parts_is_accepted_part_by_part_in_order():
+    assert len(check_batch(batch(part=0, last=False), 1, JOB, 5, {}, parts={})) == 2
+    assert len(check_batch(batch(part=1, last=False), 1, JOB, 5, {}, parts={5: {1: 1}})) == 2
+    assert len(check_batch(batch(part=2, last=True), 1, JOB, 5, {}, parts={5: {1: 2}})) == 2
+
+
+@pytest.mark.parametrize("header,parts", [
+    (batch(part=1, last=False), {}),              # a part skipped
+    (batch(part=0, last=True), {5: {1: 1}}),      # a part repeated
+    (batch(part="0"), {}),
+    (batch(part=True), {}),
+    (batch(last=1), {}),
+])
+def test_parts_out_of_order_or_malformed_are_refused(header, parts):
+    with pytest.raises(ProtocolError) as info:
+        check_batch(header, 1, JOB, 5, {}, parts=parts)
+    assert info.value.kind == "batch"

@@ -34,7 +34,7 @@ from .optim import Optimizer, replica_stats
 
 __all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology",
            "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
-           "tree_parent"]
+           "tree_parent", "gradient_buckets", "BUCKET"]
 
 
 def shard_ranges(num_params: int, shards: int, align: int = 16) -> list[tuple[int, int]]:
@@ -79,11 +79,20 @@ class Topology(ABC):
     def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
         """The shards of a flat vector of ``num_params`` elements shared by ``members`` members."""
 
-    def push(self, ctx: Context, member: "SyncedMember") -> None:
-        """After backward: send every shard its slice of ``member.grad`` (and the statistics)."""
-        for sid, lo, hi in member.shards:
-            g = to_module(member.grad[lo:hi], np)  # a view on the CPU, a host copy from a GPU
-            payload: dict[str, Any] = {"g": g}
+    streams = True  # gradients may leave bucket by bucket during backward
+
+    def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
+        """Send every bucket of ``member.grad`` at or after flat offset ``ready_from`` not sent yet
+        (its gradient is final), scaled by ``member.scale``, with its statistics, to its shard."""
+        buckets = member.buckets
+        while member.next_bucket >= 0 and buckets[member.next_bucket][1] >= ready_from:
+            sid, lo, hi = buckets[member.next_bucket]
+            member.next_bucket -= 1
+            view = member.grad[lo:hi]
+            if member.scale != 1.0:
+                view *= member.scale
+            g = to_module(view, np)  # a view on the CPU, a host copy from a GPU
+            payload: dict[str, Any] = {"g": g, "at": lo}
             if member.stats_kind is not None:
                 payload["s"] = replica_stats(member.stats_kind, g, member.block)
             member.sync_bytes += g.nbytes + (payload["s"].nbytes if "s" in payload else 0)
@@ -117,11 +126,16 @@ class ParameterServer(Topology):
 
 class Tree(Topology):
     name = "tree"
+    streams = False  # a member sends once its subtree's whole gradient is summed
 
     def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
         return [Shard(f"shard{namespace}-000", 0, num_params, 0)]
 
-    def push(self, ctx: Context, member: "SyncedMember") -> None:
+    def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
+        if ready_from > 0:
+            return
+        if member.scale != 1.0:
+            member.grad *= member.scale
         member.tree_stats = replica_stats(member.stats_kind, to_module(member.grad, np), member.block)
         member.tree_waiting = tree_children(member.rank, member.members)
         if not member.tree_waiting:
@@ -142,7 +156,7 @@ class Tree(Topology):
     @staticmethod
     def _up(ctx: Context, member: "SyncedMember") -> None:
         """The whole subtree's gradient is here: pass it up, or to the shard from the root."""
-        payload: dict[str, Any] = {"g": to_module(member.grad, np), "rank": member.rank}
+        payload: dict[str, Any] = {"g": to_module(member.grad, np), "rank": member.rank, "at": 0}
         if member.tree_stats is not None:
             payload["s"] = member.tree_stats
         member.sync_bytes += payload["g"].nbytes + (payload["s"].nbytes if "s" in payload else 0)
@@ -162,47 +176,113 @@ def make_topology(name: str, ps_shards: int = 1) -> Topology:
     return ParameterServer(ps_shards) if name == "ps" else TOPOLOGIES[name]()
 
 
+#: Gradient buckets hold at most this many elements (4 MB of float32) ...
+BUCKET = 1 << 20
+#: ... and are cut at a tensor boundary only where both sides keep at least this many, so a
+#: small model still sends one message per shard and step.
+MIN_BUCKET = 1 << 16
+
+
+def gradient_buckets(shards: list[tuple[str, int, int]], tensor_sizes: list[int],
+                     align: int = 16) -> list[tuple[str, int, int]]:
+    """``(shard id, lo, hi)`` pieces of the flat vector, ascending: cut at every shard boundary,
+    at tensor boundaries (rounded down to ``align``, so per-block statistics keep their blocks)
+    and every ``BUCKET`` elements. Members and shards agree on them without exchanging them:
+    each piece carries its offset."""
+    out = []
+    bounds = [0]
+    for size in tensor_sizes:
+        bounds.append(bounds[-1] + size)
+    for sid, lo, hi in shards:
+        cuts = [lo]
+        for b in sorted({b // align * align for b in bounds}):
+            if b - cuts[-1] >= MIN_BUCKET and hi - b >= MIN_BUCKET:
+                cuts.append(b)
+        cuts.append(hi)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            step = max(align, BUCKET // align * align)
+            out += [(sid, x, min(b, x + step)) for x in range(a, b, step)]
+    return out
+
+
 class SyncedMember:
     """Mixin for a Vertex that holds a flat parameter vector kept in sync through shards.
 
     Call ``init_sync`` once the flat ``self.flat`` / ``self.grad`` buffers exist (``self.xp`` is
-    their array module). ``topology`` belongs in the class's ``static_attributes``.
+    their array module, ``self.scale`` what the summed gradient is scaled by). ``topology``
+    belongs in the class's ``static_attributes``. During backward, ``push_ready(ctx, offset)``
+    sends the buckets whose gradients are final (offset and after: backward runs from the last
+    layer to the first) and lets them leave at once (``ctx.flush``), so the transfer overlaps
+    the rest of backward; ``push_gradients`` sends the rest.
     """
 
     flat: Any
     grad: Any
     xp: Any
+    scale: float
 
     def init_sync(self, rank: int, member_ids: list[str], shards: list[Shard], topology: Topology,
-                  optimizer: Optimizer) -> None:
+                  optimizer: Optimizer, tensor_sizes: list[int] | None = None) -> None:
         self.rank, self.members, self.member_ids = rank, len(member_ids), member_ids
         self.shards = [(s.id, s.lo, s.hi) for s in shards]
         self.topology = topology
         self.stats_kind, self.block = optimizer.stats, optimizer.block
+        self.buckets = gradient_buckets(self.shards, tensor_sizes or [int(self.flat.size)])
+        self.next_bucket = len(self.buckets) - 1  # the last layers' bucket goes first
         self.params_ready = True
-        self.pending_slices = 0
+        self.pending_params = 0  # elements of fresh parameters still to come this step
         self.tree_waiting: list[int] = []
         self.tree_stats: Any = None
         self.sync_bytes = 0  # gradient and statistics bytes sent, for counters (the member resets it)
 
+    def push_ready(self, ctx: Context, ready_from: int) -> None:
+        """Backward has made the gradient final from flat offset ``ready_from`` on: send it.
+
+        Fresh parameters of those buckets may come back before backward ends (a partition's
+        backward spans supersteps); they only touch layers whose backward is done."""
+        if self.topology.streams:
+            self._await_params()
+            before = self.next_bucket
+            self.topology.push(ctx, self, ready_from)
+            if self.next_bucket != before:
+                ctx.flush()
+
     def push_gradients(self, ctx: Context) -> None:
-        """``self.grad`` holds this step's (scaled) gradient: send it, await fresh parameters."""
-        self.params_ready = False
-        self.pending_slices = len(self.shards)
-        self.topology.push(ctx, self)
+        """Backward is done: send what is left of this step's gradient, await fresh parameters."""
+        self._await_params()
+        self.topology.push(ctx, self, 0)
+        self.next_bucket = len(self.buckets) - 1
+
+    def _await_params(self) -> None:
+        if self.next_bucket == len(self.buckets) - 1:  # the step's first push
+            self.params_ready = False
+            self.pending_params = sum(hi - lo for _, lo, hi in self.shards)
 
     def take_exchange(self, ctx: Context, m: Message) -> bool:
-        """Consume a ``param`` slice or a topology message; False if ``m`` is neither.
+        """Consume a ``param`` piece or a topology message; False if ``m`` is neither.
 
-        Returns True also for the last slice, after which ``params_ready`` is set.
+        Returns True also for the last piece, after which ``params_ready`` is set.
         """
         if m.tag == "param":
             lo, p = m.payload["lo"], m.payload["p"]
             self.flat[lo:lo + len(p)] = self.xp.asarray(p)
-            self.pending_slices -= 1
-            self.params_ready = self.pending_slices == 0
+            self.pending_params -= len(p)
+            self.params_ready = self.pending_params == 0
             return True
         return self.topology.take(ctx, self, m)
+
+
+def _summed(grads: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """The members' gradient pieces (and statistics) summed in member order (message order)."""
+    if len(grads) == 1:  # nothing to sum: the optimizer only reads the gradient
+        return grads[0]["g"], grads[0].get("s")
+    g = np.array(grads[0]["g"], dtype=np.float32)
+    stats = None if "s" not in grads[0] else np.array(grads[0]["s"], dtype=np.float32)
+    for other in grads[1:]:
+        np.add(g, other["g"], out=g)
+        if stats is not None:
+            np.add(stats, other["s"], out=stats)
+    return g, stats
 
 
 class ParameterShardVertex(Vertex):
@@ -217,21 +297,22 @@ class ParameterShardVertex(Vertex):
         self.updates = 0
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
-        grads = [m.payload for m in messages if m.tag == "grad"]
-        if grads:
-            if len(grads) == 1:  # nothing to sum: the optimizer only reads the gradient
-                g, stats = grads[0]["g"], grads[0].get("s")
-            else:
-                g = np.array(grads[0]["g"], dtype=np.float32)
-                stats = None if "s" not in grads[0] else np.array(grads[0]["s"], dtype=np.float32)
-            for other in grads[1:]:  # in member order (message order is by source id)
-                np.add(g, other["g"], out=g)
-                if stats is not None:
-                    np.add(stats, other["s"], out=stats)
-            self.optimizer.step(self.value, g, self.state, stats)
-            self.updates += 1
+        """Per bucket, in the order the members sent them (last layers first): sum, update, send
+        the fresh piece back and let it leave while the next bucket is updated."""
+        buckets: dict[int, list[dict[str, Any]]] = {}
+        for m in messages:
+            if m.tag == "grad":
+                buckets.setdefault(int(m.payload.get("at", self.lo)), []).append(m.payload)
+        for at, grads in buckets.items():
+            g, stats = _summed(grads)
+            start = at - self.lo
+            self.optimizer.step(self.value, g, self.state, stats, start)
+            piece = self.value[start:start + len(g)]
             for r in self.replicas:
-                ctx.send(r, {"lo": self.lo, "p": self.value}, tag="param")
+                ctx.send(r, {"lo": at, "p": piece}, tag="param")
+            ctx.flush()
+        if buckets:
+            self.updates += 1
         ctx.vote_to_halt()
 
     def result(self) -> dict[str, Any]:
@@ -270,29 +351,25 @@ class ParameterServerVertex(Vertex):
         self.updates = 0
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
-        by_part: dict[int, list[dict[str, Any]]] = {}
+        buckets: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for m in messages:
             if m.tag == "grad":
-                by_part.setdefault(self.partition_of[m.src], []).append(m.payload)
+                k = self.partition_of[m.src]
+                buckets.setdefault((k, int(m.payload["at"])), []).append(m.payload)
+        segment = {k: i for i, (k, _, _) in enumerate(self.segments)}
         moved = 0
-        for i, (k, lo, _) in enumerate(self.segments):
-            grads = by_part.get(k)
-            if not grads:
-                continue
-            g = grads[0]["g"] if len(grads) == 1 else np.array(grads[0]["g"], dtype=np.float32)
-            stats = grads[0].get("s")
-            if len(grads) > 1 and stats is not None:
-                stats = np.array(stats, dtype=np.float32)
-            for other in grads[1:]:  # in member order (message order is by source id)
-                np.add(g, other["g"], out=g)
-                if stats is not None:
-                    np.add(stats, other["s"], out=stats)
-            self.optimizer.step(self.values[i], g, self.states[i], stats)
+        for (k, at), grads in buckets.items():
+            i = segment[k]
+            g, stats = _summed(grads)
+            start = at - self.segments[i][1]
+            self.optimizer.step(self.values[i], g, self.states[i], stats, start)
+            piece = self.values[i][start:start + len(g)]
             for member in self.members[k]:
-                ctx.send(member, {"lo": lo, "p": self.values[i]}, tag="param")
+                ctx.send(member, {"lo": at, "p": piece}, tag="param")
+            ctx.flush()
             moved += sum(p["g"].nbytes + (p["s"].nbytes if "s" in p else 0) for p in grads)
-            moved += self.values[i].nbytes * len(self.members[k])
-        if by_part:
+            moved += piece.nbytes * len(self.members[k])
+        if buckets:
             self.updates += 1
             if self.counters:
                 ctx.aggregate(f"counter/{self.id}/bytes", moved)

@@ -138,13 +138,27 @@ class Model:
             x = layer.forward(x, train=train)
         return x
 
-    def loss_and_grad(self, x: Array, labels: Array) -> float:
-        """Mean loss of a training forward pass; the gradients land in every layer's ``grads``."""
+    def loss_and_grad(self, x: Array, labels: Array, on_backward: Callable[[int], None] | None = None) -> float:
+        """Mean loss of a training forward pass; the gradients land in every layer's ``grads``.
+
+        ``on_backward(i)`` is called once layer ``i``'s gradients are final (from the last layer
+        to the first), so they can leave while the layers below are still in backward."""
         loss = self.loss.forward(self.forward(x, train=True), labels)
         d = self.loss.backward()
-        for layer in reversed(self.layers):
-            d = layer.backward(d)  # None after a first layer that skips d(input)
+        for i in range(len(self.layers) - 1, -1, -1):
+            d = self.layers[i].backward(d)  # None after a first layer that skips d(input)
+            if on_backward is not None:
+                on_backward(i)
         return loss
+
+    def param_offsets(self) -> list[int | None]:
+        """Per layer, the flat offset of its first parameter (None for a layer without any)."""
+        out: list[int | None] = []
+        offset = 0
+        for layer in self.layers:
+            out.append(offset if layer.params else None)
+            offset += sum(int(a.size) for a in layer.params.values())
+        return out
 
     def predict(self, x: Array) -> Array:
         """Logits of an inference pass (dropout off)."""

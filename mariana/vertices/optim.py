@@ -48,18 +48,21 @@ class Optimizer:
     def _decayed(self, param: Any, grad: Any) -> Any:
         return grad + self.weight_decay * param if self.weight_decay else grad
 
-    def step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any = None) -> None:
-        """Update ``param`` in place from the summed gradient, ``CHUNK`` elements at a time."""
+    def step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any = None, at: int = 0) -> None:
+        """Update ``param[at:at + len(grad)]`` in place from the summed gradient (and its
+        statistics), ``CHUNK`` elements at a time; ``state`` is the whole slice's. ``at`` must be a
+        multiple of ``block`` when the statistics are per block (a bucket of a shard)."""
         if stats is None and self.stats is not None:
             raise ValueError(f"{type(self).__name__} with stats={self.stats!r} needs the replicas' statistics")
         per_block = self.stats == "block"
         chunk = max(self.block, CHUNK // self.block * self.block)  # whole blocks of adagrad_approx
-        for lo in range(0, param.size, chunk):
-            hi = min(param.size, lo + chunk)
+        for lo in range(at, at + grad.size, chunk):
+            hi = min(at + grad.size, lo + chunk)
             blocks = slice(lo // self.block, -(-hi // self.block))
             part = {k: v[blocks] if per_block and k == "G" else v[lo:hi] for k, v in state.items()}
-            s = None if stats is None else stats[blocks] if per_block else stats[lo:hi]
-            self._step(param[lo:hi], grad[lo:hi], part, s)
+            local = slice((lo - at) // self.block, -(-(hi - at) // self.block)) if per_block else slice(lo - at, hi - at)
+            s = None if stats is None else stats[local]
+            self._step(param[lo:hi], grad[lo - at:hi - at], part, s)
 
     def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
         raise NotImplementedError(f"{type(self).__name__} must define _step")

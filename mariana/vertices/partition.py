@@ -162,7 +162,7 @@ class PartitionVertex(SyncedMember, Vertex):
     run forward on this group's share of the test set.
     """
 
-    static_attributes = ("plan", "xp", "topology", "x_test", "y_test", "loss_layer")
+    static_attributes = ("plan", "xp", "topology", "x_test", "y_test", "loss_layer", "stage_offsets", "buckets")
 
     def __init__(self, id: str, group: int, groups: int, plan: PartitionPlan, peers: list[str], members: list[str],
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, total_steps: int,
@@ -185,7 +185,12 @@ class PartitionVertex(SyncedMember, Vertex):
             self.flat = self.xp.zeros(plan.num_params, dtype=np.float32)
             self.grad = self.xp.zeros_like(self.flat)
             bind_layers(plan.layers, self.flat, self.grad)
-        self.init_sync(group, members, shards, topology, optimizer)
+        sizes = [int(a.size) for layer in plan.layers for a in layer.params.values()]
+        self.init_sync(group, members, shards, topology, optimizer, sizes)
+        starts = [0]
+        for stage in plan.stages:
+            starts.append(starts[-1] + sum(int(a.size) for layer in stage.layers for a in layer.params.values()))
+        self.stage_offsets = starts[:-1]  # flat offset of each stage's parameters
         self.step = 0
         self.requested = 0  # next step to ask the input pipeline for (partition 0 asks for its group)
         self.batches: list[dict[str, Any]] = []
@@ -236,6 +241,7 @@ class PartitionVertex(SyncedMember, Vertex):
                 self._loss(ctx)
             else:
                 dx = self._backward(self.plan.stages[self.stage], self.act)
+                self.push_ready(ctx, self.stage_offsets[self.stage])  # shards update these layers meanwhile
                 if self.stage == 0:
                     self._finish_step(ctx)
                 else:
@@ -303,8 +309,6 @@ class PartitionVertex(SyncedMember, Vertex):
         self.backward, self.stage = True, len(self.plan.stages) - 1
 
     def _finish_step(self, ctx: Context) -> None:
-        if self.scale != 1.0:
-            self.grad *= self.scale
         self.step += 1
         self.phase, self.backward, self.act, self.labels = "idle", False, None, None
         if not self.depth:

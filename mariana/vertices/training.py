@@ -64,7 +64,7 @@ def evaluate_logits(ctx: Context, logits: Any, labels: np.ndarray) -> None:
 class ReplicaVertex(SyncedMember, Vertex):
     """A whole model on one device: forward and backward of one step in one ``compute``."""
 
-    static_attributes = ("x_test", "y_test", "model", "xp", "topology")
+    static_attributes = ("x_test", "y_test", "model", "xp", "topology", "offsets", "buckets")
 
     def __init__(self, id: str, rank: int, replica_ids: list[str], make_model: Callable[[], Any], reader: str,
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, scale: float,
@@ -80,7 +80,9 @@ class ReplicaVertex(SyncedMember, Vertex):
             self.flat = self.xp.zeros(self.model.num_params, dtype=np.float32)
             self.grad = self.xp.zeros_like(self.flat)
             self.model.bind_flat(self.flat, self.grad)
-        self.init_sync(rank, replica_ids, shards, topology, optimizer)
+        self.init_sync(rank, replica_ids, shards, topology, optimizer,
+                       [int(p.size) for _, p in self.model.named_params()])
+        self.offsets = self.model.param_offsets()
         self.step = 0
         self.batch: dict[str, Any] | None = None
 
@@ -103,9 +105,11 @@ class ReplicaVertex(SyncedMember, Vertex):
     def train_step(self, ctx: Context) -> None:
         batch, self.batch = self.batch, None
         assert batch["step"] == self.step, (batch["step"], self.step)
-        loss = self.model.loss_and_grad(batch["x"], self.xp.asarray(batch["y"]))
-        if self.scale != 1.0:
-            self.grad *= self.scale
+        def ready(layer: int) -> None:  # this layer's gradient is final: its buckets may leave
+            if self.offsets[layer] is not None:
+                self.push_ready(ctx, self.offsets[layer])
+
+        loss = self.model.loss_and_grad(batch["x"], self.xp.asarray(batch["y"]), ready)
         ctx.aggregate("loss", (loss * len(batch["y"]), len(batch["y"])))
         self.step += 1
         if self.step < self.total_steps:

@@ -27,7 +27,7 @@ from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import devices
 from .registry import BuildContext, Job, Key
 from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of,
-                       partition_maker, schedule, schedule_keys)
+                       partition_maker, partition_sizes, schedule, schedule_keys)
 
 DEFAULT_MODEL = ["conv:16:3:1:1:relu", "maxpool:2", "conv:32:3:1:1:relu", "maxpool:2", "dense:64:relu", "dense:10"]
 
@@ -58,7 +58,7 @@ def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, 
     opt = optimizer_of(config)
     topology = make_topology(config["exchange"], config["ps_shards"])
     make = partition_maker(config, ds, P, G, "partitions")
-    sizes = [make(p).num_params for p in range(P)]
+    sizes = partition_sizes(config, ds, P, "partitions")
     shards = [topology.shards(n, G, f"-p{p:02d}") for p, n in enumerate(sizes)]
     return dict(ds=ds, G=G, P=P, spe=spe, total=total, opt=opt, topology=topology, make=make, shards=shards,
                 devices=devices(config["device"], G * P, of=lambda i: i % P))

@@ -29,7 +29,7 @@ from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import DEFAULT_MODEL
 from .registry import BuildContext, Job, Key
 from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of,
-                       partition_maker, schedule, schedule_keys)
+                       partition_maker, partition_sizes, schedule, schedule_keys)
 
 
 def worker_id(g: int, k: int) -> str:
@@ -55,7 +55,7 @@ def plan(config: dict[str, Any], workers: int = 1) -> dict[str, Any]:
 
     make = partition_maker(config, ds, K, G, "worker slices")
     topology = ParameterServer(S)
-    shards = [topology.shards(make(k).num_params, G) for k in range(K)]  # ps-000.. for every slice k
+    shards = [topology.shards(n, G) for n in partition_sizes(config, ds, K, "worker slices")]  # ps-000.. for every slice k
     return dict(ds=ds, G=G, K=K, S=S, spe=spe, total=total, opt=opt, make=make, topology=topology, shards=shards)
 
 

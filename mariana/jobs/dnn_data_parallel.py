@@ -7,6 +7,8 @@ Replica ``r``, its reader and shard ``r`` are placed on worker ``r mod workers``
 
 from __future__ import annotations
 
+import copy
+import functools
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
+from ..vertices.layers import shapes_only
 from ..vertices.model import build_model
 from ..vertices.data import DataReader, load_dataset
 from ..vertices.exchange import ParameterShardVertex, make_topology
@@ -31,12 +34,13 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     if replicas < 1:
         raise UsageError(f"config key 'replicas' must be >= 1, got {replicas}")
     spe, total = schedule(config, len(ds.x_train), replicas, "replicas")
-    model = build_model(config["model"], ds.input_shape, ds.classes, config["seed"])
+    with shapes_only():  # sizes for the shards; the weights are drawn where vertices are built
+        num_params = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).num_params
     opt = optimizer_of(config)
-    init = np.concatenate([p.ravel() for _, p in model.named_params()]).astype(np.float32)
     topology = make_topology(config["exchange"], config["ps_shards"])
-    return dict(ds=ds, replicas=replicas, spe=spe, total=total, model=model, opt=opt, init=init, topology=topology,
-                shards=topology.shards(len(init), replicas), devices=devices(config["device"], replicas))
+    return dict(ds=ds, replicas=replicas, spe=spe, total=total, opt=opt, topology=topology,
+                model=functools.cache(lambda: build_model(config["model"], ds.input_shape, ds.classes, config["seed"])),
+                shards=topology.shards(num_params, replicas), devices=devices(config["device"], replicas))
 
 
 def devices(kind: str, count: int, of: Any = None) -> list[str]:
@@ -62,17 +66,18 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     group = {**home, **{f"{kind}-{r:03d}": (r, 0) for r in range(n) for kind in ("replica", "reader")}}
     g = Graph(name="dnn-dp", placement=GroupStrategy(group.__getitem__, parts=1),
               devices=dict(zip(replica_ids, plan["devices"])))
-    spec, seed, classes = config["model"], config["seed"], ds.classes
+    seed, model = config["seed"], plan["model"]  # the model: built once per process, on first use
+    init = functools.cache(lambda: np.concatenate([p.ravel() for _, p in model().named_params()]).astype(np.float32))
     for r, rid in enumerate(replica_ids):
         reader = f"reader-{r:03d}"
         g.add_lazy(reader, lambda r=r, rid=rid, reader=reader: DataReader(
             reader, rid, ds.x_train, ds.y_train, config["batch_size"], n, r, seed, plan["total"]))
         g.add_lazy(rid, lambda r=r, rid=rid, reader=reader: ReplicaVertex(
-            rid, r, replica_ids, lambda: build_model(spec, ds.input_shape, classes, seed), reader, plan["shards"],
+            rid, r, replica_ids, lambda: copy.deepcopy(model(), {id(np): np}), reader, plan["shards"],
             plan["topology"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
             ds.x_test[r::n], ds.y_test[r::n], plan["devices"][r]))
     for s in plan["shards"]:
-        g.add_lazy(s.id, lambda s=s: ParameterShardVertex(s.id, s.lo, s.hi, plan["init"], plan["opt"], replica_ids),
+        g.add_lazy(s.id, lambda s=s: ParameterShardVertex(s.id, s.lo, s.hi, init(), plan["opt"], replica_ids),
                    size_hint=s.hi - s.lo)
     add_training_aggregators(g)
     return g
@@ -97,7 +102,9 @@ def _assemble(slices_by_vertex: dict[str, tuple[int, np.ndarray]], config: dict[
     flat = np.concatenate([np.asarray(p) for _, p in slices]) if slices else np.zeros(0, np.float32)
     out, offset = [], 0
     ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
-    for name, p in build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).named_params():
+    with shapes_only():  # names and shapes only
+        named = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).named_params()
+    for name, p in named:
         out.append((name, flat[offset:offset + p.size].reshape(p.shape).copy()))
         offset += p.size
     return out

@@ -12,14 +12,14 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..storage import save_params
-from ..vertices.layers import Layer
+from ..vertices.layers import Layer, shapes_only
 from ..vertices.model import build_model
 from ..vertices.partition import PartitionPlan, plan_partition
 from ..vertices.optim import OPTIMIZERS, Optimizer, make_optimizer
 from .registry import Key
 
 __all__ = ["OPTIMIZER_KEYS", "schedule_keys", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
-           "partition_maker", "finish_training"]
+           "partition_maker", "partition_sizes", "finish_training"]
 
 OPTIMIZER_KEYS = (
     Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
@@ -90,6 +90,14 @@ def partition_maker(config: dict[str, Any], ds: Any, parts: int, groups: int,
             raise UsageError(f"cannot split the model into {parts} {what}: {exc}") from None
 
     return make
+
+
+def partition_sizes(config: dict[str, Any], ds: Any, parts: int, what: str) -> list[int]:
+    """Parameters of each of ``parts`` partitions, from the model's shapes alone (no weights are
+    drawn: a master sizes the shards, the workers build the model); checks the model splits."""
+    with shapes_only():
+        sizes = partition_maker(config, ds, parts, 1, what)
+        return [sizes(p).num_params for p in range(parts)]
 
 
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,

@@ -29,7 +29,7 @@ workers inherit it).
    - K=2: ``workers_per_group=2 --workers 2 --runtime cluster``: worker k on process k (one worker
      vertex per process); the coordinator and the parameter server sit on process 0.
    - Step time: from ``RUN/metrics.jsonl``. A step is the run of supersteps that ends with the
-     parameter server's update (the superstep carrying ``counter/ps-000/bytes``); step time = sum
+     coordinator's receipt of its loss (the superstep carrying ``counter/samples``); step time = sum
      of those supersteps' ``wall_s`` (master-measured, BEGIN -> last DONE); the first ``warm``
      steps are skipped; the figure is the median steady step of the best round (outside load only
      adds time), samples/s = batch / step time. Also shown: the elapsed time between the PS
@@ -300,11 +300,13 @@ def run_engine(cmd: list[str], env: dict[str, str], run_dir: str) -> dict[str, A
 
 
 def steps_of(metrics: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Metrics lines grouped into steps: each step ends with the parameter server's update superstep."""
+    """Metrics lines grouped into steps: each step ends with the superstep in which its loss reaches
+    the coordinator (``counter/samples``: once per step; the servers now update bucket by bucket
+    over several supersteps of a step, so their counters no longer mark its end)."""
     steps, cur = [], []
     for line in metrics:
         cur.append(line)
-        if any(k.startswith("counter/ps-") for k in line):
+        if "counter/samples" in line:
             steps.append(cur)
             cur = []
     return steps

@@ -76,7 +76,8 @@ def load_dataset(data: str, test_fraction: float, seed: int, classes: int = 0,
     ``raw``: keep uint8 samples as stored (``scale`` 1/255) for an input pipeline to decode.
     """
     if data == "digits":
-        raw_csv = np.loadtxt(gzip.open(files("mariana.vertices") / "data" / "digits.csv.gz"), delimiter=",")
+        with (files("mariana.vertices") / "data" / "digits.csv.gz").open("rb") as packed:
+            raw_csv = np.loadtxt(gzip.open(packed), delimiter=",")
         x, y, where = raw_csv[:, :-1] / 16.0, raw_csv[:, -1], "digits"
     else:
         x, y = _read_npz(data)

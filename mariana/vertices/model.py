@@ -44,6 +44,28 @@ log = logging.getLogger(__name__)
 ACTIVATIONS: dict[str, Callable[[], Layer]] = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid}
 
 
+class _Fields:
+    """The fields of one entry after its type, read with messages that name the entry."""
+
+    def __init__(self, index: int, entry: str, rest: list[str]) -> None:
+        self.index, self.entry, self.rest, self.count = index, entry, rest, len(rest)
+
+    def __call__(self, i: int, what: str, minimum: int) -> int:
+        return _int(self.index, self.entry, self.rest[i], what, minimum)
+
+    def size2(self, i: int, what: str, minimum: int) -> tuple[int, int]:
+        return _size2(self.index, self.entry, self.rest[i], what, minimum)
+
+    def probability(self, i: int) -> float:
+        try:
+            p = float(self.rest[i])
+        except ValueError:
+            raise _fail(self.index, self.entry, f"has a bad probability {self.rest[i]!r}: expected a number") from None
+        if not 0.0 <= p < 1.0:
+            raise _fail(self.index, self.entry, f"has a bad probability {p}: must be in [0, 1)")
+        return p
+
+
 @dataclass(frozen=True)
 class LayerKind:
     """One type of spec entry: a new layer is one ``Layer`` class and one ``register_layer(LayerKind(...))``.
@@ -100,8 +122,14 @@ register_layer(LayerKind("flatten", "flatten", build=lambda a, s, seed, dt: [Fla
 register_layer(LayerKind("maxpool", "maxpool:KERNEL[:STRIDE]", (1, 2), lambda f: [
     f.size2(0, "kernel", 1), f.size2(1, "stride", 1) if f.count > 1 else f.size2(0, "kernel", 1)],
     lambda a, s, seed, dt: [MaxPool2D(a[0], stride=a[1])]))
+
+
+def _activation(make: Callable[[], Layer]) -> Callable[[list[Any], tuple[int, ...], int, Any], list[Layer]]:
+    return lambda args, shape, seed, dtype: [make()]
+
+
 for _name, _act in ACTIVATIONS.items():
-    register_layer(LayerKind(_name, _name, build=lambda a, s, seed, dt, act=_act: [act()]))
+    register_layer(LayerKind(_name, _name, build=_activation(_act)))
 
 LOSS_NAME = "softmax_xent"
 
@@ -258,28 +286,6 @@ def _size2(index: int, entry: str, field: str, what: str, minimum: int) -> tuple
     if len(parts) == 2:
         return _int(index, entry, parts[0], what, minimum), _int(index, entry, parts[1], what, minimum)
     raise _fail(index, entry, f"has a bad {what} {field!r}: expected N or HxW")
-
-
-class _Fields:
-    """The fields of one entry after its type, read with messages that name the entry."""
-
-    def __init__(self, index: int, entry: str, rest: list[str]) -> None:
-        self.index, self.entry, self.rest, self.count = index, entry, rest, len(rest)
-
-    def __call__(self, i: int, what: str, minimum: int) -> int:
-        return _int(self.index, self.entry, self.rest[i], what, minimum)
-
-    def size2(self, i: int, what: str, minimum: int) -> tuple[int, int]:
-        return _size2(self.index, self.entry, self.rest[i], what, minimum)
-
-    def probability(self, i: int) -> float:
-        try:
-            p = float(self.rest[i])
-        except ValueError:
-            raise _fail(self.index, self.entry, f"has a bad probability {self.rest[i]!r}: expected a number") from None
-        if not 0.0 <= p < 1.0:
-            raise _fail(self.index, self.entry, f"has a bad probability {p}: must be in [0, 1)")
-        return p
 
 
 def parse_entry(index: int, entry: str) -> tuple[str, list[Any], str | None]:

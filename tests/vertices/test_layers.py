@@ -23,7 +23,7 @@ F64 = np.float64
 # -------------------------------------------------------------------------------------------
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     """||a - b|| / max(||a|| + ||b||, tiny)."""
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(a) + np.linalg.norm(b), 1e-300))
+    return float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(a) + np.linalg.norm(b)), 1e-300)
 
 
 def numeric_grad(f: Callable[[], float], arr: np.ndarray, h: float = 1e-6) -> np.ndarray:
@@ -42,7 +42,7 @@ def numeric_grad(f: Callable[[], float], arr: np.ndarray, h: float = 1e-6) -> np
     return g
 
 
-def check_layer(make: Callable[[], Layer], x: np.ndarray, seed: int = 0, tol: float = 1e-6) -> Layer:
+def check_layer(make: Callable[[], Layer], x: np.ndarray, seed: int = 0, tol: float = 1e-6) -> Any:
     """Check dx and every parameter gradient of ``L = sum(forward(x) * R)``.
 
     ``make`` builds a fresh layer; one instance is used throughout (layers with host RNG state

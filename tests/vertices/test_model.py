@@ -35,7 +35,7 @@ def test_conv_spec_names_shapes_and_autoflatten() -> None:
     kinds = [type(layer) for layer in m.layers]
     assert kinds == [Conv2D, ReLU, MaxPool2D, Conv2D, Tanh, Dropout, Flatten, Dense, Sigmoid, Dense]
     assert [n for n, _ in m.named_params()] == ["0.W", "0.b", "2.W", "2.b", "5.W", "5.b", "6.W", "6.b"]
-    conv2 = m.layers[3]
+    conv2: Any = m.layers[3]
     assert conv2.params["W"].shape == (6, 4, 2, 3) and conv2.stride == (2, 2)
     # 8x8 -pool-> 4x4 -conv 2x3 stride 2-> 2x1
     assert m.layers[7].params["W"].shape == (6 * 2 * 1, 16)
@@ -71,7 +71,7 @@ def test_loss_and_grad_matches_finite_differences_float64() -> None:
             fm = m.loss.forward(m.forward(x), y)
             p.flat[i] = old
             num.flat[i] = (fp - fm) / (2 * h)
-        err = np.linalg.norm(analytic - num) / max(np.linalg.norm(analytic) + np.linalg.norm(num), 1e-300)
+        err = float(np.linalg.norm(analytic - num)) / max(float(np.linalg.norm(analytic) + np.linalg.norm(num)), 1e-300)
         assert err < 1e-6, name
 
 

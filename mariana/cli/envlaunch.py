@@ -15,7 +15,6 @@ resolves addresses; it starts nothing.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import UsageError
+from ..engine.transport import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class LaunchEnv:
 
     @property
     def loopback(self) -> bool:
-        return _is_loopback(self.master_addr)
+        return is_loopback(self.master_addr)
 
     def master_bind(self) -> str:
         """The master's bind endpoint: the loopback address itself when the master address is
@@ -86,15 +86,6 @@ class LaunchEnv:
     def describe(self) -> str:
         return (f"rank {self.rank} of {self.world_size} ({self.source}), master at "
                 f"{self.master_addr}:{self.master_port}")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 _BRACKET = re.compile(r"\[([^\]]*)\]")

@@ -16,7 +16,6 @@ a job: every failure is logged and the job goes on.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import re
@@ -27,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..errors import UsageError
+from ..engine.transport import is_loopback
 from .data import collect
 from .page import render_page
 
@@ -46,15 +46,6 @@ def parse_address(text: str) -> tuple[str, int]:
         raise UsageError(f"--ui {text!r}: expected HOST:PORT (for example 127.0.0.1:8470) or a port number")
     host = (m["host"] or "127.0.0.1").strip("[]")
     return host, int(m["port"])
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def master_view(master: Any) -> dict[str, Any]:
@@ -179,7 +170,7 @@ class LiveServer:
     def start(self) -> str:
         """Bind and serve in background threads; returns the page's URL. An address that cannot be
         bound is a ``UsageError`` (the caller decides whether the job goes on without a page)."""
-        if not _is_loopback(self.host):
+        if not is_loopback(self.host):
             log.warning("the job page at %s:%d is reachable from other hosts (read-only, no authentication)",
                         self.host, self.port)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET

@@ -18,6 +18,7 @@ each replica sends beside its gradient slice, and ``replica_stats`` computes it:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ CHUNK = 1 << 16
 
 
 @dataclass
-class Optimizer:
+class Optimizer(ABC):
     """Base: ``lr``, ``weight_decay``; ``stats`` is None, ``"sq"`` or ``"block"``."""
 
     lr: float
@@ -64,8 +65,9 @@ class Optimizer:
             s = None if stats is None else stats[local]
             self._step(param[lo:hi], grad[lo - at:hi - at], part, s)
 
+    @abstractmethod
     def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must define _step")
+        """Update one chunk in place (every optimizer is elementwise, so chunks are independent)."""
 
 
 @dataclass

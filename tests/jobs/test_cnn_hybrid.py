@@ -15,7 +15,7 @@ import pytest
 from mariana.jobs import get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.cnn_hybrid import final_params
-from mariana.jobs.launch import run_job
+from training_helpers import max_diff, trainer
 from mariana.storage import RunDir
 
 pytestmark = pytest.mark.timeout(180)
@@ -33,15 +33,8 @@ SUMMATION_TOL = 1e-6
 ADAGRAD_TOL = 1e-5
 
 
-def train(sets, workers=1, runtime="local", **kw):
-    config = resolve_config(JOB, None, sets)
-    result = run_job(JOB, config, workers=workers, runtime=runtime, **kw)
-    return dict(final_params(result, config)), result
+train = trainer("cnn-hybrid", final_params)
 
-
-def max_diff(a, b):
-    assert a.keys() == b.keys()
-    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad"])

@@ -12,10 +12,10 @@ import signal
 import numpy as np
 import pytest
 
-from mariana.jobs import get_job, resolve_config
+from mariana.jobs import get_job
 from mariana.cli import main
 from mariana.jobs.cpu_cluster import final_params
-from mariana.jobs.launch import run_job
+from training_helpers import max_diff, same, trainer
 from mariana.storage import RunDir
 from mariana.vertices.data import load_dataset
 
@@ -28,19 +28,9 @@ SMALL = ['model=["dense:32:relu", "dense:16:relu", "dense:10"]', "steps=6"]
 SUMMATION_TOL = 1e-6
 
 
-def train(sets, workers=1, runtime="local", **kw):
-    config = resolve_config(JOB, None, sets)
-    result = run_job(JOB, config, workers=workers, runtime=runtime, **kw)
-    return dict(final_params(result, config)), result
+train = trainer("cpu-cluster", final_params)
 
 
-def max_diff(a, b):
-    assert a.keys() == b.keys()
-    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
-
-
-def same(a, b):
-    return a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum"])

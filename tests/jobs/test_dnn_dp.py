@@ -13,6 +13,7 @@ from mariana.jobs import get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
+from training_helpers import max_diff, trainer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -20,15 +21,8 @@ JOB = get_job("dnn-dp")
 SMALL = ['model=["dense:32:relu", "dense:10"]', "steps=6", "batch_size=64"]
 
 
-def train(sets, workers=1, runtime="local", **kw):
-    config = resolve_config(JOB, None, sets)
-    result = run_job(JOB, config, workers=workers, runtime=runtime, **kw)
-    return dict(final_params(result, config)), result
+train = trainer("dnn-dp", final_params)
 
-
-def max_diff(a, b):
-    assert a.keys() == b.keys()
-    return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
 
 
 # Four replicas sum four float32 gradient slices where one replica has one gradient: the only

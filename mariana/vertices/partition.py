@@ -234,13 +234,15 @@ class PartitionVertex(SyncedMember, Vertex):
                 if not self._begin(ctx):
                     return
             elif not self.backward and self.stage < n_stages:
-                x = self._forward(self.plan.stages[self.stage], self.act)
+                x, self.act = self.act, None  # the layers' caches keep what backward needs
+                x = self._forward(self.plan.stages[self.stage], x)
                 self.stage += 1
                 self._transfer(ctx, "gather", x)
             elif not self.backward:  # self.act: the whole logits
                 self._loss(ctx)
             else:
-                dx = self._backward(self.plan.stages[self.stage], self.act)
+                d, self.act = self.act, None
+                dx = self._backward(self.plan.stages[self.stage], d)
                 self.push_ready(ctx, self.stage_offsets[self.stage])  # shards update these layers meanwhile
                 if self.stage == 0:
                     self._finish_step(ctx)

@@ -76,6 +76,17 @@ def _im2col(xp: Any, x: Array, kh: int, kw: int, sh: int, sw: int, oh: int, ow: 
     return cols
 
 
+def _im2rows(xp: Any, x: Array, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int) -> Array:
+    """Windows of ``x`` (N, C, H, W) as (N, oh, ow, C, kh, kw): the rows of the convolution's
+    matrix product, written in place, so the product needs no transposed copy of them."""
+    n, c = x.shape[:2]
+    rows = xp.empty((n, oh, ow, c, kh, kw), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            rows[..., i, j] = x[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw].transpose(0, 2, 3, 1)
+    return rows
+
+
 def _col2im(xp: Any, cols: Array, shape: tuple[int, ...], sh: int, sw: int) -> Array:
     """Inverse of ``_im2col``: sum every window cell back onto ``shape`` (overlaps add up)."""
     _, _, kh, kw, oh, ow = cols.shape
@@ -367,15 +378,21 @@ class Conv2D(Layer):
         else:
             xpad = x
         self._xshape, self._pshape = x.shape, xpad.shape
-        self._cols = _im2col(xp, xpad, kh, kw, sh, sw, oh, ow)  # (N, C, kh, kw, oh, ow)
-        y = xp.tensordot(self._cols, self.params["W"], axes=((1, 2, 3), (1, 2, 3)))  # (N, oh, ow, O)
+        self._cols = _im2rows(xp, xpad, kh, kw, sh, sw, oh, ow)  # (N, oh, ow, C, kh, kw)
+        W = self.params["W"]
+        k = c * kh * kw
+        # the matrix product tensordot would make, without its copy of the windows
+        y = xp.dot(self._cols.reshape(n * oh * ow, k), W.transpose(1, 2, 3, 0).reshape(k, -1))
+        y = y.reshape(n, oh, ow, -1)  # (N, oh, ow, O)
         y += self.params["b"]
         return xp.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
     def backward(self, dy: Array) -> Array:
         xp = array_module_of(dy)
         cols, W = self._cols, self.params["W"]
-        self.grads["W"][...] = xp.tensordot(dy, cols, axes=((0, 2, 3), (0, 4, 5)))
+        n, oh, ow = cols.shape[:3]
+        dy_rows = dy.transpose(1, 0, 2, 3).reshape(dy.shape[1], n * oh * ow)  # (O, N oh ow), as tensordot does
+        self.grads["W"][...] = xp.dot(dy_rows, cols.reshape(n * oh * ow, -1)).reshape(W.shape)
         self.grads["b"][...] = dy.sum(axis=(0, 2, 3))
         if not self.input_grad:  # the first layer: nobody needs d(input)
             return None

@@ -21,12 +21,12 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
-from ..vertices.data import InputReader, Preprocess, load_dataset
+from ..vertices.data import InputReader, Preprocess
 from ..vertices.exchange import ParameterShardVertex, make_topology
 from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import devices
 from .registry import BuildContext, Job, Key
-from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of,
+from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training, flat_of, optimizer_of,
                        partition_maker, partition_sizes, schedule, schedule_keys)
 
 DEFAULT_MODEL = ["conv:16:3:1:1:relu", "maxpool:2", "conv:32:3:1:1:relu", "maxpool:2", "dense:64:relu", "dense:10"]
@@ -38,9 +38,7 @@ def part_id(g: int, p: int) -> str:
 
 def load(config: dict[str, Any]) -> Any:
     """The data set as images: the digits as (1, 8, 8); an .npz must hold NCHW (or flat) samples."""
-    shape = (1, 8, 8) if config["data"] == "digits" else None
-    return load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"],
-                        image_shape=shape, raw=True)
+    return dataset_of(config, images=True)
 
 
 def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, Any]:

@@ -23,12 +23,11 @@ from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..trace.analyze import counters
 from ..vertices.coordinator import Coordinator, DataLedger
-from ..vertices.data import load_dataset
 from ..vertices.exchange import ParameterServer, ParameterServerVertex
 from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import DEFAULT_MODEL
 from .registry import BuildContext, Job, Key
-from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, finish_training, flat_of, optimizer_of,
+from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training, flat_of, optimizer_of,
                        partition_maker, partition_sizes, schedule, schedule_keys)
 
 
@@ -42,7 +41,7 @@ def plan(config: dict[str, Any], workers: int = 1) -> dict[str, Any]:
     ``param_servers`` 0 means one per worker process (``workers``): the servers' update and
     traffic then spread over every process instead of queueing on the first.
     """
-    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
+    ds = dataset_of(config)
     if config["param_servers"] < 0:
         raise UsageError(f"config key 'param_servers' must be >= 0 (0: one per worker process), "
                          f"got {config['param_servers']}")

@@ -18,18 +18,19 @@ from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..vertices.layers import shapes_only
 from ..vertices.model import build_model
-from ..vertices.data import DataReader, load_dataset
+from ..vertices.data import DataReader
 from ..vertices.exchange import ParameterShardVertex, make_topology
 from ..vertices.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
-from .trainjob import OPTIMIZER_KEYS, add_training_aggregators, finish_training, optimizer_of, schedule, schedule_keys
+from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training, optimizer_of,
+                       schedule, schedule_keys)
 
 DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
 
 
 def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     """Everything the graph and the finisher need, validated (one UsageError per mistake)."""
-    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
+    ds = dataset_of(config)
     replicas = config["replicas"] or bctx.workers
     if replicas < 1:
         raise UsageError(f"config key 'replicas' must be >= 1, got {replicas}")
@@ -101,7 +102,7 @@ def _assemble(slices_by_vertex: dict[str, tuple[int, np.ndarray]], config: dict[
     slices = sorted(slices_by_vertex.values(), key=lambda lo_p: lo_p[0])
     flat = np.concatenate([np.asarray(p) for _, p in slices]) if slices else np.zeros(0, np.float32)
     out, offset = [], 0
-    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"])
+    ds = dataset_of(config)
     with shapes_only():  # names and shapes only
         named = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).named_params()
     for name, p in named:

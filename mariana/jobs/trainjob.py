@@ -5,6 +5,7 @@ parameter vector of a list of layers, and the finisher that saves and reports th
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Callable
 
 import numpy as np
@@ -12,13 +13,14 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..storage import save_params
+from ..vertices.data import Dataset, load_dataset
 from ..vertices.layers import Layer, shapes_only
 from ..vertices.model import build_model
 from ..vertices.partition import PartitionPlan, plan_partition
 from ..vertices.optim import OPTIMIZERS, Optimizer, make_optimizer
 from .registry import Key
 
-__all__ = ["OPTIMIZER_KEYS", "schedule_keys", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
+__all__ = ["OPTIMIZER_KEYS", "schedule_keys", "dataset_of", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
            "partition_maker", "partition_sizes", "finish_training"]
 
 OPTIMIZER_KEYS = (
@@ -41,6 +43,25 @@ def schedule_keys(epochs: int, split_over: str) -> tuple[Key, ...]:
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
         Key("classes", 0, "int", "number of classes (0: max label + 1)"),
     )
+
+
+_LAST_DATASET: list[tuple[str, Any]] = []
+
+
+def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset:
+    """The config's data set, kept for the next call with the same data keys in this process
+    (the finisher names and shapes the exported model without reading the data again).
+
+    ``images``: the digits as (1, 8, 8) images and uint8 samples left raw, for an input pipeline.
+    """
+    key = json.dumps([images, *(config[k] for k in ("data", "test_fraction", "seed", "classes"))])
+    if _LAST_DATASET and _LAST_DATASET[0][0] == key:
+        return _LAST_DATASET[0][1]
+    shape = (1, 8, 8) if images and config["data"] == "digits" else None
+    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"],
+                      image_shape=shape, raw=images)
+    _LAST_DATASET[:] = [(key, ds)]
+    return ds
 
 
 def optimizer_of(config: dict[str, Any]) -> Optimizer:

@@ -113,7 +113,7 @@ def load_dataset(data: str, test_fraction: float, seed: int, classes: int = 0,
         x_test = (x[test] * np.float32(scale)).astype(np.float32)  # the test set is decoded once, here
         x_train = x[train] if raw else (x[train] * np.float32(scale)).astype(np.float32)
         return Dataset(x_train, y[train], x_test, y[test], classes, scale if raw else 1.0)
-    x = x.astype(np.float32)
+    x = x.astype(np.float32, copy=False)  # indexing by the split copies it anyway
     return Dataset(x[train], y[train], x[test], y[test], classes)
 
 

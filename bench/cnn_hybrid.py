@@ -77,11 +77,11 @@ import sys
 import time
 from typing import Any
 
+from common import BLAS_VARS, THREAD_VARS, blas_info, run_child, variant_envs
+
 BENCH = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(BENCH))
 OUT = os.path.join(ROOT, "bench", "out", "cnn_hybrid")
-BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 TARGETS = {"memory_ratio": 0.55, "engine_vs_ceiling": 0.8, "pipeline_speedup": 1.2, "prep_share": 1 / 3}
 SEED, LR, MOMENTUM = 0, 0.01, 0.9
 _T0 = time.perf_counter()
@@ -118,16 +118,6 @@ def pipe_config(sz: dict[str, Any], data: str, depth: int, steps: int) -> dict[s
             "std": sz["std"], "pipeline": depth, "optimizer": "momentum", "lr": LR, "momentum": MOMENTUM,
             "seed": SEED}
 
-
-def blas_info() -> list[dict[str, Any]]:
-    import numpy  # noqa: F401  (load numpy's BLAS so that threadpoolctl sees it)
-
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return [{"internal_api": "threadpoolctl not installed"}]
-    return [{k: i.get(k) for k in ("internal_api", "architecture", "num_threads", "version")}
-            for i in threadpool_info()]
 
 
 def load() -> float:
@@ -665,26 +655,6 @@ def write_data(sz: dict[str, Any]) -> tuple[str, str]:
     return big, pipe
 
 
-def run_child(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, BENCH, "--child", json.dumps(spec)], env=env, stdout=subprocess.PIPE,
-                       timeout=1800)
-    if p.returncode:
-        raise SystemExit(f"child {spec['role']} ({spec.get('tag')}) failed with exit code {p.returncode}")
-    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
-    out["child_s"] = time.perf_counter() - t
-    return out
-
-
-def variant_envs(mode: str) -> list[tuple[str, dict[str, str]]]:
-    base = dict(os.environ)
-    unset = {k: v for k, v in base.items() if k not in BLAS_VARS}
-    if mode == "env" or (mode == "auto" and not any(v in base for v in BLAS_VARS)):
-        return [("env", base)]
-    if mode == "unset":
-        return [("unset", unset)]
-    return [("env", base), ("unset", unset)]
-
 
 def one_thread(env: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in env.items() if k not in THREAD_VARS}
@@ -707,10 +677,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     figures = {int(f) for f in args.figures.split(",")}
     result["figures"] = sorted(figures)
     if 1 in figures:
-        result["memory"] = run_child({"role": "memory", "sizes": sz, "data": big, "tag": "mem"}, one_thread(envs[0][1]))
+        result["memory"] = run_child(BENCH, {"role": "memory", "sizes": sz, "data": big, "tag": "mem"}, one_thread(envs[0][1]))
     for name, env in envs if figures & {2, 3} else []:
         progress(f"variant {name}: " + ", ".join(f"{k}={env.get(k, '<unset>')}" for k in BLAS_VARS))
-        v = run_child({"role": "timing", "sizes": sz, "data": big, "pipe_data": pipe, "tag": name,
+        v = run_child(BENCH, {"role": "timing", "sizes": sz, "data": big, "pipe_data": pipe, "tag": name,
                            "figures": sorted(figures)}, one_thread(env))
         v["env"] = {k: env.get(k) for k in BLAS_VARS}
         result["variants"][name] = v

@@ -85,12 +85,13 @@ import tempfile
 import time
 from typing import Any
 
+import common
+from common import BLAS_VARS, THREAD_VARS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.abspath(__file__)
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out", "cpu_cluster")
-BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 for _k in THREAD_VARS:  # this process too (it only writes the data, but keep it off the other core)
     os.environ[_k] = "1"
 LR, SEED, INPUT, CLASSES = 0.001, 0, 784, 10
@@ -386,15 +387,12 @@ def trace_summary(run_dir: str, env: dict[str, str]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------
 def variant_envs(mode: str) -> list[tuple[str, dict[str, str]]]:
+    """The BLAS variants (``common.variant_envs``), every child with 1 BLAS thread and this checkout
+    importable."""
     base = {k: v for k, v in os.environ.items()}
     base.update({k: "1" for k in THREAD_VARS})
     base["PYTHONPATH"] = ROOT + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
-    unset = {k: v for k, v in base.items() if k not in BLAS_VARS}
-    if mode == "env" or (mode == "auto" and not any(v in base for v in BLAS_VARS)):
-        return [("as set", base)]
-    if mode == "unset":
-        return [("unset", unset)]
-    return [("as set", base), ("unset", unset)]
+    return common.variant_envs(mode, base, label="as set")
 
 
 def write_data(path: str, n: int) -> None:

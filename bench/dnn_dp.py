@@ -64,9 +64,11 @@ import tempfile
 import time
 from typing import Any, cast
 
+from common import BLAS_VARS, THREAD_VARS, blas_info, run_child, variant_envs
+
+BLAS_KEYS = ("internal_api", "architecture", "num_threads", "version", "filepath")
+
 BENCH = os.path.abspath(__file__)
-BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 TARGETS = {"engine_vs_numpy": 0.9, "cluster_speedup": 1.7, "small_engine_vs_numpy": 0.8}
 LR, MOMENTUM, SEED = 0.01, 0.9, 0
 _T0 = time.perf_counter()
@@ -91,16 +93,6 @@ def sizes(quick: bool) -> dict[str, Any]:
 # ================================================================================================
 # Measuring side (child processes). numpy is imported only here, after the parent set the env.
 # ================================================================================================
-def blas_info() -> list[dict[str, Any]]:
-    import numpy  # noqa: F401  (load numpy's BLAS so that threadpoolctl sees it)
-
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return [{"internal_api": "threadpoolctl not installed"}]
-    return [{k: i.get(k) for k in ("internal_api", "architecture", "num_threads", "version", "filepath")}
-            for i in threadpool_info()]
-
 
 def spec_of(hidden: list[int]) -> list[str]:
     return [f"dense:{h}:relu" for h in hidden] + ["dense:10"]
@@ -108,7 +100,7 @@ def spec_of(hidden: list[int]) -> list[str]:
 
 def dataset(data: str):
     """The engine's own train split (test_fraction 0), so loops and engine see the same samples."""
-    from mariana.vertices.training import load_dataset
+    from mariana.vertices.data import load_dataset
 
     return load_dataset(data, 0.0, SEED)
 
@@ -491,7 +483,7 @@ def anatomy(hidden: list[int], batch: int, reps: int) -> dict[str, Any]:
 
 def child_default(spec: dict[str, Any]) -> dict[str, Any]:
     """Figures 1 and 5 (5 again in the 1-thread child): engine vs numpy loop, paired, in one process."""
-    sz, out = spec["sizes"], cast(dict[str, Any], {"blas": blas_info()})
+    sz, out = spec["sizes"], cast(dict[str, Any], {"blas": blas_info(BLAS_KEYS)})
     if spec.get("big", True):
         out["big"] = paired_figure(spec["data"], sz["hidden"], sz["batch"], sz["warm"], sz["steps"], sz["rounds"],
                                    "fig 1")
@@ -548,7 +540,7 @@ def child_torch(spec: dict[str, Any]) -> dict[str, Any]:
         progress(f"fig 2 round {r + 1}/{sz['rounds']}: PyTorch {torch.__version__}, {steps} steps")
         runs.append(timed(train))  # later rounds continue training; only round 1's losses are comparable
     return {"available": True, "version": torch.__version__, "threads": torch.get_num_threads(),
-            "blas": blas_info(), "torch": best_median(runs, sz["warm"]), "losses": runs[0]["losses"][:5]}
+            "blas": blas_info(BLAS_KEYS), "torch": best_median(runs, sz["warm"]), "losses": runs[0]["losses"][:5]}
 
 
 def child_numpy_proc(spec: dict[str, Any]) -> dict[str, Any]:
@@ -587,7 +579,7 @@ def run_child_procs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def child_one_thread(spec: dict[str, Any]) -> dict[str, Any]:
     """Figures 3 and 4 (1 BLAS thread everywhere), plus figure 5 with 1 thread."""
-    sz, out = spec["sizes"], cast(dict[str, Any], {"blas": blas_info()})
+    sz, out = spec["sizes"], cast(dict[str, Any], {"blas": blas_info(BLAS_KEYS)})
     steps = sz["warm"] + sz["cl_steps"]
     local, cluster = [], []
     for r in range(sz["rounds"]):
@@ -663,26 +655,6 @@ def write_data(path: str, n: int) -> None:
     np.savez(path, x=rng.standard_normal((n, 784), dtype=np.float32), y=rng.integers(0, 10, n))
 
 
-def run_child(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, BENCH, "--child", json.dumps(spec)], env=env, stdout=subprocess.PIPE,
-                       timeout=900)
-    if p.returncode:
-        raise SystemExit(f"child {spec['role']} ({spec.get('tag')}) failed with exit code {p.returncode}")
-    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
-    out["child_s"] = time.perf_counter() - t
-    return out
-
-
-def variant_envs(mode: str) -> list[tuple[str, dict[str, str]]]:
-    base = dict(os.environ)
-    unset = {k: v for k, v in base.items() if k not in BLAS_VARS}
-    if mode == "env" or (mode == "auto" and not any(v in base for v in BLAS_VARS)):
-        return [("env", base)]
-    if mode == "unset":
-        return [("unset", unset)]
-    return [("env", base), ("unset", unset)]
-
 
 def with_threads(env: dict[str, str], threads: int | None) -> dict[str, str]:
     env = {k: v for k, v in env.items() if k not in THREAD_VARS}
@@ -708,10 +680,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             progress(f"variant {name}: " + ", ".join(f"{k}={env.get(k, '<unset>')}" for k in BLAS_VARS))
             base = {"data": data, "sizes": sz, "tag": name, "quiet_wait": args.quiet_wait}
             v: dict[str, Any] = {"env": {k: env.get(k) for k in BLAS_VARS}}
-            v["default"] = run_child(dict(base, role="default"), with_threads(env, None))
+            v["default"] = run_child(BENCH, dict(base, role="default"), with_threads(env, None))
             if not args.no_torch:
-                v["torch"] = run_child(dict(base, role="torch"), with_threads(env, None))
-            v["one_thread"] = run_child(dict(base, role="one-thread"), with_threads(env, 1))
+                v["torch"] = run_child(BENCH, dict(base, role="torch"), with_threads(env, None))
+            v["one_thread"] = run_child(BENCH, dict(base, role="one-thread"), with_threads(env, 1))
             result["variants"][name] = v
     result["machine"]["load_avg_end"] = list(os.getloadavg())
     result["total_s"] = time.perf_counter() - _T0

@@ -22,11 +22,11 @@ from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..vertices.data import InputReader, Preprocess
+from ..vertices.layers import shapes_only
 from ..vertices.exchange import ParameterShardVertex, make_topology
 from ..vertices.partition import PartitionVertex, join_params
-from .dnn_data_parallel import devices
 from .registry import BuildContext, Job, Key
-from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training, flat_of, optimizer_of,
+from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices, finish_training, flat_of, optimizer_of,
                        partition_maker, partition_sizes, schedule, schedule_keys)
 
 DEFAULT_MODEL = ["conv:16:3:1:1:relu", "maxpool:2", "conv:32:3:1:1:relu", "maxpool:2", "dense:64:relu", "dense:10"]
@@ -36,14 +36,9 @@ def part_id(g: int, p: int) -> str:
     return f"part-g{g:02d}-p{p:02d}"
 
 
-def load(config: dict[str, Any]) -> Any:
-    """The data set as images: the digits as (1, 8, 8); an .npz must hold NCHW (or flat) samples."""
-    return dataset_of(config, images=True)
-
-
 def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, Any]:
     """Everything the graph, the finisher and the exporter need, validated (one UsageError each)."""
-    ds = load(config)
+    ds = dataset_of(config, images=True)  # the digits as (1, 8, 8) images
     G, P, B = config["groups"], config["partitions"], config["batch_size"]
     for key, v in (("groups", G), ("partitions", P)):
         if v < 1:
@@ -114,14 +109,14 @@ def _normalised(x: np.ndarray, config: dict[str, Any]) -> np.ndarray:
 def _assemble(values: dict[str, tuple[int, np.ndarray]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
     """The unsplit model's named tensors from the shards' (lo, slice) of every partition."""
     pl = plan(config)
-    plans, flats = [], []
-    for p, shards in enumerate(pl["shards"]):
+    flats = []
+    for shards in pl["shards"]:
         slices = sorted(values[s.id] for s in shards if s.id in values)
         if not slices:
             return []
-        plans.append(pl["make"](p))
         flats.append(np.concatenate([np.asarray(v) for _, v in slices]))
-    return join_params(plans, flats)
+    with shapes_only():  # the partitions' names and shapes; the values are the shards'
+        return join_params([pl["make"](p) for p in range(pl["P"])], flats)
 
 
 def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:

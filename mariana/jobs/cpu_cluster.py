@@ -23,6 +23,7 @@ from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..trace.analyze import counters
 from ..vertices.coordinator import Coordinator, DataLedger
+from ..vertices.layers import shapes_only
 from ..vertices.exchange import ParameterServer, ParameterServerVertex
 from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import DEFAULT_MODEL
@@ -114,7 +115,8 @@ def _assemble(servers: list[dict[str, Any]], config: dict[str, Any]) -> list[tup
         for (k, lo, _), value in zip(st["segments"], st["values"]):
             pieces[int(k)].append((int(lo), np.asarray(value)))
     flats = [np.concatenate([v for _, v in sorted(pieces[k], key=lambda item: item[0])]) for k in range(pl["K"])]
-    return join_params([pl["make"](k) for k in range(pl["K"])], flats)
+    with shapes_only():  # the slices' names and shapes; the values are the servers'
+        return join_params([pl["make"](k) for k in range(pl["K"])], flats)
 
 
 def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:

@@ -22,7 +22,7 @@ from ..vertices.data import DataReader
 from ..vertices.exchange import ParameterShardVertex, make_topology
 from ..vertices.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
-from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training, optimizer_of,
+from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices, finish_training, optimizer_of,
                        schedule, schedule_keys)
 
 DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
@@ -42,20 +42,6 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     return dict(ds=ds, replicas=replicas, spe=spe, total=total, opt=opt, topology=topology,
                 model=functools.cache(lambda: build_model(config["model"], ds.input_shape, ds.classes, config["seed"])),
                 shards=topology.shards(num_params, replicas), devices=devices(config["device"], replicas))
-
-
-def devices(kind: str, count: int, of: Any = None) -> list[str]:
-    """Device of each of ``count`` compute vertices: cpu, or with device=cuda GPU ``of(i)`` mod the
-    number of GPUs (``of`` defaults to i: replica r on GPU r)."""
-    if kind == "cpu":
-        return ["cpu"] * count
-    try:
-        import cupy
-
-        gpus = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # noqa: BLE001 - no cupy, no driver, no device: one clear message
-        raise UsageError(f"device=cuda needs cupy and a CUDA device: {exc}") from None
-    return [f"cuda:{(of(i) if of else i) % gpus}" for i in range(count)]
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
@@ -86,16 +72,14 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
 
 def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
     """The trained model as named arrays (``0.W``, ``0.b``, ...) from the shards' results."""
-    return _assemble({vid: (v["lo"], v["p"]) for vid, v in result.values.items() if _is_shard(vid)}, config)
+    return _assemble({vid: (v["lo"], v["p"]) for vid, v in result.values.items()
+                      if isinstance(v, dict) and "lo" in v}, config)
 
 
 def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
     """The model held by the shards' checkpointed states (``mariana params export --checkpoint``)."""
-    return _assemble({vid: (st["lo"], st["value"]) for vid, st in states.items() if _is_shard(vid)}, config)
-
-
-def _is_shard(vid: str) -> bool:
-    return vid.startswith(("shard-", "ps-"))
+    return _assemble({vid: (st["lo"], st["value"]) for vid, st in states.items() if "lo" in st and "value" in st},
+                     config)
 
 
 def _assemble(slices_by_vertex: dict[str, tuple[int, np.ndarray]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:

@@ -20,7 +20,7 @@ from ..vertices.partition import PartitionPlan, plan_partition
 from ..vertices.optim import OPTIMIZERS, Optimizer, make_optimizer
 from .registry import Key
 
-__all__ = ["OPTIMIZER_KEYS", "schedule_keys", "dataset_of", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
+__all__ = ["OPTIMIZER_KEYS", "schedule_keys", "dataset_of", "devices", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
            "partition_maker", "partition_sizes", "finish_training"]
 
 OPTIMIZER_KEYS = (
@@ -62,6 +62,20 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset:
                       image_shape=shape, raw=images)
     _LAST_DATASET[:] = [(key, ds)]
     return ds
+
+
+def devices(kind: str, count: int, of: Any = None) -> list[str]:
+    """Device of each of ``count`` compute vertices: cpu, or with device=cuda GPU ``of(i)`` mod the
+    number of GPUs (``of`` defaults to i: replica r on GPU r)."""
+    if kind == "cpu":
+        return ["cpu"] * count
+    try:
+        import cupy
+
+        gpus = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - no cupy, no driver, no device: one clear message
+        raise UsageError(f"device=cuda needs cupy and a CUDA device: {exc}") from None
+    return [f"cuda:{(of(i) if of else i) % gpus}" for i in range(count)]
 
 
 def optimizer_of(config: dict[str, Any]) -> Optimizer:

@@ -31,17 +31,13 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..engine.vertex import array_module
-from .data import DataReader, Dataset, load_dataset
-from .exchange import ParameterShardVertex, Shard, SyncedMember, Topology, shard_ranges, tree_children, tree_parent
+from .exchange import Shard, SyncedMember, Topology
 from .layers import to_module
 from .optim import Optimizer
 
 log = logging.getLogger(__name__)
 
-# DataReader, Dataset, load_dataset, ParameterShardVertex, shard_ranges and the tree helpers lived
-# here before data.py and exchange.py; they are still importable from this module.
-__all__ = ["ReplicaVertex", "on_device", "evaluate_logits", "DataReader", "Dataset", "load_dataset",
-           "ParameterShardVertex", "shard_ranges", "tree_children", "tree_parent"]
+__all__ = ["ReplicaVertex", "on_device", "evaluate_logits"]
 
 
 def on_device(device: str) -> Any:

@@ -15,7 +15,7 @@ import pytest
 from mariana.jobs import get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.cnn_hybrid import final_params
-from training_helpers import max_diff, trainer
+from training_helpers import max_diff, require_gpu, trainer
 from mariana.storage import RunDir
 
 pytestmark = pytest.mark.timeout(180)
@@ -173,12 +173,7 @@ def test_flat_samples_with_a_conv_model_are_refused(tmp_path, capsys):
 @pytest.mark.gpu
 def test_partitions_on_gpus_match_the_cpu():
     """device=cuda puts partition p on GPU p mod #GPUs; transfers are staged through the host."""
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no usable CUDA device: {exc}")
+    require_gpu()
     cpu, _ = train(SMALL + ["partitions=2", "groups=2"])
     gpu, _ = train(SMALL + ["partitions=2", "groups=2", "device=cuda"])
     two, _ = train(SMALL + ["partitions=2", "groups=2", "device=cuda"], workers=2, runtime="cluster")

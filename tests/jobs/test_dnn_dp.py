@@ -13,7 +13,7 @@ from mariana.jobs import get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
-from training_helpers import max_diff, trainer
+from training_helpers import max_diff, require_gpu, trainer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -156,12 +156,7 @@ def test_data_from_an_fsspec_url(tmp_path):
 
 @pytest.mark.gpu
 def test_data_parallel_equivalence_on_gpu():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no usable CUDA device: {exc}")
+    require_gpu()
     cpu, _ = train(SMALL + ["replicas=2"])
     gpu, _ = train(SMALL + ["replicas=2", "device=cuda"])
     assert max_diff(cpu, gpu) < 1e-4

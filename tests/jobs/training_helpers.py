@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 
 from mariana.jobs import get_job, resolve_config
 from mariana.jobs.launch import run_job
@@ -31,3 +32,13 @@ def max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
 def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     """Bit-identical tensors under the same names."""
     return a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+def require_gpu() -> None:
+    """Skip the calling test unless cupy and a CUDA device are there."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as exc:  # noqa: BLE001 - no driver, no runtime: skip and say why
+        pytest.skip(f"no usable CUDA device: {exc}")

@@ -276,8 +276,10 @@ class Partition:
                 "inbox": [[m.src, m.dst, m.tag, m.payload] for lst in self.inbox.values() for m in lst]}
 
     def params_snapshot(self) -> dict[str, Any]:
-        """``params_snapshot()`` of every vertex that has one (a parameter shard), by id."""
-        return {vid: plain(v.params_snapshot()) for vid, v in self.vertices.items() if hasattr(v, "params_snapshot")}
+        """``params_snapshot()`` of every vertex that has one (a parameter shard), by id; a vertex
+        whose method returns None holds no parameters this time (a replica but the first)."""
+        snaps = {vid: v.params_snapshot() for vid, v in self.vertices.items() if hasattr(v, "params_snapshot")}
+        return {vid: plain(snap) for vid, snap in snaps.items() if snap is not None}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Inverse of ``snapshot`` (on a partition freshly built from the same graph and placement)."""

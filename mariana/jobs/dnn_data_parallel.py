@@ -55,12 +55,23 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
               devices=dict(zip(replica_ids, plan["devices"])))
     seed, model = config["seed"], plan["model"]  # the model: built once per process, on first use
     init = functools.cache(lambda: np.concatenate([p.ravel() for _, p in model().named_params()]).astype(np.float32))
+    taken: list[bool] = []
+
+    def own_model() -> Any:
+        """The first replica of this process takes the built model, the others a copy of it
+        (vertices are all built before the first superstep: it is still untrained)."""
+        if taken:
+            return copy.deepcopy(model(), {id(np): np})  # the array module is shared, not copied
+        taken.append(True)
+        return model()
+
     for r, rid in enumerate(replica_ids):
         reader = f"reader-{r:03d}"
         g.add_lazy(reader, lambda r=r, rid=rid, reader=reader: DataReader(
-            reader, rid, ds.x_train, ds.y_train, config["batch_size"], n, r, seed, plan["total"]))
+            reader, rid, ds.x_train, ds.y_train, config["batch_size"], n, r, seed, plan["total"],
+            ahead=2 if plan["topology"].replicated else 1))
         g.add_lazy(rid, lambda r=r, rid=rid, reader=reader: ReplicaVertex(
-            rid, r, replica_ids, lambda: copy.deepcopy(model(), {id(np): np}), reader, plan["shards"],
+            rid, r, replica_ids, own_model, reader, plan["shards"],
             plan["topology"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
             ds.x_test[r::n], ds.y_test[r::n], plan["devices"][r]))
     for s in plan["shards"]:
@@ -77,9 +88,12 @@ def final_params(result: RunResult, config: dict[str, Any]) -> list[tuple[str, n
 
 
 def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
-    """The model held by the shards' checkpointed states (``mariana params export --checkpoint``)."""
-    return _assemble({vid: (st["lo"], st["value"]) for vid, st in states.items() if "lo" in st and "value" in st},
-                     config)
+    """The model held by the shards' checkpointed states (``mariana params export --checkpoint``),
+    or with ``exchange=allreduce`` (no shards) by replica 0's."""
+    slices = {vid: (st["lo"], st["value"]) for vid, st in states.items() if "lo" in st and "value" in st}
+    if not slices and "flat" in states.get("replica-000", {}):
+        slices = {"replica-000": (0, states["replica-000"]["flat"])}
+    return _assemble(slices, config)
 
 
 def _assemble(slices_by_vertex: dict[str, tuple[int, np.ndarray]], config: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
@@ -109,7 +123,9 @@ JOB = Job(
         Key("model", DEFAULT_MODEL, "list", "layers: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], maxpool:K, "
                                             "flatten, dropout:P, relu|tanh|sigmoid; softmax cross-entropy is appended"),
         Key("replicas", 0, "int", "model replicas (0: one per worker)"),
-        Key("exchange", "linear", "str", "gradient exchange topology", choices=("linear", "tree", "ps")),
+        Key("exchange", "linear", "str", "gradient exchange: linear (shard beside each replica), tree, ps (servers on "
+                                         "worker 0), allreduce (no shards: every replica updates its own copy, one "
+                                         "superstep per step)", choices=("linear", "tree", "ps", "allreduce")),
         Key("ps_shards", 1, "int", "parameter-server vertices for exchange=ps (all on worker 0)"),
         *OPTIMIZER_KEYS,
         *schedule_keys(20, "replicas"),

@@ -143,7 +143,7 @@ def batch_rows(seed: int, epoch_size: int, global_batch: int, step: int, start: 
 
 
 class DataReader(Vertex):
-    """Serves replica ``rank`` its slice of each global batch; one batch ahead of the replica.
+    """Serves replica ``rank`` its slice of each global batch; ``ahead`` batches ahead of the replica.
 
     Batches come from one seeded permutation of the training set per epoch, shared by all
     readers, so N replicas with batch B/N see exactly the samples one replica with batch B sees.
@@ -152,8 +152,9 @@ class DataReader(Vertex):
     static_attributes = ("x", "y", "_perm")  # data and a cache: rebuilt, never checkpointed
 
     def __init__(self, id: str, replica: str, x: np.ndarray, y: np.ndarray, batch_size: int, replicas: int,
-                 rank: int, seed: int, total_steps: int) -> None:
+                 rank: int, seed: int, total_steps: int, ahead: int = 1) -> None:
         super().__init__(id, 0)
+        self.ahead = ahead
         self.replica, self.x, self.y = replica, x, y
         self.global_batch, self.local = batch_size, batch_size // replicas
         self.rank, self.seed, self.total_steps = rank, seed, total_steps
@@ -165,7 +166,7 @@ class DataReader(Vertex):
                              self._perm)
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
-        wanted = [0] if ctx.superstep == 0 else [int(m.payload) for m in messages]
+        wanted = list(range(self.ahead)) if ctx.superstep == 0 else [int(m.payload) for m in messages]
         for step in wanted:
             if step < self.total_steps:
                 idx = self.indices(step)

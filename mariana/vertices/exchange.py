@@ -13,6 +13,10 @@ A ``Topology`` decides how gradients travel and where shards live:
 - ``ParameterServer``: ``servers`` shards, all beside member 0 (or wherever the job places them).
 - ``Tree``: members reduce whole gradients pairwise up a binomial tree (log2 N rounds, one
   superstep each) to member 0, which hands the sum to one shard.
+- ``AllReduce``: no shards. Every member sends every other member its gradient buckets; each
+  sums them in member order and applies the optimizer to its own copy of the whole vector, as
+  DDP does (one superstep per step; (N-1) x the model per member and step against linear's
+  2 (N-1)/N: the layout for few members). Parameters are bit-identical to ``linear``'s.
 
 ``SyncedMember`` is the member side (a mixin for a Vertex): ``push_gradients`` after backward,
 ``take_exchange`` for incoming ``param``/``tree`` messages, ``params_ready`` when every fresh
@@ -33,7 +37,7 @@ from .layers import to_module
 from .optim import Optimizer, replica_stats
 
 __all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology",
-           "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
+           "AllReduce", "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
            "tree_parent", "gradient_buckets", "BUCKET"]
 
 
@@ -80,6 +84,7 @@ class Topology(ABC):
         """The shards of a flat vector of ``num_params`` elements shared by ``members`` members."""
 
     streams = True  # gradients may leave bucket by bucket during backward
+    replicated = False  # members apply the optimizer themselves (no shard vertices)
 
     def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
         """Send every bucket of ``member.grad`` at or after flat offset ``ready_from`` not sent yet
@@ -166,7 +171,55 @@ class Tree(Topology):
             ctx.send(member.shards[0][0], payload, tag="grad")
 
 
-TOPOLOGIES: dict[str, type[Topology]] = {"linear": Linear, "tree": Tree, "ps": ParameterServer}
+class AllReduce(Topology):
+    """Every member gets every member's gradient and updates its own copy (see the module docstring).
+
+    A member's gradient buckets of step s are read by the others in the superstep after it sent
+    them, while it computes step s+1: members therefore keep two gradient buffers and alternate
+    (``SyncedMember.next_grad_buffer``), so a co-located member's views are never overwritten."""
+
+    name = "allreduce"
+    replicated = True
+
+    def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
+        return []
+
+    def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
+        buckets = member.buckets
+        others = [m for m in member.member_ids if m != member.id]
+        pushed_last = False
+        while member.next_bucket >= 0 and buckets[member.next_bucket][1] >= ready_from:
+            _, lo, hi = buckets[member.next_bucket]
+            member.next_bucket -= 1
+            pushed_last = member.next_bucket < 0
+            view = member.grad[lo:hi]
+            if member.scale != 1.0:
+                view *= member.scale
+            if not others and member.stats_kind is None:
+                continue
+            g = to_module(view, np)
+            payload: dict[str, Any] = {"g": g, "at": lo}
+            if member.stats_kind is not None:
+                payload["s"] = member.own_stats[str(lo)] = replica_stats(member.stats_kind, g, member.block)
+            for other in others:
+                member.sync_bytes += g.nbytes + (payload["s"].nbytes if "s" in payload else 0)
+                ctx.send(other, payload, tag="grad")
+        if pushed_last and member.pending_params == 0:  # a lone member: nothing to wait for
+            member.apply_update()
+
+    def take(self, ctx: Context, member: "SyncedMember", m: Message) -> bool:
+        if m.tag != "grad":
+            return False
+        lo = int(m.payload["at"])
+        member.incoming.setdefault(lo, {})[member.member_ids.index(m.src)] = m.payload
+        member.pending_params -= len(m.payload["g"])
+        if member.pending_params == 0:
+            member.apply_update()
+        return True
+
+
+TOPOLOGIES: dict[str, type[Topology]] = {"linear": Linear, "tree": Tree, "ps": ParameterServer,
+                                         "allreduce": AllReduce}
 
 
 def make_topology(name: str, ps_shards: int = 1) -> Topology:
@@ -216,6 +269,7 @@ class SyncedMember:
     the rest of backward; ``push_gradients`` sends the rest.
     """
 
+    id: str
     flat: Any
     grad: Any
     xp: Any
@@ -227,13 +281,21 @@ class SyncedMember:
         self.shards = [(s.id, s.lo, s.hi) for s in shards]
         self.topology = topology
         self.stats_kind, self.block = optimizer.stats, optimizer.block
-        self.buckets = gradient_buckets(self.shards, tensor_sizes or [int(self.flat.size)])
+        whole = [("", 0, int(self.flat.size))]  # a replicated member's buckets cut the whole vector
+        self.buckets = gradient_buckets(self.shards or whole, tensor_sizes or [int(self.flat.size)])
         self.next_bucket = len(self.buckets) - 1  # the last layers' bucket goes first
         self.params_ready = True
         self.pending_params = 0  # elements of fresh parameters still to come this step
         self.tree_waiting: list[int] = []
         self.tree_stats: Any = None
         self.sync_bytes = 0  # gradient and statistics bytes sent, for counters (the member resets it)
+        self.params_fresh = False  # set when a step's parameters are all in; the member clears it
+        if topology.replicated:  # the optimizer runs here: its state, the other gradient buffer
+            self.optimizer = optimizer
+            self.opt_state = optimizer.init_state(self.flat)
+            self.grad_spare = self.xp.zeros(self.grad.shape, dtype=self.grad.dtype)
+            self.own_stats: dict[str, Any] = {}  # this step's statistics per bucket, until the update
+            self.incoming: dict[int, dict[int, dict[str, Any]]] = {}  # {bucket lo: {member: payload}}
 
     def push_ready(self, ctx: Context, ready_from: int) -> None:
         """Backward has made the gradient final from flat offset ``ready_from`` on: send it.
@@ -256,7 +318,33 @@ class SyncedMember:
     def _await_params(self) -> None:
         if self.next_bucket == len(self.buckets) - 1:  # the step's first push
             self.params_ready = False
-            self.pending_params = sum(hi - lo for _, lo, hi in self.shards)
+            if self.topology.replicated:
+                self.pending_params = (self.members - 1) * int(self.flat.size)
+            else:
+                self.pending_params = sum(hi - lo for _, lo, hi in self.shards)
+
+    def next_grad_buffer(self) -> Any:
+        """Swap to the other gradient buffer before a replicated member's backward (see
+        ``AllReduce``); returns the buffer the layers must now write into."""
+        self.grad, self.grad_spare = self.grad_spare, self.grad
+        return self.grad
+
+    def apply_update(self) -> None:
+        """Every member's gradient of the step is in: per bucket, the optimizer sums them in
+        member order (as a shard does) and updates this member's whole vector; then the
+        parameters are fresh. Our own buffer is only read: co-located members may still read it."""
+        xp = self.xp
+        for _, lo, hi in self.buckets:
+            got = self.incoming.pop(lo, {})
+            grads = [self.grad[lo:hi] if r == self.rank else xp.asarray(got[r]["g"]) for r in range(self.members)]
+            stats = None
+            if self.stats_kind is not None:
+                parts = [self.own_stats.pop(str(lo)) if r == self.rank else got[r]["s"] for r in range(self.members)]
+                stats = np.array(parts[0], dtype=np.float32)
+                for other in parts[1:]:
+                    np.add(stats, other, out=stats)
+            self.optimizer.step(self.flat, grads, self.opt_state, stats, lo)
+        self.params_ready, self.params_fresh = True, True
 
     def take_exchange(self, ctx: Context, m: Message) -> bool:
         """Consume a ``param`` piece or a topology message; False if ``m`` is neither.
@@ -267,22 +355,19 @@ class SyncedMember:
             lo, p = m.payload["lo"], m.payload["p"]
             self.flat[lo:lo + len(p)] = self.xp.asarray(p)
             self.pending_params -= len(p)
-            self.params_ready = self.pending_params == 0
+            self.params_ready = self.params_fresh = self.pending_params == 0
             return True
         return self.topology.take(ctx, self, m)
 
 
-def _summed(grads: list[dict[str, Any]]) -> tuple[Any, Any]:
-    """The members' gradient pieces (and statistics) summed in member order (message order)."""
-    if len(grads) == 1:  # nothing to sum: the optimizer only reads the gradient
-        return grads[0]["g"], grads[0].get("s")
-    g = np.array(grads[0]["g"], dtype=np.float32)
+def _summed(grads: list[dict[str, Any]]) -> tuple[list[Any], Any]:
+    """The members' gradient pieces (summed by the optimizer, in member order: message order)
+    and their statistics summed likewise."""
     stats = None if "s" not in grads[0] else np.array(grads[0]["s"], dtype=np.float32)
     for other in grads[1:]:
-        np.add(g, other["g"], out=g)
         if stats is not None:
             np.add(stats, other["s"], out=stats)
-    return g, stats
+    return [p["g"] for p in grads], stats
 
 
 class ParameterShardVertex(Vertex):
@@ -307,7 +392,7 @@ class ParameterShardVertex(Vertex):
             g, stats = _summed(grads)
             start = at - self.lo
             self.optimizer.step(self.value, g, self.state, stats, start)
-            piece = self.value[start:start + len(g)]
+            piece = self.value[start:start + len(g[0])]
             for r in self.replicas:
                 ctx.send(r, {"lo": at, "p": piece}, tag="param")
             ctx.flush()
@@ -363,7 +448,7 @@ class ParameterServerVertex(Vertex):
             g, stats = _summed(grads)
             start = at - self.segments[i][1]
             self.optimizer.step(self.values[i], g, self.states[i], stats, start)
-            piece = self.values[i][start:start + len(g)]
+            piece = self.values[i][start:start + len(g[0])]
             for member in self.members[k]:
                 ctx.send(member, {"lo": at, "p": piece}, tag="param")
             ctx.flush()

@@ -199,7 +199,7 @@ class Dense(Layer):
             "W": _he_normal((self.in_features, self.out_features), self.in_features, seed, dtype),
             "b": np.zeros(self.out_features, dtype=dtype),
         }
-        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.grads = {k: np.zeros(v.shape, v.dtype) for k, v in self.params.items()}  # lazily zeroed pages
         self._x: Array | None = None
         self.input_grad = True  # Model turns it off for the first layer
 
@@ -351,7 +351,7 @@ class Conv2D(Layer):
             "W": _he_normal(shape, self.in_channels * kh * kw, seed, dtype),
             "b": np.zeros(self.out_channels, dtype=dtype),
         }
-        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.grads = {k: np.zeros(v.shape, v.dtype) for k, v in self.params.items()}  # lazily zeroed pages
         self.input_grad = True  # Model turns it off for the first layer
 
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:

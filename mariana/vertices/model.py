@@ -214,14 +214,26 @@ class Model:
         return sum(int(a.size) for _, a in self.named_params())
 
     def bind_flat(self, flat_params: Array, flat_grads: Array) -> None:
-        """Copy the current params (and grads) into the two flat buffers, then make every layer's
-        params/grads entries reshaped views of them, in ``named_params`` order.
+        """Copy the current params into ``flat_params`` and make every layer's params/grads entries
+        reshaped views of the two buffers, in ``named_params`` order (gradients are what the next
+        backward writes, so ``flat_grads`` is taken as it is, not filled).
 
         The buffers must be 1-D, of the model's dtype and length ``num_params``. Their array
         module becomes the model's (binding cupy buffers moves the model to the GPU).
         """
         bind_layers(self.layers, flat_params, flat_grads)
         self.xp = array_module_of(flat_params)
+
+    def bind_grads(self, flat_grads: Array) -> None:
+        """Make every layer's grads entries views of ``flat_grads`` (same layout as ``bind_flat``'s),
+        without copying anything: for a member that alternates two gradient buffers."""
+        offset = 0
+        for layer in self.layers:
+            for key, g in layer.grads.items():
+                layer.grads[key] = flat_grads[offset:offset + g.size].reshape(g.shape)
+                offset += g.size
+        if offset != flat_grads.size:
+            raise ValueError(f"flat_grads has {flat_grads.size} elements, the model {offset}")
 
     def to(self, xp: Any) -> "Model":
         """Move every layer to array module ``xp`` (numpy or cupy); returns self.
@@ -251,12 +263,11 @@ def bind_layers(layers: list[Layer], flat_params: Array, flat_grads: Array) -> N
     offset = 0
     for layer in layers:
         for key in list(layer.params):
-            p, g = layer.params[key], layer.grads[key]
+            p = layer.params[key]
             size, shape = int(p.size), p.shape
             pv = flat_params[offset:offset + size].reshape(shape)
             gv = flat_grads[offset:offset + size].reshape(shape)
-            pv[...] = to_module(p, xp)
-            gv[...] = to_module(g, xp)
+            pv[...] = to_module(p, xp)  # gradients are outputs of the next backward: not copied
             layer.params[key], layer.grads[key] = pv, gv
             offset += size
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from .layers import array_module_of
 
 __all__ = ["Optimizer", "SGD", "AdaGrad", "make_optimizer", "replica_stats", "OPTIMIZERS"]
 
@@ -52,18 +53,31 @@ class Optimizer(ABC):
     def step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any = None, at: int = 0) -> None:
         """Update ``param[at:at + len(grad)]`` in place from the summed gradient (and its
         statistics), ``CHUNK`` elements at a time; ``state`` is the whole slice's. ``at`` must be a
-        multiple of ``block`` when the statistics are per block (a bucket of a shard)."""
+        multiple of ``block`` when the statistics are per block (a bucket of a shard).
+
+        ``grad`` may be a list of the members' gradients: they are summed in list order chunk by
+        chunk (bit for bit what summing them first gives, in one pass over memory instead of two)."""
         if stats is None and self.stats is not None:
             raise ValueError(f"{type(self).__name__} with stats={self.stats!r} needs the replicas' statistics")
+        grads = grad if isinstance(grad, list) else [grad]
+        size = int(grads[0].size)
         per_block = self.stats == "block"
         chunk = max(self.block, CHUNK // self.block * self.block)  # whole blocks of adagrad_approx
-        for lo in range(at, at + grad.size, chunk):
-            hi = min(at + grad.size, lo + chunk)
+        total = None if len(grads) == 1 else array_module_of(grads[0]).empty(min(chunk, size), dtype=grads[0].dtype)
+        for lo in range(at, at + size, chunk):
+            hi = min(at + size, lo + chunk)
             blocks = slice(lo // self.block, -(-hi // self.block))
             part = {k: v[blocks] if per_block and k == "G" else v[lo:hi] for k, v in state.items()}
             local = slice((lo - at) // self.block, -(-(hi - at) // self.block)) if per_block else slice(lo - at, hi - at)
             s = None if stats is None else stats[local]
-            self._step(param[lo:hi], grad[lo - at:hi - at], part, s)
+            if total is None:
+                g = grads[0][lo - at:hi - at]
+            else:
+                g = total[:hi - lo]
+                np.add(grads[0][lo - at:hi - at], grads[1][lo - at:hi - at], out=g)
+                for other in grads[2:]:
+                    np.add(g, other[lo - at:hi - at], out=g)
+            self._step(param[lo:hi], g, part, s)
 
     @abstractmethod
     def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:

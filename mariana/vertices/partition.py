@@ -183,7 +183,7 @@ class PartitionVertex(SyncedMember, Vertex):
             for layer in plan.layers:
                 layer.to(self.xp)
             self.flat = self.xp.zeros(plan.num_params, dtype=np.float32)
-            self.grad = self.xp.zeros_like(self.flat)
+            self.grad = self.xp.zeros(plan.num_params, dtype=np.float32)
             bind_layers(plan.layers, self.flat, self.grad)
         sizes = [int(a.size) for layer in plan.layers for a in layer.params.values()]
         self.init_sync(group, members, shards, topology, optimizer, sizes)

@@ -10,7 +10,10 @@ One synchronous SGD step with the ``linear`` or ``ps`` exchange takes two supers
     superstep t+2   replica r: copies the slices into its parameters and computes the next step
 
 ``tree`` reduces whole gradients pairwise up a binomial tree (log2 N rounds, one superstep each)
-to replica 0, which hands the sum to a single shard. Replicas scale their mean-loss gradient by
+to replica 0, which hands the sum to a single shard. ``allreduce`` has no shards and one superstep
+per step: in superstep t every replica receives the others' gradient buckets of step t-1, sums
+them in replica order, updates its own copy of the parameters and computes step t (its reader
+then keeps two batches ahead). Replicas scale their mean-loss gradient by
 ``local batch / global batch``, so the summed gradient is that of one replica on the whole batch.
 
 Every replica and shard holds its parameters as one flat float32 vector; a shard owns the
@@ -74,33 +77,45 @@ class ReplicaVertex(SyncedMember, Vertex):
         with on_device(device):
             self.model = make_model().to(self.xp)
             self.flat = self.xp.zeros(self.model.num_params, dtype=np.float32)
-            self.grad = self.xp.zeros_like(self.flat)
+            self.grad = self.xp.zeros(self.model.num_params, dtype=np.float32)
             self.model.bind_flat(self.flat, self.grad)
         self.init_sync(rank, replica_ids, shards, topology, optimizer,
                        [int(p.size) for _, p in self.model.named_params()])
         self.offsets = self.model.param_offsets()
         self.step = 0
-        self.batch: dict[str, Any] | None = None
+        self.ahead = 2 if topology.replicated else 1  # batches the reader serves ahead of the step
+        self.batches: list[dict[str, Any]] = []
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         with on_device(self.device):
             self._compute(ctx, messages)
-        ctx.vote_to_halt()
+        if not (self.params_ready and self.batches and self.step < self.total_steps):
+            ctx.vote_to_halt()  # else a buffered batch is due next superstep (a lone allreduce replica)
 
     def _compute(self, ctx: Context, messages: list[Message]) -> None:
         """Messages arrive and leave as host (numpy) arrays; the model may live on a GPU."""
         for m in messages:
             if m.tag == "batch":
-                self.batch = m.payload
-            elif self.take_exchange(ctx, m) and m.tag == "param" and self.params_ready:
-                if self.step == self.total_steps or self.step % self.steps_per_epoch == 0:
-                    self.evaluate(ctx)
-        if self.params_ready and self.batch is not None and self.step < self.total_steps:
+                self.batches.append(m.payload)
+            else:
+                self.take_exchange(ctx, m)
+        self.after_update(ctx)
+        if self.params_ready and self.batches and self.step < self.total_steps:
             self.train_step(ctx)
+            self.after_update(ctx)  # a lone allreduce replica has updated already
+
+    def after_update(self, ctx: Context) -> None:
+        """Evaluate once fresh parameters of an epoch's last step (or of the last step) are in."""
+        if self.params_fresh:
+            self.params_fresh = False
+            if self.step == self.total_steps or self.step % self.steps_per_epoch == 0:
+                self.evaluate(ctx)
 
     def train_step(self, ctx: Context) -> None:
-        batch, self.batch = self.batch, None
+        batch = self.batches.pop(0)
         assert batch["step"] == self.step, (batch["step"], self.step)
+        if self.topology.replicated:
+            self.model.bind_grads(self.next_grad_buffer())
         def ready(layer: int) -> None:  # this layer's gradient is final: its buckets may leave
             if self.offsets[layer] is not None:
                 self.push_ready(ctx, self.offsets[layer])
@@ -108,8 +123,8 @@ class ReplicaVertex(SyncedMember, Vertex):
         loss = self.model.loss_and_grad(batch["x"], self.xp.asarray(batch["y"]), ready)
         ctx.aggregate("loss", (loss * len(batch["y"]), len(batch["y"])))
         self.step += 1
-        if self.step < self.total_steps:
-            ctx.send(self.reader, self.step, tag="next")
+        if self.step + self.ahead - 1 < self.total_steps:
+            ctx.send(self.reader, self.step + self.ahead - 1, tag="next")
         self.push_gradients(ctx)
 
     def evaluate(self, ctx: Context) -> None:
@@ -120,10 +135,20 @@ class ReplicaVertex(SyncedMember, Vertex):
         ctx.aggregate("epoch", self.step / self.steps_per_epoch)
 
     def result(self) -> dict[str, Any]:
+        """The step; with ``allreduce``, replica 0 also returns the model (there are no shards)."""
+        if self.topology.replicated and self.rank == 0:
+            return {"step": self.step, "lo": 0, "p": to_module(self.flat, np)}
         return {"step": self.step}
 
+    def params_snapshot(self) -> dict[str, Any] | None:
+        """With ``allreduce``, replica 0 holds the model for ``RUN/params/ss-NNNNNN/``."""
+        if self.topology.replicated and self.rank == 0:
+            return {"lo": 0, "hi": int(self.flat.size), "value": to_module(self.flat, np), "updates": self.step}
+        return None
+
     def state_dict(self) -> dict[str, Any]:
-        """Counters, the flat parameter and gradient buffers, a pending batch, dropout RNGs."""
+        """Counters, the flat parameter and gradient buffers, pending batches, dropout RNGs (and
+        with ``allreduce`` the optimizer state and the other gradient buffer)."""
         return {**default_state(self), "dropout_rngs": [layer.rng for layer in self.model.layers if hasattr(layer, "rng")]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -133,6 +158,10 @@ class ReplicaVertex(SyncedMember, Vertex):
             flat, grad = state.pop("flat"), state.pop("grad")
             self.flat[...] = self.xp.asarray(flat)  # in place: the model's layers are views of these
             self.grad[...] = self.xp.asarray(grad)
+            if "grad_spare" in state:
+                self.grad_spare[...] = self.xp.asarray(state.pop("grad_spare"))
+                for key, value in state.pop("opt_state").items():
+                    self.opt_state[key][...] = self.xp.asarray(value)
             load_default_state(self, state)
         for layer, rng_state in zip([la for la in self.model.layers if hasattr(la, "rng")], rngs):
             layer.rng.bit_generator.state = json.loads(rng_state["__rng__"])

@@ -200,15 +200,17 @@ def test_a_checkpoint_holds_the_state_at_its_barrier_while_the_job_goes_on(tmp_p
 SETS = ["epochs=3", "checkpoint_every=8"]
 
 
-def _train(run_dir, workers=2, runtime="cluster", **kw):
-    config = resolve_config(DNN, None, SETS)
+def _train(run_dir, workers=2, runtime="cluster", sets=(), **kw):
+    config = resolve_config(DNN, None, SETS + list(sets))
     result = run_job(DNN, config, workers=workers, runtime=runtime, run_dir=RunDir(str(run_dir)), **kw)
     return {k: v.tobytes() for k, v in final_params(result, config)}, result
 
 
-def test_killing_one_worker_recovers_to_bit_identical_parameters(tmp_path):
-    reference, _ = _train(tmp_path / "reference")
-    at = random.Random(5).randrange(20, 120)  # a seeded random superstep
+@pytest.mark.parametrize("exchange", ["linear", "allreduce"])
+def test_killing_one_worker_recovers_to_bit_identical_parameters(tmp_path, exchange):
+    sets = [f"exchange={exchange}"]
+    reference, ref = _train(tmp_path / "reference", sets=sets)
+    at = random.Random(5).randrange(20, ref.supersteps - 10)  # a seeded random superstep
     procs, killed = [], []
 
     def kill(line):
@@ -216,7 +218,7 @@ def test_killing_one_worker_recovers_to_bit_identical_parameters(tmp_path):
             killed.append(procs[1].pid)
             os.kill(procs[1].pid, signal.SIGKILL)
 
-    recovered, result = _train(tmp_path / "killed", on_superstep=kill, on_start=lambda m, p: procs.extend(p))
+    recovered, result = _train(tmp_path / "killed", sets=sets, on_superstep=kill, on_start=lambda m, p: procs.extend(p))
     assert killed and recovered == reference
     assert result.metrics[-1]["restarts"] == 1
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))

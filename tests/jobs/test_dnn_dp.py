@@ -13,7 +13,7 @@ from mariana.jobs import get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
-from training_helpers import max_diff, require_gpu, trainer
+from training_helpers import max_diff, require_gpu, same, trainer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -50,8 +50,23 @@ def test_per_replica_adagrad_variants_agree_across_topologies(optimizer):
     assert max_diff(runs[0], runs[1]) < SUMMATION_TOL and max_diff(runs[0], runs[2]) < SUMMATION_TOL
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad", "adagrad_dp", "adagrad_approx"])
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_allreduce_gives_the_parameters_of_linear_bit_for_bit_in_one_superstep_per_step(replicas, optimizer):
+    """Each replica sums the same slices in the same (replica) order as a linear shard and runs
+    the same elementwise optimizer on its own copy, so the bytes match; without the shard
+    superstep a step takes one superstep instead of two."""
+    sets = SMALL + [f"optimizer={optimizer}", f"replicas={replicas}"]
+    linear, lin = train(sets + ["exchange=linear"])
+    allreduce, ar = train(sets + ["exchange=allreduce"])
+    assert same(linear, allreduce)
+    assert lin.supersteps == 2 * 6 + 2 and ar.supersteps <= 6 + 2
+    assert not any(k.startswith("shard") for k in ar.values)
+
+
 @pytest.mark.parametrize("sets", [["replicas=2"], ["replicas=4", "exchange=tree"], ["replicas=4", "exchange=ps", "ps_shards=3"],
-                                  ["replicas=2", "optimizer=adagrad_approx"]])
+                                  ["replicas=2", "optimizer=adagrad_approx"], ["replicas=2", "exchange=allreduce"],
+                                  ["replicas=4", "exchange=allreduce", "optimizer=momentum"]])
 def test_local_and_cluster_runtimes_give_bit_identical_parameters(sets):
     local, _ = train(SMALL + sets, workers=2, runtime="local")
     cluster, _ = train(SMALL + sets, workers=2, runtime="cluster")
@@ -170,3 +185,21 @@ def test_the_same_placement_is_bit_identical_with_matmuls_big_enough_for_blas_th
     local, _ = train(sets, workers=2, runtime="local")
     cluster, _ = train(sets, workers=2, runtime="cluster")
     assert all(local[k].tobytes() == cluster[k].tobytes() for k in local)
+
+
+def test_allreduce_snapshots_and_exports_the_model_without_shards(tmp_path, capsys):
+    """Replica 0 holds the model: the parameter snapshots, a checkpoint export and the final
+    export all come from it, and agree with linear's shards."""
+    run = tmp_path / "run"
+    sets = [x for kv in ["epochs=2", "checkpoint_every=10", "replicas=2", "exchange=allreduce"] for x in ("--set", kv)]
+    assert main(["run", "dnn-dp", "--run-dir", str(run), "--workers", "2", "--max-supersteps", "25", *sets]) == 0
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "final.npz")]) == 0
+    (run / "params" / "index.json").unlink()  # as if still training
+    capsys.readouterr()
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "now.npz")]) == 0
+    assert "from the parameter snapshot at superstep 20" in capsys.readouterr().out
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "ck.npz"), "--checkpoint", "20"]) == 0
+    with np.load(tmp_path / "now.npz") as now, np.load(tmp_path / "ck.npz") as ck, np.load(tmp_path / "final.npz") as end:
+        assert now.files == ["0.W", "0.b", "1.W", "1.b", "2.W", "2.b"]
+        assert all(now[k].tobytes() == ck[k].tobytes() for k in now.files)
+        assert any(now[k].tobytes() != end[k].tobytes() for k in now.files)  # 20 supersteps are 19 steps, not 24

@@ -55,6 +55,27 @@ def test_chunked_updates_equal_the_whole_slice_formula_bit_for_bit(name):
     assert p.tobytes() == _reference(name, p0, g, stats, 3).tobytes()
 
 
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adagrad", "adagrad_approx"])
+@pytest.mark.parametrize("members", [2, 3])
+def test_a_list_of_gradients_is_summed_in_order_chunk_by_chunk_bit_for_bit(name, members):
+    """``step(p, [g0, g1, ...])`` fuses the members' sum into the update: the same bytes as
+    summing ((g0 + g1) + g2) first, also from an offset inside the state (a bucket)."""
+    rng = np.random.default_rng(1)
+    p0 = rng.standard_normal(N).astype(np.float32)
+    grads = [rng.standard_normal(N - 96).astype(np.float32) for _ in range(members)]
+    total = grads[0] + grads[1]
+    for g in grads[2:]:
+        total += g
+    opt = make_optimizer(name, 0.05, 0.9, 0.01, 1e-8, block=16)
+    stats = replica_stats(opt.stats, total, opt.block)
+    fused, summed = p0.copy(), p0.copy()
+    fused_state, summed_state = opt.init_state(p0), opt.init_state(p0)
+    for _ in range(2):
+        opt.step(fused, grads, fused_state, stats, at=96)
+        opt.step(summed, total, summed_state, stats, at=96)
+    assert fused.tobytes() == summed.tobytes() and fused[:96].tobytes() == p0[:96].tobytes()
+
+
 def test_statistics_are_required_where_the_optimizer_uses_them():
     opt = make_optimizer("adagrad_approx", 0.1)
     with pytest.raises(ValueError, match="needs the replicas' statistics"):

@@ -55,6 +55,7 @@ SHM_DIR = "/dev/shm"
 HEADER = 4096  # the token lives here; extents start after it
 ALIGN = 4096
 FIRST_SEGMENT = 64 << 20
+WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
 _NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
 
 
@@ -222,11 +223,11 @@ class Shm:
     """One worker's shared-memory links: arenas it sends from, peers' arenas it reads from."""
 
     def __init__(self, job_id: str, index: int, gen: int = 0, enabled: bool = True,
-                 cap_bytes: int = 1 << 30, min_bytes: int = 64 << 10) -> None:
+                 cap_bytes: int = 1 << 30, min_bytes: int = 64 << 10, first_bytes: int = FIRST_SEGMENT) -> None:
         self.host = host_id() if enabled else None
         self.enabled = self.host is not None
         self.prefix = f"mariana-{job_id[:12]}-w{index}-{os.getpid()}"
-        self.cap_bytes, self.min_bytes = cap_bytes, min_bytes
+        self.cap_bytes, self.min_bytes, self.first_bytes = cap_bytes, min_bytes, first_bytes
         self.budget = [cap_bytes]
         self._lock = threading.Lock()  # finalizers may run on any thread
         self.gen = gen
@@ -252,6 +253,24 @@ class Shm:
         self.arenas = {}
 
     # -- sending ------------------------------------------------------------------------------
+    def encode(self, peer: int, header: dict[str, Any]) -> tuple[list, int]:
+        """``codec.encode(header)`` for ``peer``, big frames through its arena when it has one.
+
+        Arrays then travel whole (one frame each): every frame above the codec's chunk size must
+        find room, or the message is encoded in chunks for zmq as usual. Returns the frames and
+        the bytes that went through shared memory.
+        """
+        if not self.usable(peer):
+            return codec.encode(header), 0
+        frames, table, placed = self.place(peer, codec.encode(header, chunk_bytes=WHOLE))
+        if table is None:
+            if all(memoryview(f).nbytes <= codec.DEFAULT_CHUNK_BYTES for f in frames[1:]):
+                return frames, 0
+            return codec.encode(header), 0
+        # the same arrays in the same order: the same frame indices, one more key
+        frames[0] = codec.encode({**header, "shm": table}, chunk_bytes=WHOLE)[0]
+        return frames, placed
+
     def usable(self, peer: int) -> bool:
         arena = self.arenas.get(peer)
         return arena is not None and bool(arena.usable)
@@ -298,7 +317,7 @@ class Shm:
         if self.enabled and peer not in self.off:
             arena = self.arenas.get(peer)
             if arena is None:
-                arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget)
+                arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)
                 try:
                     arena.grow()
                 except OSError as exc:

@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Worker", "GraphBuilder", "EXIT_MASTER_LOST"]
 
 EXIT_MASTER_LOST = 3
-_WHOLE = 1 << 62  # chunk size that keeps every array in one frame (frames for shared memory)
 
 
 #: ``build(job_name, config, workers, placement) -> Graph``: the job's whole graph, as the
@@ -410,29 +409,13 @@ class Worker:
         else:
             for name, value in shm.notes(peer).items():
                 setattr(batch, name, value)
-            frames, placed = self._place(shm, peer, batch)
+            frames, placed = shm.encode(peer, batch.to_wire(self.job_id))
             out.shm[peer] += placed
         t1 = clock()
         out.bytes[peer] += send_frames(self.peers[peer], frames) + placed  # shm bytes counted as sent
         out.parts[peer] += 1
         out.encode_s += t1 - t0
         out.send_s += clock() - t1
-
-    def _place(self, shm: Shm, peer: int, batch: wire.Batch) -> tuple[list, int]:
-        """Encode a part; for a same-host peer with an arena, big frames go whole into shared
-        memory (every frame above the codec's chunk size, or none: then the part is re-encoded in
-        chunks for zmq). Returns the frames and the bytes that went through shared memory."""
-        header = batch.to_wire(self.job_id)
-        if not shm.usable(peer):
-            return codec.encode(header), 0
-        frames, table, placed = shm.place(peer, codec.encode(header, chunk_bytes=_WHOLE))
-        if table is None:
-            if all(memoryview(f).nbytes <= codec.DEFAULT_CHUNK_BYTES for f in frames[1:]):
-                return frames, 0
-            return codec.encode(header), 0
-        header["shm"] = table  # the same arrays in the same order: the same frame indices
-        frames[0] = codec.encode(header, chunk_bytes=_WHOLE)[0]
-        return frames, placed
 
     def _drain_data(self) -> None:
         """Receive every waiting batch or part; keep the valid ones for their superstep, drop the rest."""

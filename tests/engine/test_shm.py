@@ -215,11 +215,16 @@ DNN = get_job("dnn-dp")
 
 def _train(run_dir: Path, **kw):
     config = resolve_config(DNN, None, ["epochs=2", "checkpoint_every=8"])
-    jobs = []
-    kw.setdefault("on_start", lambda m, p: None)
-    start = kw.pop("on_start")
+    jobs: list[str] = []
+    start = kw.pop("on_start", None)
+
+    def on_start(master, procs):
+        jobs.append(master.job_id)
+        if start is not None:
+            start(master, procs)
+
     result = run_job(DNN, config, workers=2, runtime="cluster", run_dir=RunDir(str(run_dir)), shm_min_kb=1,
-                     on_start=lambda m, p: (jobs.append(m.job_id), start(m, p)), **kw)
+                     on_start=on_start, **kw)
     shm_out = [(r["superstep"], sum(r.get("shm_bytes_out", {}).values()))  # (superstep, bytes) per worker
                for w in (0, 1) for r in map(json.loads, open(run_dir / "trace" / f"worker-{w}.jsonl"))]
     return {k: v.tobytes() for k, v in final_params(result, config)}, result, shm_out, jobs[0]
@@ -235,17 +240,23 @@ def test_two_workers_give_identical_results_with_and_without_shm_and_leave_no_fi
 
 def test_a_worker_killed_with_sigkill_recovers_identically_and_leaves_no_files(tmp_path):
     reference, *_ = _train(tmp_path / "reference", shm=False)
-    procs, killed, during = [], [], []
-    job = []
+    jobs: list[str] = []
+    procs: list = []
+    killed: list[int] = []
+    during: list[str] = []
+
+    def started(master, ps):
+        jobs.append(master.job_id)
+        procs.extend(ps)
 
     def kill(line):
         if line["superstep"] == 30 and not killed:
-            during.extend(files(f"mariana-{job[0][:12]}"))  # handshake done: nothing left to leak
+            during.extend(files(f"mariana-{jobs[0][:12]}"))  # handshake done: nothing left to leak
             killed.append(procs[1].pid)
             os.kill(procs[1].pid, signal.SIGKILL)
 
     recovered, result, shm_out, job_id = _train(
-        tmp_path / "killed", on_superstep=kill, on_start=lambda m, p: (job.append(m.job_id), procs.extend(p)))
+        tmp_path / "killed", on_superstep=kill, on_start=started)
     assert killed and recovered == reference and result.metrics[-1]["restarts"] == 1
     assert {w for w, (ss, n) in enumerate(shm_out) if ss > 30 and n}  # still used after the recovery
     assert not during and not files(f"mariana-{job_id[:12]}")

@@ -54,7 +54,7 @@ __all__ = ["Shm", "Arena", "host_id", "sweep", "SHM_DIR"]
 SHM_DIR = "/dev/shm"
 HEADER = 4096  # the token lives here; extents start after it
 ALIGN = 4096
-FIRST_SEGMENT = 64 << 20
+FIRST_SEGMENT = 16 << 20  # at least; the first is twice the big frames of the message that asks for it
 WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
 _NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
 
@@ -84,6 +84,10 @@ def sweep(job_id: str) -> int:
     return n
 
 
+def _nbytes(frame: Any) -> int:
+    return memoryview(frame).nbytes
+
+
 def _round(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
@@ -97,7 +101,7 @@ class _Segment:
         self.token = secrets.token_hex(16)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.ftruncate(fd, size)
+            os.posix_fallocate(fd, 0, size)  # ENOSPC now, not SIGBUS at a later memcpy into a full tmpfs
             self.mm = mmap.mmap(fd, size)
         except BaseException:
             os.unlink(self.path)
@@ -158,9 +162,10 @@ class Arena:
     def growing(self) -> bool:
         return len(self.usable) < len(self.segs)
 
-    def grow(self, need: int = 0) -> bool:
-        """Add a segment (double the last, at least ``need``) if the budget allows; offer it."""
-        size = max(self.first, 2 * self.segs[-1].size if self.segs else 0, _round(need) + HEADER)
+    def grow(self, need: int = 0, want: int = 0) -> bool:
+        """Add a segment (double the last, or ``want``, room for ``need`` at least) if the budget
+        allows; offer it."""
+        size = max(self.first, 2 * self.segs[-1].size if self.segs else 0, _round(want), _round(need) + HEADER)
         size = min(size, self.budget[0])
         if size < _round(need) + HEADER or size <= HEADER:
             return False
@@ -261,10 +266,15 @@ class Shm:
         the bytes that went through shared memory.
         """
         if not self.usable(peer):
-            return codec.encode(header), 0
+            frames = codec.encode(header)
+            if self.enabled and peer not in self.arenas and peer not in self.off:
+                big = [n for n in map(_nbytes, frames[1:]) if n >= self.min_bytes]
+                if big:  # the first big frames for this peer: an arena, offered with the next part
+                    self._arena(peer, max(big), 2 * sum(big))
+            return frames, 0
         frames, table, placed = self.place(peer, codec.encode(header, chunk_bytes=WHOLE))
         if table is None:
-            if all(memoryview(f).nbytes <= codec.DEFAULT_CHUNK_BYTES for f in frames[1:]):
+            if all(_nbytes(f) <= codec.DEFAULT_CHUNK_BYTES for f in frames[1:]):
                 return frames, 0
             return codec.encode(header), 0
         # the same arrays in the same order: the same frame indices, one more key
@@ -314,18 +324,10 @@ class Shm:
     def notes(self, peer: int) -> dict[str, Any]:
         """The shm fields of the next BATCH part to ``peer``: offers, acks, freed extents."""
         fields: dict[str, Any] = {}
-        if self.enabled and peer not in self.off:
-            arena = self.arenas.get(peer)
-            if arena is None:
-                arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)
-                try:
-                    arena.grow()
-                except OSError as exc:
-                    log.debug("shm: cannot create a segment for peer %d, using zmq: %s", peer, exc)
-                    self._off(peer)
-            if peer not in self.off and arena.offers:
-                fields["shm_offer"] = [arena.aid, self.host, arena.offers]
-                arena.offers = []
+        arena = self.arenas.get(peer)
+        if arena is not None and arena.offers:
+            fields["shm_offer"] = [arena.aid, self.host, arena.offers]
+            arena.offers = []
         acks = self.acks.pop(peer, None)
         mapped = self.mapped.get(peer)
         if acks and mapped is not None:
@@ -337,6 +339,14 @@ class Shm:
             if regions:
                 fields["shm_freed"] = [mapped.aid, regions]
         return fields
+
+    def _arena(self, peer: int, need: int, want: int) -> None:
+        arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)
+        try:
+            arena.grow(need, want)
+        except OSError as exc:
+            log.debug("shm: cannot create a segment for peer %d, using zmq: %s", peer, exc)
+            self._off(peer)
 
     def _off(self, peer: int) -> None:
         self.off.add(peer)

@@ -33,10 +33,16 @@ def pair():
     """A sender (worker 0) and a receiver (worker 1) in this process, handshake done."""
     a = Shm("f" * 32, 0, cap_bytes=4 * MB, min_bytes=64 * KB, first_bytes=1 * MB)
     b = Shm("f" * 32, 1)
-    exchange(a, b)
+    start(a, b)
     yield a, b
     a.close()
     b.close()
+
+
+def start(a: Shm, b: Shm) -> None:
+    """The first big frame makes an arena (it travels by zmq); one exchange makes it usable."""
+    assert a.encode(1, {"x": np.ones(64 * KB, np.uint8)})[1] == 0 and not a.usable(1)
+    exchange(a, b)
 
 
 def exchange(a: Shm, b: Shm) -> None:
@@ -75,8 +81,11 @@ def test_descriptor_round_trip_gives_a_read_only_zero_copy_view(pair):
     assert np.shares_memory(y, np.frombuffer(b.mapped[0].maps[seg], np.uint8))
 
 
-def test_small_frames_travel_by_zmq(pair):
+def test_small_frames_travel_by_zmq_and_make_no_arena(pair):
     a, b = pair
+    c = Shm("a" * 32, 0)
+    c.encode(1, {"x": np.ones(100, np.float32)})
+    assert not c.arenas and not c.notes(1)
     frames, placed = a.encode(1, {"x": np.ones(100, np.float32)})
     assert placed == 0 and len(frames[1]) == 400 and not a.arenas[1].leases
 
@@ -146,7 +155,7 @@ def test_an_array_above_the_chunk_size_goes_whole_or_in_zmq_chunks():
     a = Shm("e" * 32, 0, cap_bytes=16 * MB, first_bytes=16 * MB)
     b = Shm("e" * 32, 1)
     try:
-        exchange(a, b)
+        start(a, b)
         x = np.arange(3 * MB, dtype=np.float32)  # 12 MB, three codec chunks
         y, placed = send(a, b, x)
         assert placed == x.nbytes and np.array_equal(x, y) and not y.flags.owndata
@@ -163,7 +172,7 @@ def test_a_peer_on_another_host_refuses_and_gets_zmq_frames():
     b = Shm("d" * 32, 1)
     b.host = "another-host"
     try:
-        exchange(a, b)
+        start(a, b)
         assert 1 in a.off and not a.usable(1) and not files(a.prefix)
         assert a.encode(1, {"x": np.ones(1 << 20, np.uint8)})[1] == 0
     finally:
@@ -199,11 +208,13 @@ def test_notes_are_checked():
 
 def test_reset_drops_arenas_and_their_files():
     a = Shm("b" * 32, 0)
+    big = {"x": np.ones(1 << 20, np.uint8)}
+    a.encode(1, big)
     a.notes(1)  # offered, never acknowledged
     assert files(a.prefix)
     a.reset(1)
     assert not files(a.prefix) and not a.arenas
-    a.notes(1)
+    a.encode(1, big)
     assert files(f"{a.prefix}-g1-")
     a.close()
     assert not files(a.prefix)

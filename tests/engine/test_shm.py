@@ -271,3 +271,8 @@ def test_a_worker_killed_with_sigkill_recovers_identically_and_leaves_no_files(t
     assert killed and recovered == reference and result.metrics[-1]["restarts"] == 1
     assert {w for w, (ss, n) in enumerate(shm_out) if ss > 30 and n}  # still used after the recovery
     assert not during and not files(f"mariana-{job_id[:12]}")
+
+
+def test_secure_jobs_never_use_shared_memory(tmp_path):
+    _, _, shm_out, job = _train(tmp_path / "secure", secure=True)
+    assert not any(n for _, n in shm_out) and not files(f"mariana-{job[:12]}")

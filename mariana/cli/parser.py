@@ -141,6 +141,11 @@ def _job_args(p: argparse.ArgumentParser) -> None:
                    help="how long a lost remote worker's partition waits for a new `mariana worker`")
     p.add_argument("--max-message-mb", type=int, default=1024, metavar="MB",
                    help="largest frame a socket accepts (ZMQ MAXMSGSIZE); arrays travel in 4 MB frames")
+    p.add_argument("--no-shm", dest="shm", action="store_false",
+                   help="send every frame through zmq, even between workers on one machine (by default "
+                        "frames of 64 KB or more to a same-host worker go through /dev/shm; never with --secure)")
+    p.add_argument("--shm-cap-mb", type=int, default=1024, metavar="MB",
+                   help="shared memory per worker for outgoing frames; beyond it frames travel through zmq")
     p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
     p.add_argument("--ui", nargs="?", const="127.0.0.1:0", default=None, metavar="HOST:PORT",
                    help="serve a live job page (state, workers, counters, curves; JSON at /api/state); "

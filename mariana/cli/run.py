@@ -120,7 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         trace=args.trace, capture=args.capture, capture_limit_mb=args.capture_limit_mb,
         heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
         superstep_timeout=args.superstep_timeout, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
-        max_message_bytes=args.max_message_mb << 20, secure=args.secure, spawn=not master, security=security,
+        max_message_bytes=args.max_message_mb << 20, secure=args.secure,
+        shm=getattr(args, "shm", True), shm_cap_mb=getattr(args, "shm_cap_mb", 1024), spawn=not master, security=security,
         bind=args.bind if master else "tcp://127.0.0.1:0", on_start=on_start)
     status, error = "interrupted", None
     try:

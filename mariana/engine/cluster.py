@@ -19,6 +19,7 @@ from .graph import Graph
 from .master import Master
 from .options import RunOptions
 from .runner import resume_point
+from .shm import sweep
 from .security import Security, add_key, load_keypair, local_keys
 from .result import RunResult
 from .transport import parse_endpoint
@@ -110,8 +111,8 @@ class LocalCluster:
     ``start()`` binds the master and starts the workers; ``run(graph, run_dir)`` runs the job. The
     graph may be built between the two: the workers import and join meanwhile, so a launch does
     not wait for its own build and then for theirs one after the other (``jobs.launch``).
-    ``close()`` (or leaving the ``with`` block) stops every worker still running and removes
-    the throwaway keys of ``options.secure``.
+    ``close()`` (or leaving the ``with`` block) stops every worker still running, removes
+    this job's shared-memory segments left in /dev/shm and the throwaway keys of ``options.secure``.
     """
 
     def __init__(self, job_name: str, config: dict[str, Any], options: RunOptions) -> None:
@@ -156,6 +157,7 @@ class LocalCluster:
 
     def close(self) -> None:
         stop_processes(self.procs, grace=max(3.0, 2 * self.master.heartbeat_interval))
+        sweep(self.master.job_id)  # shared memory of a worker killed before its peers mapped it
         self.master.close()
         if self.keys_dir is not None:
             shutil.rmtree(self.keys_dir, ignore_errors=True)

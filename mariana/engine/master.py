@@ -179,7 +179,8 @@ class Master:
             worker_timeout=self.worker_timeout, run_dir=self.run_dir.url if self.run_dir is not None else None,
             restore=restore, gen=self.gen, trace=self.tracer is not None, capture=self.capture,
             capture_limit=self.capture_limit, peer_keys=[x.key for x in self.by_index],
-            checkpoint_background=self.background))
+            checkpoint_background=self.background, shm=self.options.shm and self.security is None,
+            shm_cap_mb=self.options.shm_cap_mb, shm_min_kb=self.options.shm_min_kb))
 
     # -- the Exchange of the driver -----------------------------------------------------------
     def superstep(self, begin: Begin) -> list[Done]:

@@ -52,6 +52,9 @@ class RunOptions:
     max_message_bytes: int = 1 << 30
     max_malformed: int = 1000
     secure: bool = False  # CURVE with throwaway keys (local launch)
+    shm: bool = True  # big frames between same-host workers through /dev/shm (never with CURVE)
+    shm_cap_mb: int = 1024  # shared memory per worker for its outgoing frames; beyond: zmq frames
+    shm_min_kb: int = 64  # smaller frames always travel by zmq
     security: Any = None  # a security.Security for the master (`mariana master --keys`)
     on_start: Callable[[Any, list[Any]], None] | None = None  # (master, worker processes) once bound
 

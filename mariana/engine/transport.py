@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import zmq
 
@@ -133,18 +133,27 @@ def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None) -
     return codec.nbytes(frames)
 
 
-def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LIMITS) -> tuple[bytes | None, dict[str, Any], int]:
+#: ``resolve(identity, frames) -> frames``: what an empty buffer frame stands for (engine/shm.py).
+Resolver = Callable[[bytes | None, Sequence[Any]], list[Any]]
+
+
+def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LIMITS,
+         resolve: Resolver | None = None) -> tuple[bytes | None, dict[str, Any], int]:
     """Receive one message without blocking: (sender identity or None, header, bytes).
 
-    Raises ``Again`` when nothing is waiting and ``ProtocolError`` when it is malformed.
+    Raises ``Again`` when nothing is waiting and ``ProtocolError`` when it is malformed. With
+    ``resolve``, a message with an empty buffer frame (the codec never makes one) has its frames
+    resolved first: shared-memory frames of a same-host peer. ``bytes`` counts them too.
     """
     frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
     identity = None
     if router:
         identity = frames[0].bytes
         frames = frames[1:]
-    size = sum(len(f) for f in frames)
     try:
+        if resolve is not None and any(len(f) == 0 for f in frames[1:]):
+            frames = resolve(identity, frames)
+        size = sum(len(f) for f in frames)
         header = codec.decode(frames, limits=limits)
     except ProtocolError as exc:
         exc.identity = identity  # who sent it: peers that keep sending garbage get banned
@@ -155,12 +164,13 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
     return identity, header, size
 
 
-def drain(sock: zmq.Socket, router: bool, drops: Any) -> Iterator[tuple[bytes | None, dict[str, Any], int]]:
+def drain(sock: zmq.Socket, router: bool, drops: Any,
+          resolve: Resolver | None = None) -> Iterator[tuple[bytes | None, dict[str, Any], int]]:
     """Every message waiting on ``sock`` now, decoded: (identity, header, bytes). Malformed ones
     are counted in ``drops`` (a ``DropCounter``) and messages of banned peers dropped there."""
     while True:
         try:
-            identity, header, size = recv(sock, router)
+            identity, header, size = recv(sock, router, resolve=resolve)
         except Again:
             return
         except ProtocolError as exc:

@@ -33,6 +33,7 @@ from ..messages.wire import DropCounter, check_batch
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
 from .checkpointing import BackgroundWriter, capture, write_worker
+from .shm import Shm
 from .graph import Graph
 from .superstep import Begin, Partition
 from .tracing import Capture
@@ -57,6 +58,7 @@ class _Outgoing:
         self.encode_s = self.send_s = 0.0
         self.bytes = [0] * workers
         self.parts = [0] * workers
+        self.shm = [0] * workers  # of ``bytes``, what went through shared memory
 
 
 class _Interrupt(Exception):
@@ -96,6 +98,7 @@ class Worker:
         self.state: dict[str, Any] = {"phase": "starting"}  # what heartbeats report (hang diagnosis)
         self._writer = BackgroundWriter()  # this worker's checkpoint parts, written while supersteps go on
         self._dropped_before: dict[str, int] = {}
+        self.shm: Shm | None = None
 
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -113,6 +116,8 @@ class Worker:
             self._writer.close()  # a part being written is finished (never left half-written by us)
             if self._hb_thread is not None:
                 self._hb_thread.join(timeout=5)
+            if self.shm is not None:
+                self.shm.close()  # unlinks segments no peer acknowledged yet
             t.close()
 
     def _join(self, data_ep: str) -> wire.Welcome | None:
@@ -173,6 +178,7 @@ class Worker:
         if self.security is not None:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
         self.gen = welcome.gen
+        self.shm = Shm(self.job_id, self.index, self.gen, welcome.shm, welcome.shm_cap_mb << 20, welcome.shm_min_kb << 10)
         self.run_url = welcome.run_dir
         self.background = welcome.checkpoint_background
         self._connect_peers(welcome.peers)
@@ -274,6 +280,8 @@ class Worker:
             if self.security is not None:
                 self.security.allow([k for k in self.peer_keys if k])
             self._connect_peers(msg.peers)
+            if self.shm is not None:
+                self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
             self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
             code = self._restore(msg.ss)
             if code is None:
@@ -374,6 +382,7 @@ class Worker:
                      "start": start + self.clock_offset, "end": time.time() + self.clock_offset,
                      "encode_s": encode_s, "send_s": send_s, "wait_s": wait_s, "clock_offset_s": self.clock_offset,
                      "bytes_out": {str(p): b for p, b in enumerate(bytes_out) if b},
+                     "shm_bytes_out": {str(p): b for p, b in enumerate(out.shm) if b},
                      "parts_out": {str(p): n for p, n in enumerate(out.parts) if n > 1},
                      "bytes_in": {str(p): b for p, b in bytes_in.items()},
                      "messages_in": {str(p): len(m) for p, m in inbound.items() if m}, "dropped": dropped}
@@ -394,16 +403,31 @@ class Worker:
         t0 = clock()
         batch = wire.Batch(self.current, self.index, [[m.src, m.dst, m.tag, m.payload] for m in msgs], self.gen,
                            part=out.parts[peer], last=last)
-        frames = codec.encode(batch.to_wire(self.job_id))
+        shm, placed = self.shm, 0
+        if shm is None:
+            frames = codec.encode(batch.to_wire(self.job_id))
+        else:
+            for name, value in shm.notes(peer).items():
+                setattr(batch, name, value)
+            frames, placed = shm.encode(peer, batch.to_wire(self.job_id))
+            out.shm[peer] += placed
         t1 = clock()
-        out.bytes[peer] += send_frames(self.peers[peer], frames)
+        out.bytes[peer] += send_frames(self.peers[peer], frames) + placed  # shm bytes counted as sent
         out.parts[peer] += 1
         out.encode_s += t1 - t0
         out.send_s += clock() - t1
 
     def _drain_data(self) -> None:
         """Receive every waiting batch or part; keep the valid ones for their superstep, drop the rest."""
-        for identity, header, size in drain(self.data, True, self.drops):
+        for identity, header, size in drain(self.data, True, self.drops, self._resolve):
+            peer = self.peer_ids.get(identity)
+            if (self.shm is not None and peer is not None and header.get("job") == self.job_id
+                    and header.get("src") == peer and header.get("gen", 0) == self.gen):
+                try:
+                    self.shm.notes_in(peer, header)
+                except ProtocolError as exc:
+                    self.drops.malformed(identity, exc.kind, exc.detail)
+                    continue
             try:
                 msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
                                    self.gen, self._parts)
@@ -424,6 +448,11 @@ class Worker:
             else:
                 arriving[src] = msgs
                 self._parts.setdefault(ss, {})[src] = header.get("part", 0) + 1
+
+    def _resolve(self, identity: bytes | None, frames: Any) -> list:
+        if self.shm is None:
+            raise ProtocolError("shm", "empty frames without shared memory")
+        return self.shm.resolve(self.peer_ids.get(identity), frames)
 
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:

@@ -248,6 +248,21 @@ def _check_version(v: Any) -> None:
         raise ProtocolError("version", f"protocol version {v!r:.50}, expected {PROTOCOL_VERSION}")
 
 
+def peek(head: Any, key: str, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """``header[key]`` of a header frame, arrays skipped (None when absent); ``ProtocolError`` if malformed.
+
+    For a transport that must read a field before the arrays are built (engine/shm.py).
+    """
+    try:
+        obj = msgpack.unpackb(_buffer(head, 0), raw=False, strict_map_key=True, use_list=True,
+                              ext_hook=_ignore_ext, **limits.unpack_kwargs())
+    except Exception as exc:
+        raise ProtocolError("header", f"header is not valid msgpack: {exc!r:.200}") from exc
+    if not isinstance(obj, dict):
+        raise ProtocolError("header", f"header top level is {type(obj).__name__}, not a dict")
+    return obj.get(key)
+
+
 def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> dict:
     """Inverse of ``encode``. Raises ``ProtocolError(kind, detail)`` on anything malformed.
 

@@ -197,6 +197,9 @@ class Welcome(Wire):
     capture_limit: int = 64 << 20
     peer_keys: list = field(default_factory=list)
     checkpoint_background: bool = True  # write checkpoint parts from a copy while supersteps go on
+    shm: bool = False  # big frames to same-host peers through shared memory (engine/shm.py)
+    shm_cap_mb: int = 1024
+    shm_min_kb: int = 64
 
 
 @dataclass
@@ -258,6 +261,11 @@ class Batch(Wire):
 
     A batch may travel in parts (a worker streams a peer's messages while its vertices compute):
     ``part`` 0, 1, ... in order, the last one with ``last`` true; the receiver concatenates them.
+
+    Same-host peers move big buffer frames through shared memory (engine/shm.py): ``shm`` says
+    where this part's emptied frames are; ``shm_offer``, ``shm_ack`` and ``shm_freed`` are notes
+    about the two workers' arenas that ride on whatever part goes next (their contents are
+    checked by engine/shm.py).
     """
 
     KIND = Kind.BATCH
@@ -267,6 +275,10 @@ class Batch(Wire):
     gen: int = 0
     part: int = 0
     last: bool = True
+    shm: list | None = None  # [arena id, [[frame, segment, offset, length], ...]]
+    shm_offer: list | None = None  # [arena id, host id, [[segment, name, size, token], ...]]
+    shm_ack: list | None = None  # [peer's arena id, [[segment, mapped?], ...]]
+    shm_freed: list | None = None  # [peer's arena id, [[segment, offset], ...]]
 
 
 RECORDS: dict[int, type[Wire]] = {cls.KIND: cls for cls in (

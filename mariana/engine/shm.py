@@ -1,0 +1,449 @@
+"""Same-host shared memory for big buffer frames between cluster workers.
+
+Each worker owns one *arena* per peer: shared-memory segments (files under /dev/shm, mode 0600,
+named ``mariana-<job12>-w<index>-<pid>-g<gen>-p<peer>-<n>``) cut into extents by a first-fit
+free list. A buffer frame of at least ``min_bytes`` for that peer is copied into an extent and
+sent as an empty frame; the BATCH record's ``shm`` field says where it is (``[aid, [[frame, seg,
+offset, length], ...]]``), so the codec's frame indices keep their meaning. The receiver maps the
+sender's segments read-only (once each) and decodes arrays as read-only views into them.
+
+Everything else rides on the BATCH parts the workers send each other every superstep (all plain
+msgpack lists, checked here):
+
+- ``shm_offer`` ``[aid, host, [[seg, name, size, token], ...]]``: new segments of the sender's
+  arena. The receiver maps one only if ``host`` is its own host identity (boot id, hostname,
+  uid), the file is a regular file of its uid of that size, and it starts with ``token``.
+- ``shm_ack`` ``[aid, [[seg, ok], ...]]``: the receiver mapped (or could not map) them. The
+  sender unlinks an acknowledged segment at once (only mappings keep it alive, so a kill -9 leaves
+  no file behind) and uses it only from then on; a refusal turns shm off for that peer.
+- ``shm_freed`` ``[aid, [[seg, offset], ...]]``: extents whose last view the receiver dropped
+  (``weakref.finalize`` on the per-frame owner array every decoded view keeps alive). The sender
+  reuses an extent only after it is reported free, so a vertex may keep a payload for as long as
+  it likes: its extent just stays leased.
+
+When an arena is full it grows by a new segment (offered, usable once acknowledged) up to
+``cap_bytes`` per worker; until then, and beyond the cap, frames travel as ordinary zmq frames.
+A rollback (new generation) drops every arena and mapping of the old one: the peers may be new
+processes, and batches of the old generation are dropped anyway (their extents are released when
+they are collected, and reports about old arenas are ignored by ``aid``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import logging
+import mmap
+import os
+import re
+import secrets
+import socket
+import threading
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ProtocolError
+from ..messages import codec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Shm", "Arena", "host_id", "sweep", "SHM_DIR"]
+
+SHM_DIR = "/dev/shm"
+HEADER = 4096  # the token lives here; extents start after it
+ALIGN = 4096
+FIRST_SEGMENT = 16 << 20  # at least; the first is twice the big frames of the message that asks for it
+WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
+_NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
+
+
+def host_id() -> str | None:
+    """This host's identity for shared memory (boot id, hostname, uid), or None without /dev/shm."""
+    if not os.path.isdir(SHM_DIR) or not hasattr(os, "getuid"):
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        return None
+    return f"{boot}/{socket.gethostname()}/{os.getuid()}"
+
+
+def sweep(job_id: str) -> int:
+    """Remove this job's segments left in /dev/shm (by a killed worker); returns how many."""
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, f"mariana-{job_id[:12]}-*")):
+        try:
+            if os.stat(path, follow_symlinks=False).st_uid == os.getuid():
+                os.unlink(path)
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def _nbytes(frame: Any) -> int:
+    return memoryview(frame).nbytes
+
+
+def _round(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class _Segment:
+    """One shared-memory file of an arena, mapped read-write, with its free extents."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.size = name, size
+        self.path = os.path.join(SHM_DIR, name)
+        self.token = secrets.token_hex(16)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)  # ENOSPC now, not SIGBUS at a later memcpy into a full tmpfs
+            self.mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(self.path)
+            raise
+        finally:
+            os.close(fd)
+        self.mm[: len(self.token)] = self.token.encode()
+        self.linked = True
+        self.free: list[list[int]] = [[HEADER, size - HEADER]]  # sorted [offset, length]
+
+    def alloc(self, n: int) -> int | None:
+        for i, ext in enumerate(self.free):
+            if ext[1] >= n:
+                off = ext[0]
+                if ext[1] == n:
+                    del self.free[i]
+                else:
+                    ext[0] += n
+                    ext[1] -= n
+                return off
+        return None
+
+    def release(self, off: int, n: int) -> None:
+        i = bisect.bisect_left(self.free, [off, 0])
+        self.free.insert(i, [off, n])
+        if i + 1 < len(self.free) and off + n == self.free[i + 1][0]:  # merge with the next
+            self.free[i][1] += self.free.pop(i + 1)[1]
+        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == off:  # and with the previous
+            self.free[i - 1][1] += self.free.pop(i)[1]
+
+    def unlink(self) -> None:
+        if self.linked:
+            self.linked = False
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        self.unlink()
+        try:
+            self.mm.close()
+        except BufferError:  # a view is still exported: the mapping goes when it does
+            pass
+
+
+class Arena:
+    """A sender's segments for one peer: allocation, leases, growth up to a shared budget."""
+
+    def __init__(self, aid: str, budget: list[int], first: int = FIRST_SEGMENT) -> None:
+        self.aid, self.budget, self.first = aid, budget, first  # budget: [bytes left], shared
+        self.segs: list[_Segment] = []
+        self.usable: set[int] = set()
+        self.leases: dict[tuple[int, int], int] = {}
+        self.offers: list[list[Any]] = []  # not yet sent
+
+    @property
+    def growing(self) -> bool:
+        return len(self.usable) < len(self.segs)
+
+    def grow(self, need: int = 0, want: int = 0) -> bool:
+        """Add a segment (double the last, or ``want``, room for ``need`` at least) if the budget
+        allows; offer it."""
+        size = max(self.first, 2 * self.segs[-1].size if self.segs else 0, _round(want), _round(need) + HEADER)
+        size = min(size, self.budget[0])
+        if size < _round(need) + HEADER or size <= HEADER:
+            return False
+        seg = _Segment(f"{self.aid}-{len(self.segs)}", size)
+        self.budget[0] -= size
+        self.segs.append(seg)
+        self.offers.append([len(self.segs) - 1, seg.name, size, seg.token])
+        return True
+
+    def alloc(self, n: int) -> tuple[int, int] | None:
+        n = _round(n)
+        for s in sorted(self.usable):
+            off = self.segs[s].alloc(n)
+            if off is not None:
+                self.leases[(s, off)] = n
+                return s, off
+        return None
+
+    def release(self, seg: int, off: int) -> bool:
+        n = self.leases.pop((seg, off), None)
+        if n is None:
+            return False
+        self.segs[seg].release(off, n)
+        return True
+
+    def acked(self, seg: int, ok: bool) -> None:
+        self.segs[seg].unlink()
+        if ok:
+            self.usable.add(seg)
+
+    def close(self) -> None:
+        for seg in self.segs:
+            seg.close()
+            self.budget[0] += seg.size
+        self.segs, self.usable, self.leases = [], set(), {}
+
+
+def _ints(x: Any, n: int) -> bool:
+    return isinstance(x, list) and len(x) == n and all(type(v) is int and v >= 0 for v in x)
+
+
+def _note(header: dict[str, Any], key: str) -> tuple[str, list] | None:
+    raw = header.get(key)
+    if raw is None:
+        return None
+    if not (isinstance(raw, list) and len(raw) >= 2 and isinstance(raw[0], str) and isinstance(raw[-1], list)):
+        raise ProtocolError("shm", f"malformed {key}")
+    return raw[0], raw[-1]
+
+
+class _Mapped:
+    """The receiver's view of one peer's arena: its id and segments mapped read-only."""
+
+    def __init__(self, aid: str) -> None:
+        self.aid = aid
+        self.maps: dict[int, mmap.mmap] = {}
+
+
+class Shm:
+    """One worker's shared-memory links: arenas it sends from, peers' arenas it reads from."""
+
+    def __init__(self, job_id: str, index: int, gen: int = 0, enabled: bool = True,
+                 cap_bytes: int = 1 << 30, min_bytes: int = 64 << 10, first_bytes: int = FIRST_SEGMENT) -> None:
+        self.host = host_id() if enabled else None
+        self.enabled = self.host is not None
+        self.prefix = f"mariana-{job_id[:12]}-w{index}-{os.getpid()}"
+        self.cap_bytes, self.min_bytes, self.first_bytes = cap_bytes, min_bytes, first_bytes
+        self.budget = [cap_bytes]
+        self._lock = threading.Lock()  # finalizers may run on any thread
+        self.gen = gen
+        self._reset()
+
+    def _reset(self) -> None:
+        self.arenas: dict[int, Arena] = {}
+        self.off: set[int] = set()  # peers that refused (or failed): plain zmq frames only
+        self.mapped: dict[int, _Mapped] = {}
+        self.acks: dict[int, list[list[Any]]] = {}
+        with self._lock:
+            self.freed: dict[int, list[tuple[str, int, int]]] = {}
+
+    def reset(self, gen: int) -> None:
+        """A rollback to generation ``gen``: every arena and mapping of the old one goes."""
+        self.close()
+        self.gen = gen
+        self._reset()
+
+    def close(self) -> None:
+        for arena in self.arenas.values():
+            arena.close()
+        self.arenas = {}
+
+    # -- sending ------------------------------------------------------------------------------
+    def encode(self, peer: int, header: dict[str, Any]) -> tuple[list, int]:
+        """``codec.encode(header)`` for ``peer``, big frames through its arena when it has one.
+
+        Arrays then travel whole (one frame each): every frame above the codec's chunk size must
+        find room, or the message is encoded in chunks for zmq as usual. Returns the frames and
+        the bytes that went through shared memory.
+        """
+        if not self.usable(peer):
+            frames = codec.encode(header)
+            if self.enabled and peer not in self.arenas and peer not in self.off:
+                big = [n for n in map(_nbytes, frames[1:]) if n >= self.min_bytes]
+                if big:  # the first big frames for this peer: an arena, offered with the next part
+                    self._arena(peer, max(big), 2 * sum(big))
+            return frames, 0
+        frames, table, placed = self.place(peer, codec.encode(header, chunk_bytes=WHOLE))
+        if table is None:
+            if all(_nbytes(f) <= codec.DEFAULT_CHUNK_BYTES for f in frames[1:]):
+                return frames, 0
+            return codec.encode(header), 0
+        # the same arrays in the same order: the same frame indices, one more key
+        frames[0] = codec.encode({**header, "shm": table}, chunk_bytes=WHOLE)[0]
+        return frames, placed
+
+    def usable(self, peer: int) -> bool:
+        arena = self.arenas.get(peer)
+        return arena is not None and bool(arena.usable)
+
+    def place(self, peer: int, frames: list) -> tuple[list, list | None, int]:
+        """Copy the big buffer frames of a message for ``peer`` into its arena.
+
+        Returns (frames with the copied ones emptied, the ``shm`` field, bytes copied). When a
+        frame larger than the codec's chunk size finds no room, nothing is placed (None): the
+        caller re-encodes the message in chunks for zmq.
+        """
+        arena = self.arenas.get(peer)
+        if arena is None or not arena.usable:
+            return frames, None, 0
+        out, total = list(frames), 0
+        descs: list[list[int]] = []
+        for i in range(1, len(frames)):
+            mv = memoryview(frames[i]).cast("B")
+            n = mv.nbytes
+            if n < self.min_bytes:
+                continue
+            loc = arena.alloc(n)
+            if loc is None:
+                if not arena.growing:
+                    try:
+                        arena.grow(n)
+                    except OSError as exc:
+                        log.debug("shm: cannot grow the arena for peer %d: %s", peer, exc)
+                if n > codec.DEFAULT_CHUNK_BYTES:
+                    for _, s, off, _ in descs:
+                        arena.release(s, off)
+                    return frames, None, 0
+                continue
+            s, off = loc
+            arena.segs[s].mm[off : off + n] = mv
+            out[i] = b""
+            descs.append([i, s, off, n])
+            total += n
+        return out, ([arena.aid, descs] if descs else None), total
+
+    def notes(self, peer: int) -> dict[str, Any]:
+        """The shm fields of the next BATCH part to ``peer``: offers, acks, freed extents."""
+        fields: dict[str, Any] = {}
+        arena = self.arenas.get(peer)
+        if arena is not None and arena.offers:
+            fields["shm_offer"] = [arena.aid, self.host, arena.offers]
+            arena.offers = []
+        acks = self.acks.pop(peer, None)
+        mapped = self.mapped.get(peer)
+        if acks and mapped is not None:
+            fields["shm_ack"] = [mapped.aid, acks]
+        with self._lock:
+            freed = self.freed.pop(peer, None)
+        if freed and mapped is not None:
+            regions = [[s, off] for aid, s, off in freed if aid == mapped.aid]
+            if regions:
+                fields["shm_freed"] = [mapped.aid, regions]
+        return fields
+
+    def _arena(self, peer: int, need: int, want: int) -> None:
+        arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)
+        try:
+            arena.grow(need, want)
+        except OSError as exc:
+            log.debug("shm: cannot create a segment for peer %d, using zmq: %s", peer, exc)
+            self._off(peer)
+
+    def _off(self, peer: int) -> None:
+        self.off.add(peer)
+        arena = self.arenas.pop(peer, None)
+        if arena is not None:
+            arena.close()
+
+    # -- receiving ----------------------------------------------------------------------------
+    def notes_in(self, peer: int, header: dict[str, Any]) -> None:
+        """Apply the shm fields of a valid BATCH part from ``peer``; ``ProtocolError`` if malformed."""
+        offer = header.get("shm_offer")
+        if offer is not None:
+            if not (isinstance(offer, list) and len(offer) == 3 and isinstance(offer[0], str)
+                    and isinstance(offer[2], list)):
+                raise ProtocolError("shm", "malformed shm_offer")
+            self._map(peer, offer[0], offer[1], offer[2])
+        arena = self.arenas.get(peer)
+        ack = _note(header, "shm_ack")
+        if ack is not None and arena is not None and ack[0] == arena.aid:
+            for item in ack[1]:
+                if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int
+                        and 0 <= item[0] < len(arena.segs) and isinstance(item[1], bool)):
+                    raise ProtocolError("shm", "malformed shm_ack")
+                arena.acked(item[0], item[1])
+                if not item[1]:
+                    log.debug("shm: peer %d cannot map our segments; it gets zmq frames", peer)
+                    self._off(peer)
+                    break
+        freed = _note(header, "shm_freed")
+        if freed is not None and arena is not None and freed[0] == arena.aid:
+            for item in freed[1]:
+                if not _ints(item, 2):
+                    raise ProtocolError("shm", "malformed shm_freed")
+                if item[0] < len(arena.segs):
+                    arena.release(item[0], item[1])
+
+    def _map(self, peer: int, aid: str, host: Any, segs: list) -> None:
+        mapped = self.mapped.get(peer)
+        if mapped is None or mapped.aid != aid:
+            mapped = self.mapped[peer] = _Mapped(aid)
+        acks = self.acks.setdefault(peer, [])
+        for item in segs:
+            if not (isinstance(item, list) and len(item) == 4 and type(item[0]) is int and isinstance(item[1], str)
+                    and type(item[2]) is int and isinstance(item[3], str)):
+                raise ProtocolError("shm", "malformed shm_offer segment")
+            seg, name, size, token = item
+            ok = False
+            if self.enabled and host == self.host and _NAME.match(name) and name.startswith(aid + "-"):
+                try:
+                    mapped.maps[seg] = self._open(name, size, token)
+                    ok = True
+                except (OSError, ValueError) as exc:
+                    log.debug("shm: cannot map %s from peer %d, using zmq: %s", name, peer, exc)
+            acks.append([seg, ok])
+
+    def _open(self, name: str, size: int, token: str) -> mmap.mmap:
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            st = os.fstat(fd)
+            if not (st.st_uid == os.getuid() and st.st_size == size and size > HEADER
+                    and (st.st_mode & 0o170000) == 0o100000):
+                raise ValueError("not a segment of this user of the offered size")
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        if mm[: len(token)] != token.encode():
+            mm.close()
+            raise ValueError("token mismatch")
+        return mm
+
+    def resolve(self, peer: int | None, frames: Sequence) -> list:
+        """The frames of a received message with its shm frames as read-only views (zero copy).
+
+        Each view is an owner array; when the last array built on it is collected, its extent is
+        queued as freed for ``peer``. ``ProtocolError`` when a descriptor is bad.
+        """
+        table = codec.peek(frames[0], "shm")
+        if table is None:
+            return list(frames)
+        mapped = self.mapped.get(peer) if peer is not None else None
+        if not (isinstance(table, list) and len(table) == 2 and isinstance(table[1], list)):
+            raise ProtocolError("shm", "malformed shm table")
+        if mapped is None or table[0] != mapped.aid:
+            raise ProtocolError("shm", f"shm frames of arena {table[0]!r:.80} not mapped from peer {peer}")
+        out = list(frames)
+        for d in table[1]:
+            if not _ints(d, 4):
+                raise ProtocolError("shm", "malformed shm descriptor")
+            i, seg, off, n = d
+            mm = mapped.maps.get(seg)
+            if not (1 <= i < len(out)) or mm is None or off < HEADER or off + n > len(mm) or len(out[i]) != 0:
+                raise ProtocolError("shm", f"bad shm descriptor {d}")
+            owner = np.frombuffer(mm, np.uint8, count=n, offset=off)
+            weakref.finalize(owner, self._freed, peer, mapped.aid, seg, off)
+            out[i] = owner
+        return out
+
+    def _freed(self, peer: int, aid: str, seg: int, off: int) -> None:
+        with self._lock:
+            self.freed.setdefault(peer, []).append((aid, seg, off))

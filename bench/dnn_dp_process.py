@@ -2,9 +2,9 @@
 """Whole-process figures of ``mariana run dnn-dp`` (issue #13): 1 replica vs a numpy loop, 2 replicas
 on 2 worker processes vs the ceiling, per exchange topology and optimizer; seconds to the first superstep.
 
-    python bench/dnn_dp_process.py                       # 784-2048x3-10, batch 256, 60 steps
+    python bench/dnn_dp_process.py                       # 784-2048x3-10, batch 256, 60 steps, allreduce + linear
     python bench/dnn_dp_process.py --quick               # 784-512x3-10, 20 steps (a smoke run)
-    python bench/dnn_dp_process.py --exchanges linear tree ps --optimizers sgd adagrad_approx --json
+    python bench/dnn_dp_process.py --exchanges allreduce linear tree ps --optimizers sgd adagrad_approx --json
 
 Every figure is a whole process timed from its start to its exit, with one BLAS/OpenMP thread
 (``OMP/OPENBLAS/MKL/BLIS_NUM_THREADS=1`` in its environment): ``mariana run dnn-dp`` with
@@ -119,7 +119,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--exchanges", nargs="+", default=["linear"], choices=["linear", "tree", "ps"])
+    ap.add_argument("--exchanges", nargs="+", default=["allreduce", "linear"], choices=["linear", "tree", "ps", "allreduce"])
     ap.add_argument("--optimizers", nargs="+", default=["sgd"])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

@@ -88,15 +88,12 @@ class Topology(ABC):
 
     def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
         """Send every bucket of ``member.grad`` at or after flat offset ``ready_from`` not sent yet
-        (its gradient is final), scaled by ``member.scale``, with its statistics, to its shard."""
+        (its gradient is final), with its statistics, to its shard."""
         buckets = member.buckets
         while member.next_bucket >= 0 and buckets[member.next_bucket][1] >= ready_from:
             sid, lo, hi = buckets[member.next_bucket]
             member.next_bucket -= 1
-            view = member.grad[lo:hi]
-            if member.scale != 1.0:
-                view *= member.scale
-            g = to_module(view, np)  # a view on the CPU, a host copy from a GPU
+            g = to_module(member.grad[lo:hi], np)  # a view on the CPU, a host copy from a GPU
             payload: dict[str, Any] = {"g": g, "at": lo}
             if member.stats_kind is not None:
                 payload["s"] = replica_stats(member.stats_kind, g, member.block)
@@ -139,8 +136,6 @@ class Tree(Topology):
     def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
         if ready_from > 0:
             return
-        if member.scale != 1.0:
-            member.grad *= member.scale
         member.tree_stats = replica_stats(member.stats_kind, to_module(member.grad, np), member.block)
         member.tree_waiting = tree_children(member.rank, member.members)
         if not member.tree_waiting:
@@ -192,12 +187,9 @@ class AllReduce(Topology):
             _, lo, hi = buckets[member.next_bucket]
             member.next_bucket -= 1
             pushed_last = member.next_bucket < 0
-            view = member.grad[lo:hi]
-            if member.scale != 1.0:
-                view *= member.scale
             if not others and member.stats_kind is None:
                 continue
-            g = to_module(view, np)
+            g = to_module(member.grad[lo:hi], np)
             payload: dict[str, Any] = {"g": g, "at": lo}
             if member.stats_kind is not None:
                 payload["s"] = member.own_stats[str(lo)] = replica_stats(member.stats_kind, g, member.block)
@@ -262,7 +254,9 @@ class SyncedMember:
     """Mixin for a Vertex that holds a flat parameter vector kept in sync through shards.
 
     Call ``init_sync`` once the flat ``self.flat`` / ``self.grad`` buffers exist (``self.xp`` is
-    their array module, ``self.scale`` what the summed gradient is scaled by). ``topology``
+    their array module). Members compute the gradient of the *global* batch's mean loss (their
+    mean loss times local / global batch, applied to the loss gradient, not in an extra pass
+    over the parameters' gradient), so the shards only sum. ``topology``
     belongs in the class's ``static_attributes``. During backward, ``push_ready(ctx, offset)``
     sends the buckets whose gradients are final (offset and after: backward runs from the last
     layer to the first) and lets them leave at once (``ctx.flush``), so the transfer overlaps
@@ -273,7 +267,6 @@ class SyncedMember:
     flat: Any
     grad: Any
     xp: Any
-    scale: float
 
     def init_sync(self, rank: int, member_ids: list[str], shards: list[Shard], topology: Topology,
                   optimizer: Optimizer, tensor_sizes: list[int] | None = None) -> None:

@@ -166,13 +166,15 @@ class Model:
             x = layer.forward(x, train=train)
         return x
 
-    def loss_and_grad(self, x: Array, labels: Array, on_backward: Callable[[int], None] | None = None) -> float:
-        """Mean loss of a training forward pass; the gradients land in every layer's ``grads``.
+    def loss_and_grad(self, x: Array, labels: Array, on_backward: Callable[[int], None] | None = None,
+                      scale: float = 1.0) -> float:
+        """Mean loss of a training forward pass; the gradients (of ``scale`` x the mean loss) land
+        in every layer's ``grads``.
 
         ``on_backward(i)`` is called once layer ``i``'s gradients are final (from the last layer
         to the first), so they can leave while the layers below are still in backward."""
         loss = self.loss.forward(self.forward(x, train=True), labels)
-        d = self.loss.backward()
+        d = self.loss.backward(scale)
         for i in range(len(self.layers) - 1, -1, -1):
             d = self.layers[i].backward(d)  # None after a first layer that skips d(input)
             if on_backward is not None:

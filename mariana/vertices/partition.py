@@ -305,7 +305,7 @@ class PartitionVertex(SyncedMember, Vertex):
             ctx.send(self.report_to, {"step": self.step, "loss": loss, "n": n}, tag="loss")
         elif self.part == 0:
             ctx.aggregate("loss", (loss * n, n))
-        d = self.loss_layer.backward()
+        d = self.loss_layer.backward(self.scale)  # the gradient of the global batch's mean loss
         width = d.shape[1] // self.parts
         self.act = d if self.parts == 1 else self.xp.ascontiguousarray(d[:, self.part * width:(self.part + 1) * width])
         self.backward, self.stage = True, len(self.plan.stages) - 1

@@ -13,7 +13,7 @@ One synchronous SGD step with the ``linear`` or ``ps`` exchange takes two supers
 to replica 0, which hands the sum to a single shard. ``allreduce`` has no shards and one superstep
 per step: in superstep t every replica receives the others' gradient buckets of step t-1, sums
 them in replica order, updates its own copy of the parameters and computes step t (its reader
-then keeps two batches ahead). Replicas scale their mean-loss gradient by
+then keeps two batches ahead). Replicas take the gradient of their mean loss times
 ``local batch / global batch``, so the summed gradient is that of one replica on the whole batch.
 
 Every replica and shard holds its parameters as one flat float32 vector; a shard owns the
@@ -120,7 +120,7 @@ class ReplicaVertex(SyncedMember, Vertex):
             if self.offsets[layer] is not None:
                 self.push_ready(ctx, self.offsets[layer])
 
-        loss = self.model.loss_and_grad(batch["x"], self.xp.asarray(batch["y"]), ready)
+        loss = self.model.loss_and_grad(batch["x"], self.xp.asarray(batch["y"]), ready, self.scale)
         ctx.aggregate("loss", (loss * len(batch["y"]), len(batch["y"])))
         self.step += 1
         if self.step + self.ahead - 1 < self.total_steps:

@@ -19,15 +19,24 @@ __all__ = ["save_params", "load_params"]
 
 
 def save_params(run_dir: RunDir, named: list[tuple[str, np.ndarray]], prefix: str = "params", **extra: Any) -> None:
-    """Write each array as ``PREFIX/NAME.npy``, then the index."""
+    """Write each array as ``PREFIX/NAME.npy``, then the index.
+
+    Each file is the ``.npy`` header followed by the array's own memory, streamed and hashed as
+    it goes (no in-memory copy of the file); the folder is synced once, before the index."""
     index = []
     for name, arr in named:
-        buf = io.BytesIO()
-        np.save(buf, np.require(arr, requirements='C'), allow_pickle=False)  # keeps 0-d arrays 0-d
-        data = buf.getvalue()
-        run_dir.write_bytes(f"{prefix}/{name}.npy", data)
-        index.append({"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype), "bytes": len(data),
-                      "sha256": hashlib.sha256(data).hexdigest()})
+        arr = np.require(arr, requirements="C")
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(arr))
+        digest = hashlib.sha256(head.getvalue())
+        body = memoryview(arr.reshape(-1)).cast("B") if arr.size else memoryview(b"")  # keeps 0-d arrays 0-d
+        digest.update(body)
+        with run_dir.open_write(f"{prefix}/{name}.npy", sync_dir=False) as f:
+            f.write(head.getvalue())
+            f.write(body)
+        index.append({"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype),
+                      "bytes": len(head.getvalue()) + body.nbytes, "sha256": digest.hexdigest()})
+    run_dir.sync_dir(prefix)  # the tensors' names are durable before the index names them
     run_dir.write_json(f"{prefix}/index.json", {"tensors": index, **extra})
 
 

@@ -77,11 +77,12 @@ class Optimizer(ABC):
                 np.add(grads[0][lo - at:hi - at], grads[1][lo - at:hi - at], out=g)
                 for other in grads[2:]:
                     np.add(g, other[lo - at:hi - at], out=g)
-            self._step(param[lo:hi], g, part, s)
+            self._step(param[lo:hi], g, part, s, total is not None)
 
     @abstractmethod
-    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
-        """Update one chunk in place (every optimizer is elementwise, so chunks are independent)."""
+    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any, scratch: bool = False) -> None:
+        """Update one chunk in place (every optimizer is elementwise, so chunks are independent);
+        ``scratch``: ``grad`` is the step's own sum buffer, which may be overwritten."""
 
 
 @dataclass
@@ -93,7 +94,11 @@ class SGD(Optimizer):
     def init_state(self, param: Any) -> dict[str, Any]:
         return {"v": np.zeros_like(param)} if self.momentum else {}
 
-    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
+    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any, scratch: bool = False) -> None:
+        if scratch and not self.momentum and not self.weight_decay:  # no temporary: lr * g in place
+            np.multiply(grad, np.float32(self.lr) if grad.dtype == np.float32 else self.lr, out=grad)
+            param -= grad
+            return
         g = self._decayed(param, grad)
         if self.momentum:
             v = state["v"]
@@ -114,7 +119,7 @@ class AdaGrad(Optimizer):
             return {"G": np.zeros(-(-param.size // self.block), dtype=param.dtype)}
         return {"G": np.zeros_like(param)}
 
-    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any) -> None:
+    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any, scratch: bool = False) -> None:
         g = self._decayed(param, grad)
         G = state["G"]
         if self.stats is None:

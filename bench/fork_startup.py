@@ -5,7 +5,8 @@
     python bench/fork_startup.py --data /tmp/syn.npz --rounds 3 --steps 20 --json
 
 Each round runs the job once with forked workers (the default) and once with ``--no-fork`` (fresh
-interpreters), alternating which goes first, one BLAS/OpenMP thread per process
+interpreters), with ``--one`` also once with ``--workers 1`` (one process), reversing the order
+every other round, one BLAS/OpenMP thread per process
 (``OMP/OPENBLAS/MKL_NUM_THREADS=1``), both with the environment as it is and with
 ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` removed (when set). Figures per run: ``process_s``
 (start to exit), ``first_s`` (start to the master's first superstep, from RUN/trace/master.jsonl),
@@ -30,9 +31,9 @@ BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 MODEL = '["dense:2048:relu","dense:2048:relu","dense:2048:relu","dense:10"]'
 
 
-def run_once(env: dict[str, str], data: str, steps: int, fork: bool, tmp: str) -> dict[str, float]:
+def run_once(env: dict[str, str], data: str, steps: int, fork: bool, tmp: str, workers: int = 2) -> dict[str, float]:
     run_dir = tempfile.mkdtemp(dir=tmp)
-    cmd = [sys.executable, "-m", "mariana", "run", "dnn-dp", "--workers", "2", "--json", "--run-dir", run_dir,
+    cmd = [sys.executable, "-m", "mariana", "run", "dnn-dp", "--workers", str(workers), "--json", "--run-dir", run_dir,
            "--set", f"data={data}", "--set", f"model={MODEL}", "--set", "batch_size=256", "--set", f"steps={steps}",
            "--set", "test_fraction=0", "--set", "lr=0.01", "--set", "exchange=allreduce", *([] if fork else ["--no-fork"])]
     t0, c0 = time.time(), time.perf_counter()
@@ -51,6 +52,7 @@ def main() -> int:
     ap.add_argument("--data", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--one", action="store_true", help="also time --workers 1 (one process, LocalRuntime)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     base = {k: v for k, v in os.environ.items() if k not in THREAD_VARS and k != "MARIANA_NO_FORK"}
@@ -62,11 +64,11 @@ def main() -> int:
                                  "rounds": args.rounds, "steps": args.steps}
     with tempfile.TemporaryDirectory() as tmp:
         for name, env in variants.items():
-            runs: dict[str, list[dict[str, float]]] = {"fork": [], "spawn": []}
+            runs: dict[str, list[dict[str, float]]] = {"fork": [], "spawn": [], **({"one": []} if args.one else {})}
             for r in range(args.rounds):
-                order = ["fork", "spawn"] if r % 2 == 0 else ["spawn", "fork"]
+                order = list(runs) if r % 2 == 0 else list(runs)[::-1]
                 for how in order:
-                    runs[how].append(run_once(env, args.data, args.steps, how == "fork", tmp))
+                    runs[how].append(run_once(env, args.data, args.steps, how != "spawn", tmp, 1 if how == "one" else 2))
                     print(f"[{time.strftime('%H:%M:%S')}] {name} round {r} {how}: {runs[how][-1]}", file=sys.stderr)
             result[name] = {how: {k: round(statistics.median(x[k] for x in rs), 3) for k in rs[0]} for how, rs in runs.items()}
     result["load_end"] = os.getloadavg()

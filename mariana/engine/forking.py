@@ -183,6 +183,8 @@ def _child(pipe: int, thread_vars: dict[str, str]) -> NoReturn:
             from ..cli import main
 
             code = main(argv)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group, before the worker began too
+        code = 130
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--explain-placement", action="store_true", help="print the placement table and exit")
     r.add_argument("--secure", action="store_true",
                    help="CURVE authentication and encryption on every socket (keys made for this run)")
+    r.add_argument("--no-fork", dest="fork", action="store_false",
+                   help="start local workers as fresh interpreters (by default they are forked from this process, "
+                        "with everything imported, when that is safe; MARIANA_NO_FORK=1 does the same)")
 
     m = sub.add_parser("master", help="run a job's master; workers join from any host")
     _job_args(m)

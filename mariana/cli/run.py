@@ -122,6 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         superstep_timeout=args.superstep_timeout, max_restarts=args.max_restarts, rejoin_timeout=args.rejoin_timeout,
         max_message_bytes=args.max_message_mb << 20, secure=args.secure,
         shm=getattr(args, "shm", True), shm_cap_mb=getattr(args, "shm_cap_mb", 1024), spawn=not master, security=security,
+        fork=getattr(args, "fork", True),
         bind=args.bind if master else "tcp://127.0.0.1:0", on_start=on_start)
     status, error = "interrupted", None
     try:

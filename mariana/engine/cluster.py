@@ -1,7 +1,8 @@
 """Launch a cluster job on this machine: a master in this process, N worker processes on loopback.
 
-Workers are started as ``python -m mariana worker --master ENDPOINT`` with this process's import
-path, so a job given as ``package.module:JOB`` imports the same way in every worker. They are
+Workers are forked from this process when that is safe (``forking``: no import time), otherwise
+started as ``python -m mariana worker --master ENDPOINT`` with this process's import path; either
+way a job given as ``package.module:JOB`` imports the same way in every worker. They are
 cleaned up on every exit path: success, error, Ctrl-C (``finally``); if this process is killed,
 the workers notice the silent master through their heartbeats and exit by themselves.
 """
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
+from .forking import ForkedWorker, fork_is_safe, fork_workers
 from .graph import Graph
 from .master import Master
 from .options import RunOptions
@@ -26,7 +28,8 @@ from .transport import parse_endpoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_cluster", "LocalCluster", "spawn_workers", "stop_processes", "blas_threads", "THREAD_VARS"]
+__all__ = ["run_cluster", "LocalCluster", "spawn_workers", "stop_processes", "blas_threads", "thread_vars",
+           "worker_argv", "THREAD_VARS"]
 
 
 #: Thread-pool variables of the BLAS/OpenMP libraries numpy may use.
@@ -46,6 +49,18 @@ def blas_threads(sharing: int) -> int:
     return max(1, cores() // max(1, sharing))
 
 
+def thread_vars(sharing: int) -> dict[str, str]:
+    """The thread variables of a local worker: the user's where set, else ``blas_threads(sharing)``."""
+    threads = str(blas_threads(sharing))
+    return {var: os.environ.get(var, threads) for var in THREAD_VARS}
+
+
+def worker_argv(endpoint: str, host: str, extra_args: list[str] | None = None) -> list[str]:
+    """The ``mariana`` arguments of a local worker; ``-v``/``-q`` follow this process's logging."""
+    verbosity = ["-v"] if log.isEnabledFor(logging.INFO) else ["-q"]
+    return [*verbosity, "worker", "--master", endpoint, "--host", host, *(extra_args or [])]
+
+
 def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: list[str] | None = None,
                   sharing: int | None = None) -> list[subprocess.Popen]:
     """Start ``n`` local ``mariana worker`` processes that join the master at ``endpoint``.
@@ -56,22 +71,18 @@ def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: li
     one thread per core oversubscribe the machine (measured here: 150 dnn-dp steps on 2 workers
     took 3.87 s of superstep time with 2 OpenBLAS threads each on 2 cores, 0.44 s with 1).
     """
-    env = dict(os.environ)
-    threads = str(blas_threads(n if sharing is None else sharing))
-    for var in THREAD_VARS:
-        env.setdefault(var, threads)
+    env = {**os.environ, **thread_vars(n if sharing is None else sharing)}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
-    verbosity = ["-v"] if log.isEnabledFor(logging.INFO) else ["-q"]
-    cmd = [sys.executable, "-m", "mariana", *verbosity, "worker", "--master", endpoint, "--host", host,
-           *(extra_args or [])]
+    cmd = [sys.executable, "-m", "mariana", *worker_argv(endpoint, host, extra_args)]
     return [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for _ in range(n)]
 
 
-def stop_processes(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
-    """Terminate, then kill, every process still running; reap them all."""
+def stop_processes(procs: list[Any], grace: float = 3.0) -> None:
+    """Terminate, then kill, every process still running (``Popen`` or ``ForkedWorker``); reap them all."""
+    unstarted = [p for p in procs if isinstance(p, ForkedWorker) and p.release()]  # they exit 0 by themselves
     for p in procs:
-        if p.poll() is None:
+        if p.poll() is None and p not in unstarted:
             p.terminate()
     for p in procs:
         try:
@@ -108,31 +119,41 @@ def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, options: Ru
 class LocalCluster:
     """A master in this process and ``options.workers`` worker processes on this machine.
 
-    ``start()`` binds the master and starts the workers; ``run(graph, run_dir)`` runs the job. The
-    graph may be built between the two: the workers import and join meanwhile, so a launch does
+    ``start()`` starts the workers and binds the master; ``run(graph, run_dir)`` runs the job. The
+    graph may be built between the two: the workers join and build meanwhile, so a launch does
     not wait for its own build and then for theirs one after the other (``jobs.launch``).
-    ``close()`` (or leaving the ``with`` block) stops every worker still running, removes
-    this job's shared-memory segments left in /dev/shm and the throwaway keys of ``options.secure``.
+    Workers are forked from this process before the master makes its zmq context when that is
+    safe (``forking.fork_is_safe``, ``options.fork``), else spawned as fresh interpreters; a
+    replacement for a lost worker is always spawned. ``close()`` (or leaving the ``with`` block)
+    stops every worker still running, removes this job's shared-memory segments left in /dev/shm
+    and the throwaway keys of ``options.secure``.
     """
 
     def __init__(self, job_name: str, config: dict[str, Any], options: RunOptions) -> None:
-        self.options = options
+        self.options, self.job_name, self.config = options, job_name, config
         secure = options.secure and options.security is None
         self.keys_dir, self.key_files = local_keys(options.workers) if secure else (None, [])
         self.security = Security.for_master(self.keys_dir) if secure else options.security
-        self.master = Master(job_name, config, None, options.replace(run_dir=None), security=self.security)
-        self.procs: list[subprocess.Popen] = []
+        self.master: Master | None = None  # made by start(), after any fork: its zmq context stays here
+        self.procs: list[Any] = []  # subprocess.Popen or forking.ForkedWorker
 
     def start(self) -> None:
-        master, workers = self.master, self.options.workers
+        workers = self.options.workers
+        forked = self._fork(workers)
+        self.procs += forked
+        self.master = master = Master(self.job_name, self.config, None, self.options.replace(run_dir=None),
+                                      security=self.security)
         endpoint = master.start()
         extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
         if self.security is not None:
             extra += [f"--server-key={self.security.public.decode()}"]  # a Z85 key may start with "-"
         host = parse_endpoint(endpoint)[0]
-        for key_file in self.key_files or [None] * workers:
-            self.procs += spawn_workers(endpoint, 1, host, extra + (["--key", key_file] if key_file else []),
-                                        sharing=workers)
+        for i, key_file in enumerate(self.key_files or [None] * workers):
+            args = extra + (["--key", key_file] if key_file else [])
+            if forked:
+                forked[i].start(worker_argv(endpoint, host, args))
+            else:
+                self.procs += spawn_workers(endpoint, 1, host, args, sharing=workers)
 
         def respawn() -> subprocess.Popen:
             key = []
@@ -140,6 +161,7 @@ class LocalCluster:
                 key_file = str(add_key(self.keys_dir, f"worker-{len(self.procs)}"))
                 self.security.allowed.keys.add(load_keypair(key_file)[0])
                 key = ["--key", key_file]
+            # a fresh interpreter: this process has a zmq context (and IO threads) by now
             proc = spawn_workers(endpoint, 1, host, extra + key, sharing=workers)[0]
             self.procs.append(proc)
             return proc
@@ -148,17 +170,29 @@ class LocalCluster:
         if self.options.on_start is not None:
             self.options.on_start(master, self.procs)
 
+    def _fork(self, workers: int) -> list[ForkedWorker]:
+        """``workers`` forked children waiting for their arguments, or [] to spawn them instead."""
+        why = "--no-fork" if not self.options.fork else fork_is_safe()
+        if why is not None:
+            log.debug("local workers start as fresh interpreters: %s", why)
+            return []
+        log.debug("forking %d local workers", workers)
+        return fork_workers(workers, thread_vars(workers))
+
     def run(self, graph: Graph, run_dir: Any) -> RunResult:
         """Run ``graph`` on the started workers (``options.resume``: from ``run_dir``'s newest checkpoint)."""
+        assert self.master is not None, "start() first"
         o = self.options
         resume = resume_point(run_dir, o.keep_checkpoints) if o.resume else None
         self.master.attach(graph, run_dir, resume)
         return self.master.run(children=self.procs)
 
     def close(self) -> None:
-        stop_processes(self.procs, grace=max(3.0, 2 * self.master.heartbeat_interval))
-        sweep(self.master.job_id)  # shared memory of a worker killed before its peers mapped it
-        self.master.close()
+        grace = max(3.0, 2 * (self.master.heartbeat_interval if self.master else self.options.heartbeat_interval))
+        stop_processes(self.procs, grace=grace)
+        if self.master is not None:
+            sweep(self.master.job_id)  # shared memory of a worker killed before its peers mapped it
+            self.master.close()
         if self.keys_dir is not None:
             shutil.rmtree(self.keys_dir, ignore_errors=True)
 

@@ -43,6 +43,7 @@ class RunOptions:
     # cluster
     bind: str = "tcp://127.0.0.1:0"
     spawn: bool = True  # start the workers on this machine (False: `mariana master`, workers join)
+    fork: bool = True  # fork them from this process when safe (no imports); False: fresh interpreters
     heartbeat_interval: float = 0.5
     worker_timeout: float = 10.0
     join_timeout: float = 120.0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import zmq
@@ -23,10 +24,21 @@ from ..messages import codec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "recv", "drain", "Again", "Unreachable"]
+__all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "recv", "drain", "Again", "Unreachable", "open_contexts"]
 
 Again = zmq.Again
 _ENDPOINT = re.compile(r"^tcp://(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d+|\*)$")
+
+
+#: Every context a Transport made in this process (``open_contexts``: may this process fork?).
+_CONTEXTS: weakref.WeakSet[zmq.Context] = weakref.WeakSet()
+
+
+def open_contexts() -> int:
+    """How many zmq contexts of this process are open: Transports' and ``zmq.Context.instance()``."""
+    made = [c for c in _CONTEXTS if not c.closed]
+    shared = zmq.Context._instance
+    return len(made) + (shared is not None and not shared.closed and shared not in made)
 
 
 class Unreachable(Exception):
@@ -56,6 +68,7 @@ class Transport:
 
     def __init__(self, max_message_bytes: int = 1 << 30, security: Any = None) -> None:
         self.ctx = zmq.Context()
+        _CONTEXTS.add(self.ctx)
         self.max_message_bytes = max_message_bytes
         self.sockets: list[zmq.Socket] = []
         self.security = security  # a security.Security: every socket speaks CURVE

@@ -218,8 +218,12 @@ def test_killing_one_worker_recovers_to_bit_identical_parameters(tmp_path, excha
             killed.append(procs[1].pid)
             os.kill(procs[1].pid, signal.SIGKILL)
 
-    recovered, result = _train(tmp_path / "killed", sets=sets, on_superstep=kill, on_start=lambda m, p: procs.extend(p))
+    masters = []
+    recovered, result = _train(tmp_path / "killed", sets=sets, on_superstep=kill,
+                               on_start=lambda m, p: (procs.extend(p), masters.append(m)))
     assert killed and recovered == reference
+    assert [type(p).__name__ for p in procs] == ["ForkedWorker"] * 2  # forked from this process
+    assert sorted(type(p).__name__ for p in masters[0].children) == ["ForkedWorker", "Popen"]  # a fresh replacement
     assert result.metrics[-1]["restarts"] == 1
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
 

@@ -251,6 +251,7 @@ def test_a_job_the_workers_cannot_import_is_reported(monkeypatch):
     ghost = types.ModuleType("ghost_jobs")  # importable here, nowhere on disk
     ghost.delivery = contract_jobs.delivery
     monkeypatch.setitem(sys.modules, "ghost_jobs", ghost)
+    monkeypatch.setenv("MARIANA_NO_FORK", "1")  # a forked worker has this process's modules, ghost_jobs too
     with pytest.raises(MarianaError, match=r"worker \d \(host .*\) cannot run job ghost_jobs:delivery: "
                                            r"cannot import job module 'ghost_jobs'"):
         run_job("ghost_jobs:delivery", workers=2, runtime="cluster")

@@ -1,0 +1,229 @@
+"""Local workers forked from the launching process instead of started as fresh interpreters.
+
+A fresh ``python -m mariana worker`` spends ~0.2-0.25 s importing numpy, zmq, fsspec and
+mariana before it can join, and that sits on the critical path of a short ``mariana run``. A
+child forked from the ``mariana run`` process has every module imported already. It is forked
+before this process makes any zmq context (the master's sockets, IO threads and CURVE
+authenticator come after) and while only the main thread runs, blocks on a pipe until the master
+is bound, then reads one JSON line, the argument list of ``mariana worker``, and runs the CLI's
+own worker entry with it. ``ForkedWorker`` is the parent's handle on such a child, with the part
+of ``subprocess.Popen`` the launcher, the master and the tests use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import NoReturn
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "NO_FORK_VAR"]
+
+#: Set to 1 to always start local workers as fresh interpreters (as ``--no-fork`` does).
+NO_FORK_VAR = "MARIANA_NO_FORK"
+
+
+def fork_is_safe() -> str | None:
+    """None when local workers may be forked from this process now, else why not (for the debug log).
+
+    Safe means: ``os.fork`` exists, no other Python thread runs (a lock held by another thread
+    would stay locked forever in the child) and no zmq context of this process is open (a child
+    must not inherit the master's context, sockets or IO threads), and the user did not opt out.
+    """
+    if os.environ.get(NO_FORK_VAR, "") not in ("", "0"):
+        return f"{NO_FORK_VAR} is set"
+    if not hasattr(os, "fork"):
+        return "os.fork is not available"
+    if threading.active_count() != 1:
+        return f"{threading.active_count()} threads run"
+    if importlib.util.find_spec("threadpoolctl") is None:
+        return "threadpoolctl is not installed (a forked worker sizes its BLAS threads with it)"
+    from .transport import open_contexts
+
+    if open_contexts():
+        return "a zmq context is open in this process"
+    return None
+
+
+class ForkedWorker:
+    """A forked worker process, handled like a ``subprocess.Popen`` (pid, poll, wait, terminate,
+    kill, returncode, args). It waits for ``start(argv)``; ``release()`` lets it exit 0 unstarted."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.args: list[str] = []  # what `mariana worker` would have been started with
+        self._pipe: int | None = pipe
+
+    def start(self, argv: list[str]) -> None:
+        """Hand the child its ``mariana`` arguments (``-q worker --master EP ...``): one JSON line."""
+        self.args = [sys.executable, "-m", "mariana", *argv]
+        pipe, self._pipe = self._pipe, None
+        assert pipe is not None, "a forked worker starts once"
+        try:
+            os.write(pipe, json.dumps(argv).encode() + b"\n")  # far below PIPE_BUF: one write
+        except BrokenPipeError:
+            pass  # it died already; poll() says how
+        finally:
+            os.close(pipe)
+
+    def release(self) -> bool:
+        """Close the pipe without a line: the child exits 0 (the job did not start). False if it had started."""
+        if self._pipe is None:
+            return False
+        os.close(self._pipe)
+        self._pipe = None
+        return True
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: nothing more can be known (as Popen does)
+                self.returncode = 0
+            else:
+                if pid == self.pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)  # -N for signal N, as Popen
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code; ``subprocess.TimeoutExpired`` if the child still runs after ``timeout`` s."""
+        if timeout is None:
+            while self.returncode is None:
+                try:
+                    _, status = os.waitpid(self.pid, 0)
+                    self.returncode = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    self.returncode = 0
+            return self.returncode
+        deadline, delay = time.monotonic() + timeout, 0.0005
+        while (code := self.poll()) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(min(delay, left))
+            delay = min(2 * delay, 0.05)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __repr__(self) -> str:
+        return f"<ForkedWorker pid={self.pid} returncode={self.returncode}>"
+
+
+def fork_workers(n: int, thread_vars: dict[str, str]) -> list[ForkedWorker]:
+    """Fork ``n`` children that wait for ``ForkedWorker.start``. ``thread_vars``: the BLAS/OpenMP
+    thread variables a spawned worker would get (``cluster.thread_vars``); each child sizes its
+    thread pools by them. Call only when ``fork_is_safe()``."""
+    for stream in (sys.stdout, sys.stderr):  # buffered text must not be written twice
+        stream.flush()
+    children: list[ForkedWorker] = []
+    try:
+        for _ in range(n):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                os.close(write)
+                for sibling in children:  # the parent's ends of earlier pipes: EOF must mean the parent
+                    if sibling._pipe is not None:
+                        os.close(sibling._pipe)
+                _child(read, thread_vars)
+            os.close(read)
+            children.append(ForkedWorker(pid, write))
+    except BaseException:
+        for c in children:
+            c.release()
+            c.wait()
+        raise
+    return children
+
+
+def _child(pipe: int, thread_vars: dict[str, str]) -> NoReturn:
+    """A forked worker: wait for its arguments, run ``mariana worker`` with them, exit with its code
+    through ``os._exit`` (never back into the parent's stack, never the parent's exit handlers)."""
+    code = 1
+    try:
+        atexit._clear()  # the parent's; the worker's own still run below
+        _reset_signals()
+        devnull = os.open(os.devnull, os.O_RDONLY)  # stdin as a spawned worker has it
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        with os.fdopen(pipe, "rb") as f:
+            line = f.readline()
+        if not line:  # the launch ended before the master bound: leave quietly
+            code = 0
+        else:
+            argv = json.loads(line)
+            _limit_threads(thread_vars)
+            root = logging.getLogger()
+            for handler in list(root.handlers):  # the CLI configures logging afresh, as in a new process
+                root.removeHandler(handler)
+            root.setLevel(logging.WARNING)
+            from ..cli import main
+
+            code = main(argv)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group, before the worker began too
+        code = 130
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        finally:
+            os._exit(code)
+
+
+def _reset_signals() -> None:
+    """Signal handlers as a fresh interpreter has them: Python handlers of the parent (the test
+    runner's alarm, a server's SIGTERM) are gone, SIGINT raises KeyboardInterrupt, ignored stay ignored."""
+    signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+        if callable(handler) and sig != signal.SIGINT:
+            signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: The variable each threadpoolctl internal API reads its thread count from.
+_VAR_OF = {"openblas": "OPENBLAS_NUM_THREADS", "mkl": "MKL_NUM_THREADS", "blis": "BLIS_NUM_THREADS",
+           "openmp": "OMP_NUM_THREADS"}
+
+
+def _limit_threads(thread_vars: dict[str, str]) -> None:
+    """Thread pools as a fresh worker with ``thread_vars`` in its environment sizes them: the
+    libraries read their variable once, at load, which in a forked child was the parent's."""
+    os.environ.update(thread_vars)
+    from threadpoolctl import ThreadpoolController
+
+    for lib in ThreadpoolController().lib_controllers:
+        value = thread_vars.get(_VAR_OF.get(lib.internal_api, "OMP_NUM_THREADS"), "")
+        if value.isdigit() and int(value) > 0:
+            lib.set_num_threads(int(value))

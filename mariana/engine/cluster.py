@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from typing import Any
 
 from .forking import ForkedWorker, fork_is_safe, fork_workers
@@ -78,9 +79,18 @@ def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: li
     return [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for _ in range(n)]
 
 
-def stop_processes(procs: list[Any], grace: float = 3.0) -> None:
-    """Terminate, then kill, every process still running (``Popen`` or ``ForkedWorker``); reap them all."""
+def stop_processes(procs: list[Any], grace: float = 3.0, leaving: float = 0.0) -> None:
+    """Terminate, then kill, every process still running (``Popen`` or ``ForkedWorker``); reap them all.
+
+    ``leaving``: seconds to let processes that were told the job is over (BYE) exit by themselves
+    first, so that they log their end and remove what they own instead of being cut off."""
     unstarted = [p for p in procs if isinstance(p, ForkedWorker) and p.release()]  # they exit 0 by themselves
+    deadline = time.monotonic() + leaving
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
     for p in procs:
         if p.poll() is None and p not in unstarted:
             p.terminate()
@@ -189,7 +199,8 @@ class LocalCluster:
 
     def close(self) -> None:
         grace = max(3.0, 2 * (self.master.heartbeat_interval if self.master else self.options.heartbeat_interval))
-        stop_processes(self.procs, grace=grace)
+        done = self.master is not None and self.master.phase == "done"  # every worker got its BYE
+        stop_processes(self.procs, grace=grace, leaving=2.0 if done else 0.0)
         if self.master is not None:
             sweep(self.master.job_id)  # shared memory of a worker killed before its peers mapped it
             self.master.close()

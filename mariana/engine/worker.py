@@ -474,7 +474,8 @@ class Worker:
                     if state.get("phase") == "computing" and hasattr(self, "partition"):
                         state["vertex"] = self.partition.ctx.vertex_id
                     send(hb, wire.Heartbeat(t=time.time(), src=self.index, state=state).to_wire(self.job_id))
-                if hb.poll(max(1, int((next_send - time.monotonic()) * 1000))):
+                # at most 50 ms per wait: the worker's exit (``_stop``) must not wait for a heartbeat period
+                if hb.poll(max(1, int(min(next_send - time.monotonic(), 0.05) * 1000))):
                     while hb.poll(0):
                         self._clock(hb.recv_multipart())
                     last = time.monotonic()

@@ -49,7 +49,7 @@ from ..messages import codec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Shm", "Arena", "host_id", "sweep", "SHM_DIR"]
+__all__ = ["Shm", "Arena", "Pool", "host_id", "sweep", "SHM_DIR"]
 
 SHM_DIR = "/dev/shm"
 HEADER = 4096  # the token lives here; extents start after it
@@ -57,6 +57,8 @@ ALIGN = 4096
 FIRST_SEGMENT = 16 << 20  # at least; the first is twice the big frames of the message that asks for it
 WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
 _NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
+_POOL_NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-[0-9a-f]{8}-pool-\d+$")
+POOL_SEGMENT = 64 << 20  # at least; a bigger send buffer gets a segment of its own
 
 
 def host_id() -> str | None:
@@ -203,6 +205,100 @@ class Arena:
         self.segs, self.usable, self.leases = [], set(), {}
 
 
+class Pool:
+    """A worker's *send buffers*: shared-memory segments every same-host peer maps (zero copy).
+
+    ``Context.send_buffer`` carves a zeroed 1-D array out of a segment; a message whose array
+    frame lies inside a region a peer has acknowledged travels to that peer as a descriptor
+    (``shm_pool [pool id, [[frame, segment, offset, length], ...]]``), no copy, no lease: the
+    owning vertex keeps the memory and must not write what it sent before two supersteps later.
+    Segments are offered to every peer (``shm_pool_offer``, acknowledged by ``shm_pool_ack``) and
+    unlinked once every current peer acknowledged them; the pool outlives rollbacks (the vertices
+    keep their buffers), and a peer that is a new process after a rollback is offered it again
+    (it can map it only while the file is still linked: else it gets copies, as before the ack;
+    a peer that kept its mappings answers from them).
+    """
+
+    def __init__(self, prefix: str, first: int = POOL_SEGMENT) -> None:
+        self.pid = f"{prefix}-{secrets.token_hex(4)}-pool"
+        self.first = first
+        self.segs: list[_Segment] = []
+        self.bases: list[int] = []  # the address of each segment's mapping
+        self.views: list[np.ndarray] = []
+        self.acked: dict[int, set[int]] = {}  # {peer: segments it mapped}
+        self.offered: dict[int, int] = {}  # {peer: segments offered so far}
+        self.refused: set[int] = set()
+        self.peers: set[int] = set()
+        self.regions: list[tuple[int, int, int]] = []  # (address, length, segment), carved buffers
+        self.last_sent: dict[int, int] = {}  # {region address: superstep it was last sent in}
+        self.reused = 0  # sends that broke the two-superstep contract (a region sent in consecutive supersteps)
+
+    def buffer(self, size: int, dtype: Any = np.float32) -> np.ndarray:
+        """A zeroed 1-D array of ``size`` elements in a pool segment (see ``Context.send_buffer``)."""
+        dt = np.dtype(dtype)
+        n = _round(max(1, size * dt.itemsize))
+        off = None
+        for s, seg in enumerate(self.segs):
+            off = seg.alloc(n)
+            if off is not None:
+                break
+        if off is None:
+            size_b = max(self.first, _round(n) + HEADER)
+            seg = _Segment(f"{self.pid}-{len(self.segs)}", size_b)
+            self.segs.append(seg)
+            view = np.frombuffer(seg.mm, np.uint8)
+            self.views.append(view)
+            self.bases.append(int(view.ctypes.data))
+            s = len(self.segs) - 1
+            off = seg.alloc(n)
+            assert off is not None
+            if not self.peers:
+                seg.unlink()
+        arr = self.views[s][off : off + size * dt.itemsize].view(dt)
+        arr[...] = 0
+        self.regions.append((self.bases[s] + off, n, s))
+        self.regions.sort()
+        return arr
+
+    def find(self, addr: int, n: int) -> tuple[int, int, int] | None:
+        """(segment, offset, region address) of a frame at ``addr`` of ``n`` bytes inside a region."""
+        i = bisect.bisect_right(self.regions, (addr, 1 << 62, 0)) - 1
+        if i < 0:
+            return None
+        start, length, s = self.regions[i]
+        if addr + n > start + length:
+            return None
+        return s, addr - self.bases[s], start
+
+    def offers(self, peer: int) -> list[list[Any]]:
+        """Segments not yet offered to ``peer`` (still linked: a new process can map them)."""
+        if peer in self.refused:
+            return []
+        k = self.offered.get(peer, 0)
+        out = [[s, seg.name, seg.size, seg.token] for s, seg in enumerate(self.segs[k:], k)]
+        self.offered[peer] = len(self.segs)
+        return out
+
+    def ack(self, peer: int, seg: int, ok: bool) -> None:
+        if ok:
+            self.acked.setdefault(peer, set()).add(seg)
+        else:
+            self.refused.add(peer)
+        if all(seg in self.acked.get(p, ()) or p in self.refused for p in self.peers):
+            self.segs[seg].unlink()
+
+    def renew(self, peers: set[int]) -> None:
+        """A rollback: peers may be new processes; offer every segment again (acks start over)."""
+        self.peers = set(peers)
+        self.acked, self.offered, self.refused = {}, {}, set()
+        self.last_sent = {}
+
+    def close(self) -> None:
+        self.views = []
+        for seg in self.segs:
+            seg.close()
+
+
 def _ints(x: Any, n: int) -> bool:
     return isinstance(x, list) and len(x) == n and all(type(v) is int and v >= 0 for v in x)
 
@@ -236,6 +332,12 @@ class Shm:
         self.budget = [cap_bytes]
         self._lock = threading.Lock()  # finalizers may run on any thread
         self.gen = gen
+        self.superstep = 0  # set by the worker: the send-buffer contract check needs it
+        self.pool = Pool(self.prefix) if self.enabled else None
+        self.pool_maps: dict[int, tuple[str, dict[int, mmap.mmap]]] = {}  # {peer: (its pool id, mappings)}
+        self.pool_acks: dict[int, list[list[Any]]] = {}
+        self._pool_table: list | None = None
+        self.zero_copy = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -248,14 +350,21 @@ class Shm:
 
     def reset(self, gen: int) -> None:
         """A rollback to generation ``gen``: every arena and mapping of the old one goes."""
-        self.close()
+        self._close_arenas()
         self.gen = gen
         self._reset()
+        if self.pool is not None:
+            self.pool.renew(self.pool.peers)
 
-    def close(self) -> None:
+    def _close_arenas(self) -> None:
         for arena in self.arenas.values():
             arena.close()
         self.arenas = {}
+
+    def close(self) -> None:
+        self._close_arenas()
+        if self.pool is not None:
+            self.pool.close()
 
     # -- sending ------------------------------------------------------------------------------
     def encode(self, peer: int, header: dict[str, Any]) -> tuple[list, int]:
@@ -265,7 +374,9 @@ class Shm:
         find room, or the message is encoded in chunks for zmq as usual. Returns the frames and
         the bytes that went through shared memory.
         """
-        if not self.usable(peer):
+        pool = self.pool
+        self.zero_copy = 0
+        if not self.usable(peer) and not (pool is not None and pool.acked.get(peer)):
             frames = codec.encode(header)
             if self.enabled and peer not in self.arenas and peer not in self.off:
                 big = [n for n in map(_nbytes, frames[1:]) if n >= self.min_bytes]
@@ -273,12 +384,17 @@ class Shm:
                     self._arena(peer, max(big), 2 * sum(big))
             return frames, 0
         frames, table, placed = self.place(peer, codec.encode(header, chunk_bytes=WHOLE))
-        if table is None:
+        if table is None and self._pool_table is None:
             if all(_nbytes(f) <= codec.DEFAULT_CHUNK_BYTES for f in frames[1:]):
                 return frames, 0
             return codec.encode(header), 0
-        # the same arrays in the same order: the same frame indices, one more key
-        frames[0] = codec.encode({**header, "shm": table}, chunk_bytes=WHOLE)[0]
+        # the same arrays in the same order: the same frame indices, one or two more keys
+        extra: dict[str, Any] = {}
+        if table is not None:
+            extra["shm"] = table
+        if self._pool_table is not None:
+            extra["shm_pool"] = self._pool_table
+        frames[0] = codec.encode({**header, **extra}, chunk_bytes=WHOLE)[0]
         return frames, placed
 
     def usable(self, peer: int) -> bool:
@@ -293,14 +409,31 @@ class Shm:
         caller re-encodes the message in chunks for zmq.
         """
         arena = self.arenas.get(peer)
-        if arena is None or not arena.usable:
+        self._pool_table = None
+        self.zero_copy = 0  # bytes of the last placed message sent as pool descriptors
+        pool = self.pool
+        acked = pool.acked.get(peer) if pool is not None else None
+        if (arena is None or not arena.usable) and not acked:
             return frames, None, 0
         out, total = list(frames), 0
         descs: list[list[int]] = []
+        pooled: list[list[int]] = []
         for i in range(1, len(frames)):
             mv = memoryview(frames[i]).cast("B")
             n = mv.nbytes
             if n < self.min_bytes:
+                continue
+            if acked and pool is not None:
+                addr = int(np.frombuffer(mv, np.uint8).ctypes.data)
+                hit = pool.find(addr, n)
+                if hit is not None and hit[0] in acked:  # a send buffer this peer maps: a descriptor, no copy
+                    self._sent_from_pool(pool, addr, n)
+                    out[i] = b""
+                    pooled.append([i, hit[0], hit[1], n])
+                    continue
+            if arena is None or not arena.usable:
+                if n > codec.DEFAULT_CHUNK_BYTES:
+                    return frames, None, 0  # (no arena: nothing was placed in one)
                 continue
             loc = arena.alloc(n)
             if loc is None:
@@ -319,7 +452,22 @@ class Shm:
             out[i] = b""
             descs.append([i, s, off, n])
             total += n
-        return out, ([arena.aid, descs] if descs else None), total
+        if pooled and pool is not None:
+            self._pool_table = [pool.pid, pooled]
+            self.zero_copy = sum(d[3] for d in pooled)
+        return out, ([arena.aid, descs] if descs and arena is not None else None), total
+
+    def _sent_from_pool(self, pool: Pool, addr: int, n: int) -> None:
+        """The contract check: the same bytes sent in two consecutive supersteps were (almost
+        certainly) rewritten while a peer may still read them."""
+        last = pool.last_sent.get(addr)
+        if last is not None and last == self.superstep - 1:
+            if not pool.reused:
+                log.error("a send buffer (%d bytes) was sent in supersteps %d and %d: a vertex must not "
+                          "rewrite what it sent before two supersteps later (Context.send_buffer)",
+                          n, last, self.superstep)
+            pool.reused += 1
+        pool.last_sent[addr] = self.superstep
 
     def notes(self, peer: int) -> dict[str, Any]:
         """The shm fields of the next BATCH part to ``peer``: offers, acks, freed extents."""
@@ -332,6 +480,14 @@ class Shm:
         mapped = self.mapped.get(peer)
         if acks and mapped is not None:
             fields["shm_ack"] = [mapped.aid, acks]
+        pool = self.pool
+        if pool is not None and peer not in self.off:
+            offers = pool.offers(peer)
+            if offers:
+                fields["shm_pool_offer"] = [pool.pid, self.host, offers]
+        packs = self.pool_acks.pop(peer, None)
+        if packs and peer in self.pool_maps:
+            fields["shm_pool_ack"] = [self.pool_maps[peer][0], packs]
         with self._lock:
             freed = self.freed.pop(peer, None)
         if freed and mapped is not None:
@@ -363,6 +519,20 @@ class Shm:
                     and isinstance(offer[2], list)):
                 raise ProtocolError("shm", "malformed shm_offer")
             self._map(peer, offer[0], offer[1], offer[2])
+        poffer = header.get("shm_pool_offer")
+        if poffer is not None:
+            if not (isinstance(poffer, list) and len(poffer) == 3 and isinstance(poffer[0], str)
+                    and isinstance(poffer[2], list)):
+                raise ProtocolError("shm", "malformed shm_pool_offer")
+            self._map_pool(peer, poffer[0], poffer[1], poffer[2])
+        pack = _note(header, "shm_pool_ack")
+        pool = self.pool
+        if pack is not None and pool is not None and pack[0] == pool.pid:
+            for item in pack[1]:
+                if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int
+                        and 0 <= item[0] < len(pool.segs) and isinstance(item[1], bool)):
+                    raise ProtocolError("shm", "malformed shm_pool_ack")
+                pool.ack(peer, item[0], item[1])
         arena = self.arenas.get(peer)
         ack = _note(header, "shm_ack")
         if ack is not None and arena is not None and ack[0] == arena.aid:
@@ -402,6 +572,27 @@ class Shm:
                     log.debug("shm: cannot map %s from peer %d, using zmq: %s", name, peer, exc)
             acks.append([seg, ok])
 
+    def _map_pool(self, peer: int, pid: str, host: Any, segs: list) -> None:
+        """Map a peer's send-buffer pool segments (kept across rollbacks: the same pool id is the
+        same process, whose mappings stay valid)."""
+        known = self.pool_maps.get(peer)
+        if known is None or known[0] != pid:
+            known = self.pool_maps[peer] = (pid, {})
+        acks = self.pool_acks.setdefault(peer, [])
+        for item in segs:
+            if not (isinstance(item, list) and len(item) == 4 and type(item[0]) is int and isinstance(item[1], str)
+                    and type(item[2]) is int and isinstance(item[3], str)):
+                raise ProtocolError("shm", "malformed shm_pool_offer segment")
+            seg, name, size, token = item
+            ok = seg in known[1] and len(known[1][seg]) == size
+            if not ok and self.enabled and host == self.host and _POOL_NAME.match(name) and name.startswith(pid + "-"):
+                try:
+                    known[1][seg] = self._open(name, size, token)
+                    ok = True
+                except (OSError, ValueError) as exc:
+                    log.debug("shm: cannot map pool segment %s from peer %d, copying: %s", name, peer, exc)
+            acks.append([seg, ok])
+
     def _open(self, name: str, size: int, token: str) -> mmap.mmap:
         fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY | os.O_NOFOLLOW)
         try:
@@ -424,14 +615,17 @@ class Shm:
         queued as freed for ``peer``. ``ProtocolError`` when a descriptor is bad.
         """
         table = codec.peek(frames[0], "shm")
+        ptable = codec.peek(frames[0], "shm_pool")
+        out = list(frames)
+        if ptable is not None:
+            self._resolve_pool(peer, ptable, out)
         if table is None:
-            return list(frames)
+            return out
         mapped = self.mapped.get(peer) if peer is not None else None
         if not (isinstance(table, list) and len(table) == 2 and isinstance(table[1], list)):
             raise ProtocolError("shm", "malformed shm table")
         if mapped is None or table[0] != mapped.aid:
             raise ProtocolError("shm", f"shm frames of arena {table[0]!r:.80} not mapped from peer {peer}")
-        out = list(frames)
         for d in table[1]:
             if not _ints(d, 4):
                 raise ProtocolError("shm", "malformed shm descriptor")
@@ -443,6 +637,22 @@ class Shm:
             weakref.finalize(owner, self._freed, peer, mapped.aid, seg, off)
             out[i] = owner
         return out
+
+    def _resolve_pool(self, peer: int | None, table: Any, out: list) -> None:
+        """Read-only views of a peer's send buffers (no lease: the sender owns their lifetime)."""
+        if not (isinstance(table, list) and len(table) == 2 and isinstance(table[1], list)):
+            raise ProtocolError("shm", "malformed shm_pool table")
+        known = self.pool_maps.get(peer) if peer is not None else None
+        if known is None or table[0] != known[0]:
+            raise ProtocolError("shm", f"send buffers of pool {table[0]!r:.80} not mapped from peer {peer}")
+        for d in table[1]:
+            if not _ints(d, 4):
+                raise ProtocolError("shm", "malformed shm_pool descriptor")
+            i, seg, off, n = d
+            mm = known[1].get(seg)
+            if not (1 <= i < len(out)) or mm is None or off < HEADER or off + n > len(mm) or len(out[i]) != 0:
+                raise ProtocolError("shm", f"bad shm_pool descriptor {d}")
+            out[i] = np.frombuffer(mm, np.uint8, count=n, offset=off)
 
     def _freed(self, peer: int, aid: str, seg: int, off: int) -> None:
         with self._lock:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
+
 from ..errors import MarianaError, VertexError
 from . import tracing
 from .graph import Graph, MasterContext
@@ -98,6 +100,8 @@ class Partition:
         #: ``stream(worker, messages)``: hand a remote worker's messages over before the end of compute
         self.stream: Any = None
         self.stream_bytes = 1 << 20
+        #: ``(size, dtype) -> array`` for ``Context.send_buffer``; a worker with shared memory sets it
+        self.send_buffers: Any = None
         self._pending = [0] * self.num_workers  # array bytes queued per worker since its last part
         self._streamed: list[list[Message]] = [[] for _ in range(self.num_workers)]
 
@@ -116,6 +120,11 @@ class Partition:
             self._sends.append(m)
         if self.stream is not None and w != self.worker:
             self._pending[w] += _array_bytes(payload)
+
+    def send_buffer(self, size: int, dtype: Any) -> Any:
+        if self.send_buffers is None:
+            return np.zeros(size, dtype=dtype)
+        return self.send_buffers(size, dtype)
 
     def flush(self, threshold: int = 0) -> None:
         """Hand every remote worker's queued messages (holding at least ``threshold`` bytes of

@@ -102,6 +102,26 @@ class Context:
         """Send ``payload`` to vertex ``dst``; it arrives in the next superstep."""
         self._partition.send(self._vertex_id, dst, tag, payload)
 
+    def send_buffer(self, size: int, dtype: Any = np.float32) -> np.ndarray:
+        """A writable, zeroed 1-D array of ``size`` elements that this vertex keeps, for sending.
+
+        On the cluster runtime with shared memory it lives in memory every same-host peer has
+        mapped, so an array view of it in a message reaches those peers as a descriptor, with no
+        copy (elsewhere: a plain ``np.zeros``, and messages behave as usual). Call it once per
+        buffer (e.g. lazily in the first ``compute``) and keep the array; it survives rollbacks
+        (reload state into it in place).
+
+        The contract: receivers read a send buffer in the superstep after the send, straight from
+        the sender's memory. So a vertex must not write memory it sent from a send buffer before
+        two supersteps after the send (sent in t, receivers read in t+1, writable again in t+2):
+        alternate two buffers if it sends every superstep. Receivers must not keep such a payload
+        beyond the superstep they received it in (copy it to keep it). Checkpoints and message
+        captures copy or write payloads before the sender may reuse them. Sending the same bytes
+        in two consecutive supersteps is logged once as an error and counted in the trace
+        (``send_buffer_reuse``).
+        """
+        return self._partition.send_buffer(int(size), dtype)
+
     def flush(self) -> None:
         """Let the messages sent so far leave now, while this vertex goes on computing (e.g. a
         gradient bucket as soon as backward produced it). Delivery order is unchanged: (source id,

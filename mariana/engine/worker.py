@@ -59,6 +59,7 @@ class _Outgoing:
         self.bytes = [0] * workers
         self.parts = [0] * workers
         self.shm = [0] * workers  # of ``bytes``, what went through shared memory
+        self.zero_copy = [0] * workers  # of those, from send buffers (descriptors, no copy)
 
 
 class _Interrupt(Exception):
@@ -182,6 +183,9 @@ class Worker:
         self.run_url = welcome.run_dir
         self.background = welcome.checkpoint_background
         self._connect_peers(welcome.peers)
+        if self.shm.pool is not None:
+            self.shm.pool.peers = set(self.peers)
+            self.partition.send_buffers = self.shm.pool.buffer  # Context.send_buffer: shared memory
         self.partition.trace = welcome.trace
         if not self.partition.combiners:  # combining needs the whole batch: stream only without combiners
             self.partition.stream = self._stream
@@ -282,6 +286,8 @@ class Worker:
             self._connect_peers(msg.peers)
             if self.shm is not None:
                 self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
+                if self.shm.pool is not None:
+                    self.shm.pool.renew(set(self.peers))  # the send buffers stay; offered again
             self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
             code = self._restore(msg.ss)
             if code is None:
@@ -335,6 +341,8 @@ class Worker:
             self.drops.drop("superstep", f"BEGIN {s} while at {self.current}")
             return None
         self.current = s
+        if self.shm is not None:
+            self.shm.superstep = s
         start = time.time()
         self.state = {"phase": "computing", "ss": s, "since": start}
         begin = Begin(s, msg.aggregates, msg.broadcasts)
@@ -383,6 +391,8 @@ class Worker:
                      "encode_s": encode_s, "send_s": send_s, "wait_s": wait_s, "clock_offset_s": self.clock_offset,
                      "bytes_out": {str(p): b for p, b in enumerate(bytes_out) if b},
                      "shm_bytes_out": {str(p): b for p, b in enumerate(out.shm) if b},
+                     "shm_zero_copy_bytes": {str(p): b for p, b in enumerate(out.zero_copy) if b},
+                     "send_buffer_reuse": self.shm.pool.reused if self.shm is not None and self.shm.pool else 0,
                      "parts_out": {str(p): n for p, n in enumerate(out.parts) if n > 1},
                      "bytes_in": {str(p): b for p, b in bytes_in.items()},
                      "messages_in": {str(p): len(m) for p, m in inbound.items() if m}, "dropped": dropped}
@@ -410,6 +420,8 @@ class Worker:
             for name, value in shm.notes(peer).items():
                 setattr(batch, name, value)
             frames, placed = shm.encode(peer, batch.to_wire(self.job_id))
+            out.zero_copy[peer] += shm.zero_copy
+            placed += shm.zero_copy  # shm_bytes_out: copied + zero-copy bytes
             out.shm[peer] += placed
         t1 = clock()
         out.bytes[peer] += send_frames(self.peers[peer], frames) + placed  # shm bytes counted as sent

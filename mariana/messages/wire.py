@@ -279,6 +279,9 @@ class Batch(Wire):
     shm_offer: list | None = None  # [arena id, host id, [[segment, name, size, token], ...]]
     shm_ack: list | None = None  # [peer's arena id, [[segment, mapped?], ...]]
     shm_freed: list | None = None  # [peer's arena id, [[segment, offset], ...]]
+    shm_pool: list | None = None  # [pool id, [[frame, segment, offset, length], ...]]: send buffers, no copy
+    shm_pool_offer: list | None = None  # [pool id, host id, [[segment, name, size, token], ...]]
+    shm_pool_ack: list | None = None  # [peer's pool id, [[segment, mapped?], ...]]
 
 
 RECORDS: dict[int, type[Wire]] = {cls.KIND: cls for cls in (

@@ -25,6 +25,7 @@ slice is in. Its per-step state is plain attributes, so checkpoints capture it.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -290,6 +291,32 @@ class SyncedMember:
             self.own_stats: dict[str, Any] = {}  # this step's statistics per bucket, until the update
             self.incoming: dict[int, dict[int, dict[str, Any]]] = {}  # {bucket lo: {member: payload}}
 
+    def use_send_buffers(self, ctx: Context) -> None:
+        """Once, at the first compute: move the gradient buffers (``grad``, and ``grad_spare``
+        with a replicated topology) into ``ctx.send_buffer`` memory, keeping their values, and
+        rebind the layers' gradients (``rebind_grads``). Then gradient buckets reach same-host
+        peers with no copy. Safe by the exchange's own schedule: a bucket sent in superstep t is
+        read by shards / members in t+1, and this member writes it again at the earliest in t+2
+        (its next backward waits for the fresh parameters, which come back in t+2; ``AllReduce``
+        alternates two buffers). ``Tree`` sums children's gradients into ``grad`` in place while
+        its own was sent up the previous superstep: it keeps plain buffers, as do GPU members."""
+        if self in _ON_SEND_BUFFERS:
+            return
+        _ON_SEND_BUFFERS.add(self)
+        if self.xp is not np or isinstance(self.topology, Tree):
+            return
+        names = ("grad", "grad_spare") if self.topology.replicated else ("grad",)
+        for name in names:
+            old = getattr(self, name)
+            buf = ctx.send_buffer(int(old.size), old.dtype)
+            buf[...] = old
+            setattr(self, name, buf)
+        self.rebind_grads(self.grad)
+
+    def rebind_grads(self, flat_grads: Any) -> None:
+        """Make the layers' gradients views of ``flat_grads`` (the member class implements it)."""
+        raise NotImplementedError
+
     def push_ready(self, ctx: Context, ready_from: int) -> None:
         """Backward has made the gradient final from flat offset ``ready_from`` on: send it.
 
@@ -351,6 +378,9 @@ class SyncedMember:
             self.params_ready = self.params_fresh = self.pending_params == 0
             return True
         return self.topology.take(ctx, self, m)
+
+
+_ON_SEND_BUFFERS: "weakref.WeakSet[Any]" = weakref.WeakSet()  # members whose buffers moved (not in their state)
 
 
 def _summed(grads: list[dict[str, Any]]) -> tuple[list[Any], Any]:

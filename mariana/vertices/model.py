@@ -36,7 +36,7 @@ from .layers import (
     array_module_of, to_module,
 )
 
-__all__ = ["Model", "build_model", "bind_layers", "parse_entry", "LayerKind", "register_layer", "LAYERS", "LAYER_TYPES",
+__all__ = ["Model", "build_model", "bind_layers", "bind_layer_grads", "parse_entry", "LayerKind", "register_layer", "LAYERS", "LAYER_TYPES",
            "ACTIVATIONS"]
 
 log = logging.getLogger(__name__)
@@ -229,13 +229,7 @@ class Model:
     def bind_grads(self, flat_grads: Array) -> None:
         """Make every layer's grads entries views of ``flat_grads`` (same layout as ``bind_flat``'s),
         without copying anything: for a member that alternates two gradient buffers."""
-        offset = 0
-        for layer in self.layers:
-            for key, g in layer.grads.items():
-                layer.grads[key] = flat_grads[offset:offset + g.size].reshape(g.shape)
-                offset += g.size
-        if offset != flat_grads.size:
-            raise ValueError(f"flat_grads has {flat_grads.size} elements, the model {offset}")
+        bind_layer_grads(self.layers, flat_grads)
 
     def to(self, xp: Any) -> "Model":
         """Move every layer to array module ``xp`` (numpy or cupy); returns self.
@@ -250,6 +244,17 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.entries!r}, input_shape={self.input_shape}, classes={self.classes})"
+
+
+def bind_layer_grads(layers: list[Layer], flat_grads: Array) -> None:
+    """``Model.bind_grads`` for any list of layers (a partition's slices, say)."""
+    offset = 0
+    for layer in layers:
+        for key, g in layer.grads.items():
+            layer.grads[key] = flat_grads[offset:offset + g.size].reshape(g.shape)
+            offset += g.size
+    if offset != flat_grads.size:
+        raise ValueError(f"flat_grads has {flat_grads.size} elements, the layers {offset}")
 
 
 def bind_layers(layers: list[Layer], flat_params: Array, flat_grads: Array) -> None:

@@ -37,7 +37,7 @@ from ..engine.state import default_state, load_default_state
 from ..engine.vertex import array_module
 from .exchange import Shard, SyncedMember, Topology
 from .layers import Array, Dropout, Layer, SoftmaxCrossEntropy, array_module_of, to_module
-from .model import Model, bind_layers
+from .model import Model, bind_layer_grads, bind_layers
 from .optim import Optimizer
 from .training import evaluate_logits, on_device
 
@@ -204,8 +204,12 @@ class PartitionVertex(SyncedMember, Vertex):
         self.mine: Any = None  # this partition's own piece of the transfer in flight
         self.eval_due = False
 
+    def rebind_grads(self, flat_grads: Any) -> None:
+        bind_layer_grads(self.plan.layers, flat_grads)
+
     # -- the loop -------------------------------------------------------------------------------
     def compute(self, ctx: Context, messages: list[Message]) -> None:
+        self.use_send_buffers(ctx)
         with on_device(self.device):
             if ctx.superstep == 0:
                 self._request(ctx, self.depth)  # the first step and `depth` more

@@ -87,6 +87,7 @@ class ReplicaVertex(SyncedMember, Vertex):
         self.batches: list[dict[str, Any]] = []
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
+        self.use_send_buffers(ctx)
         with on_device(self.device):
             self._compute(ctx, messages)
         if not (self.params_ready and self.batches and self.step < self.total_steps):
@@ -103,6 +104,9 @@ class ReplicaVertex(SyncedMember, Vertex):
         if self.params_ready and self.batches and self.step < self.total_steps:
             self.train_step(ctx)
             self.after_update(ctx)  # a lone allreduce replica has updated already
+
+    def rebind_grads(self, flat_grads: Any) -> None:
+        self.model.bind_grads(flat_grads)
 
     def after_update(self, ctx: Context) -> None:
         """Evaluate once fresh parameters of an epoch's last step (or of the last step) are in."""

@@ -229,6 +229,41 @@ def build_inplace(config, bctx: BuildContext) -> Graph:
     return g
 
 
+# -- 11. send buffers (Context.send_buffer): double-buffered sends with no copy ----------------------
+class DoubleBuffered(Vertex):
+    """Writes ``value + superstep`` into one of ``buffers`` send buffers (alternating) and sends it
+    in two halves to the next vertex, which folds them into its value. With two buffers the
+    send-buffer contract holds; with one it is broken (each buffer is sent every superstep)."""
+
+    def __init__(self, id: str, nxt: str, n: int, buffers: int, last: int) -> None:
+        super().__init__(id, np.full(n, float(len(id) + ord(id[-1])), dtype=np.float32))
+        self.nxt, self.n, self.k, self.last = nxt, n, buffers, last
+        self.bufs: list[np.ndarray] | None = None
+
+    def compute(self, ctx, messages):
+        if self.bufs is None:
+            self.bufs = [ctx.send_buffer(self.n, np.float32) for _ in range(self.k)]
+        half = self.n // 2
+        for m in messages:
+            lo = 0 if m.tag == "a" else half
+            self.value[lo:lo + len(m.payload)] = self.value[lo:lo + len(m.payload)] * np.float32(0.5) + m.payload
+        if ctx.superstep >= self.last:
+            ctx.vote_to_halt()
+            return
+        buf = self.bufs[ctx.superstep % self.k]
+        np.add(self.value, np.float32(ctx.superstep), out=buf)
+        ctx.send(self.nxt, buf[:half], tag="a")
+        ctx.send(self.nxt, buf[half:], tag="b")
+
+
+def build_double_buffered(config, bctx: BuildContext) -> Graph:
+    g = Graph("double_buffered")
+    k, n = 4, config["size"]
+    g.add_vertices(DoubleBuffered(f"v{i}", f"v{(i + 1) % k}", n, config["buffers"], config["last"]) for i in range(k))
+    g.placement = lambda vid: int(vid[1:]) % max(1, bctx.workers)  # every message crosses workers
+    return g
+
+
 def _job(name: str, build, *keys: Key) -> Job:
     return Job(name=name, description=f"contract test: {name}", keys=tuple(keys), build=build)
 
@@ -243,6 +278,8 @@ forever = _job("forever", build_forever, Key("max_supersteps", 5, "int", "limit"
 faulty = _job("faulty", build_faulty, Key("how", "raise", "str", "raise or unknown"))
 inplace = _job("inplace", build_inplace, Key("max_supersteps", 40, "int", "limit"),
                Key("size", 1 << 18, "int", "elements per vertex array"))
+double_buffered = _job("double_buffered", build_double_buffered, Key("size", 1 << 17, "int", "elements per buffer"),
+                       Key("buffers", 2, "int", "send buffers per vertex"), Key("last", 12, "int", "last superstep"))
 
 
 def values(result) -> dict[str, Any]:

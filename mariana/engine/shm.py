@@ -58,7 +58,7 @@ FIRST_SEGMENT = 16 << 20  # at least; the first is twice the big frames of the m
 WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
 _NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
 _POOL_NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-[0-9a-f]{8}-pool-\d+$")
-POOL_SEGMENT = 64 << 20  # at least; a bigger send buffer gets a segment of its own
+POOL_SEGMENT = 16 << 20  # at least; a bigger send buffer gets a segment of its own
 
 
 def host_id() -> str | None:
@@ -244,7 +244,11 @@ class Pool:
                 break
         if off is None:
             size_b = max(self.first, _round(n) + HEADER)
-            seg = _Segment(f"{self.pid}-{len(self.segs)}", size_b)
+            try:
+                seg = _Segment(f"{self.pid}-{len(self.segs)}", size_b)
+            except OSError as exc:  # /dev/shm full (a small container tmpfs, say): plain memory, copied when sent
+                log.warning("shm: no room for a %d-byte send buffer (%s): plain memory", n, exc)
+                return np.zeros(size, dtype=dt)
             self.segs.append(seg)
             view = np.frombuffer(seg.mm, np.uint8)
             self.views.append(view)
@@ -576,8 +580,9 @@ class Shm:
         """Map a peer's send-buffer pool segments (kept across rollbacks: the same pool id is the
         same process, whose mappings stay valid)."""
         known = self.pool_maps.get(peer)
-        if known is None or known[0] != pid:
+        if known is None or known[0] != pid:  # a new pool (a new process): acks of the old one are void
             known = self.pool_maps[peer] = (pid, {})
+            self.pool_acks.pop(peer, None)
         acks = self.pool_acks.setdefault(peer, [])
         for item in segs:
             if not (isinstance(item, list) and len(item) == 4 and type(item[0]) is int and isinstance(item[1], str)

@@ -407,6 +407,14 @@ class ParameterShardVertex(Vertex):
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         """Per bucket, in the order the members sent them (last layers first): sum, update, send
         the fresh piece back and let it leave while the next bucket is updated."""
+        if self not in _ON_SEND_BUFFERS:
+            # the fresh pieces leave from a send buffer: sent in t, read by the members in t+1, and
+            # this shard updates them again at the earliest in t+2 (the members' next gradients,
+            # computed once the pieces are in, arrive then)
+            _ON_SEND_BUFFERS.add(self)
+            buf = ctx.send_buffer(int(self.value.size), self.value.dtype)
+            buf[...] = self.value
+            self.value = buf
         buckets: dict[int, list[dict[str, Any]]] = {}
         for m in messages:
             if m.tag == "grad":

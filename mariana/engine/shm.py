@@ -485,7 +485,7 @@ class Shm:
         if acks and mapped is not None:
             fields["shm_ack"] = [mapped.aid, acks]
         pool = self.pool
-        if pool is not None and peer not in self.off:
+        if pool is not None:  # (a peer that refused our arena refuses this too, and the segments go)
             offers = pool.offers(peer)
             if offers:
                 fields["shm_pool_offer"] = [pool.pid, self.host, offers]

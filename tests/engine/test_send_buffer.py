@@ -109,6 +109,30 @@ def test_a_rollback_keeps_the_pool_and_a_surviving_peer_answers_from_its_mapping
         b.close()
 
 
+def test_a_peer_on_another_host_refuses_the_pool_gets_copies_and_the_files_go():
+    a, b, c = Shm("c" * 32, 0), Shm("c" * 32, 1), Shm("c" * 32, 2)
+    b.host = "another-host"
+    try:
+        assert a.pool is not None
+        a.pool.peers = {1, 2}
+        buf = a.pool.buffer(100_000)
+        a.encode(1, {"x": np.ones(1 << 20, np.uint8)})  # b gets an arena offer too, and refuses it
+        b.notes_in(0, a.notes(1))
+        c.notes_in(0, a.notes(2))
+        assert glob.glob(f"/dev/shm/{a.pool.pid}*")  # linked until every peer answered
+        a.notes_in(1, b.notes(0))
+        a.notes_in(2, c.notes(0))
+        assert 1 in a.pool.refused and 1 in a.off and a.pool.acked == {2: {0}}
+        assert not glob.glob(f"/dev/shm/{a.pool.pid}*") and not glob.glob(f"/dev/shm/{a.prefix}*")
+        frames, _ = a.encode(1, {"x": buf})
+        assert a.zero_copy == 0 and np.array_equal(codec.decode(frames)["x"], buf)
+        frames, _ = a.encode(2, {"x": buf})
+        assert a.zero_copy == buf.nbytes
+    finally:
+        for s in (a, b, c):
+            s.close()
+
+
 # -- cluster jobs ------------------------------------------------------------------------------------
 def test_double_buffered_send_buffers_go_without_copy_and_match_no_shm_and_local(tmp_path):
     on, trace_on, job_on = _toy(tmp_path, "on")

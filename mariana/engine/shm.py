@@ -26,6 +26,12 @@ When an arena is full it grows by a new segment (offered, usable once acknowledg
 A rollback (new generation) drops every arena and mapping of the old one: the peers may be new
 processes, and batches of the old generation are dropped anyway (their extents are released when
 they are collected, and reports about old arenas are ignored by ``aid``).
+
+*Send buffers* (``Pool``, ``Context.send_buffer``) avoid even the sender's copy: arrays a vertex
+asked the engine for live in pool segments every same-host peer maps (``shm_pool_offer`` /
+``shm_pool_ack``, the same checks), so a frame inside one travels as a ``shm_pool`` descriptor
+``[pool id, [[frame, seg, offset, length], ...]]`` with no copy and no lease: the vertex owns the
+memory and must not rewrite what it sent before two supersteps later (see ``Pool``).
 """
 
 from __future__ import annotations

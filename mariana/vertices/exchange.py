@@ -467,6 +467,12 @@ class ParameterServerVertex(Vertex):
         self.updates = 0
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
+        if self not in _ON_SEND_BUFFERS:  # fresh slices leave from send buffers (as ParameterShardVertex)
+            _ON_SEND_BUFFERS.add(self)
+            for i, v in enumerate(self.values):
+                buf = ctx.send_buffer(int(v.size), v.dtype)
+                buf[...] = v
+                self.values[i] = buf
         buckets: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for m in messages:
             if m.tag == "grad":

@@ -21,6 +21,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 import mariana
 from mariana import Vertex
+from mariana.engine.forking import fork_is_safe
 from mariana.engine.state import load_vertex_state, vertex_state
 from mariana.jobs import get_job, resolve_config
 from mariana.cli import main
@@ -219,11 +220,13 @@ def test_killing_one_worker_recovers_to_bit_identical_parameters(tmp_path, excha
             os.kill(procs[1].pid, signal.SIGKILL)
 
     masters = []
+    # forked when this test process may fork (one thread: a test of another tier can leave one behind)
+    first = "ForkedWorker" if fork_is_safe() is None else "Popen"
     recovered, result = _train(tmp_path / "killed", sets=sets, on_superstep=kill,
                                on_start=lambda m, p: (procs.extend(p), masters.append(m)))
     assert killed and recovered == reference
-    assert [type(p).__name__ for p in procs] == ["ForkedWorker"] * 2  # forked from this process
-    assert sorted(type(p).__name__ for p in masters[0].children) == ["ForkedWorker", "Popen"]  # a fresh replacement
+    assert [type(p).__name__ for p in procs] == [first] * 2
+    assert sorted(type(p).__name__ for p in masters[0].children) == sorted([first, "Popen"])  # a fresh replacement
     assert result.metrics[-1]["restarts"] == 1
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
 

@@ -180,6 +180,10 @@ class LocalCluster:
         if self.options.on_start is not None:
             self.options.on_start(master, self.procs)
 
+    def forks(self) -> bool:
+        """Whether ``start()`` would fork the workers now (else it spawns fresh interpreters)."""
+        return self.options.fork and fork_is_safe() is None
+
     def _fork(self, workers: int) -> list[ForkedWorker]:
         """``workers`` forked children waiting for their arguments, or [] to spawn them instead."""
         why = "--no-fork" if not self.options.fork else fork_is_safe()

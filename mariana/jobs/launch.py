@@ -71,16 +71,20 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
     if options.runtime_name == "cluster" and options.spawn:
         from ..engine.cluster import LocalCluster
 
-        # the workers start first and import while this process builds the graph (start-up time)
         with LocalCluster(_job_ref(options, name), config, options) as cluster:
-            cluster.start()
-            return _launch(job, config, options, name, finish, cluster)
-    return _launch(job, config, options, name, finish, None)
+            if cluster.forks():  # forked workers inherit what the build loaded (the data set): build first
+                graph = job.build(config, BuildContext(options.workers, options.placement))
+                cluster.start()
+            else:  # fresh interpreters import while this process builds the graph (start-up time)
+                cluster.start()
+                graph = job.build(config, BuildContext(options.workers, options.placement))
+            return _launch(job, config, options, name, finish, cluster, graph)
+    return _launch(job, config, options, name, finish, None,
+                   job.build(config, BuildContext(options.workers, options.placement)))
 
 
 def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, finish: bool,
-            cluster: Any) -> Launched:
-    graph = job.build(config, BuildContext(options.workers, options.placement))
+            cluster: Any, graph: Graph) -> Launched:
     placement = graph.place(options.workers)
     if isinstance(options.run_dir, str):  # created only now that the job has built
         options = options.replace(run_dir=RunDir(options.run_dir))

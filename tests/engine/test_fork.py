@@ -87,13 +87,16 @@ def test_worker_log_lines_reach_stderr_as_from_spawned_workers(tmp_path):
             assert f"mariana.engine.worker: worker {k}: job finished" in err
 
 
-def test_a_job_that_fails_to_build_leaves_no_forked_worker(tmp_path):
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_job_that_fails_to_build_leaves_no_worker(tmp_path, fork):
+    """Forking: the graph is built before the fork (the children inherit the data set), so a
+    failed build forks nothing; spawning: the workers started first are stopped."""
     before = set(children(os.getpid()))
     procs: list = []
     with pytest.raises(mariana.MarianaError):
-        run_job("dnn-dp", sets=[f"data={tmp_path / 'missing.npz'}"], workers=2, runtime="cluster",
+        run_job("dnn-dp", sets=[f"data={tmp_path / 'missing.npz'}"], workers=2, runtime="cluster", fork=fork,
                 on_start=lambda m, p: procs.extend(p))
-    assert [type(p) for p in procs] == [ForkedWorker, ForkedWorker]
+    assert [type(p) for p in procs] == ([] if fork else [subprocess.Popen, subprocess.Popen])
     assert all(p.returncode is not None and not alive(p.pid) for p in procs)
     assert set(children(os.getpid())) <= before
 

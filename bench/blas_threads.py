@@ -22,7 +22,8 @@ import statistics
 import subprocess
 import sys
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+from common import BLAS_VARS, THREAD_VARS
+
 CHILD = """
 import json, sys, time
 from mariana.jobs.launch import run_job
@@ -40,8 +41,8 @@ def child(steps: int, workers: int, variant: str, unset_openblas_env: bool) -> d
     elif variant == "all_cores":
         env.update({v: str(len(os.sched_getaffinity(0))) for v in THREAD_VARS})
     if unset_openblas_env:
-        env.pop("OPENBLAS_CORETYPE", None)
-        env.pop("OPENBLAS_L2_SIZE", None)
+        for var in BLAS_VARS:
+            env.pop(var, None)
     out = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(workers)], env=env, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -54,9 +55,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    envs = [False] + ([True] if any(os.environ.get(v) for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")) else [])
+    envs = [False] + ([True] if any(os.environ.get(v) for v in BLAS_VARS) else [])
     result = {"cores": len(os.sched_getaffinity(0)), "steps": args.steps, "workers": args.workers,
-              "openblas_env": {v: os.environ.get(v) for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+              "openblas_env": {v: os.environ.get(v) for v in BLAS_VARS},
               "load_start": os.getloadavg()[0], "variants": {}}
     for unset in envs:
         runs: dict[str, list[float]] = {"launcher": [], "all_cores": [], "one_thread": []}

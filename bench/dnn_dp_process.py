@@ -34,8 +34,7 @@ import tempfile
 import time
 from typing import Any
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
-BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+from common import BLAS_VARS, THREAD_VARS, variant_envs
 
 NUMPY_LOOP = r"""
 import sys, time
@@ -74,15 +73,6 @@ print(time.perf_counter() - t0)
 
 def progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def env_for(unset_blas_env: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
-    env.update({k: "1" for k in THREAD_VARS})
-    if unset_blas_env:
-        for k in BLAS_VARS:
-            env.pop(k, None)
-    return env
 
 
 def run_engine(env: dict[str, str], data: str, hidden: list[int], steps: int, workers: int, exchange: str,
@@ -138,7 +128,7 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(mariana.__file__)], check=True)
     hidden = [512] * 3 if args.quick else [2048] * 3
     steps = args.steps or (20 if args.quick else 60)
-    variants = [False] + ([True] if any(os.environ.get(v) for v in BLAS_VARS) else [])
+    one_thread = {**os.environ, **{k: "1" for k in THREAD_VARS}}
     result: dict[str, Any] = {"model": [784, *hidden, 10], "batch": 256, "steps": steps, "cores": len(os.sched_getaffinity(0)),
                               "blas_env": {v: os.environ.get(v) for v in BLAS_VARS}, "load_start": os.getloadavg()[0],
                               "variants": {}}
@@ -147,9 +137,8 @@ def main() -> int:
         n = max(8192, 256 * steps)
         rng = np.random.default_rng(0)
         np.savez(data, x=rng.standard_normal((n, 784), dtype=np.float32), y=rng.integers(0, 10, n))
-        for unset in variants:
-            env = env_for(unset)
-            name = "openblas env unset" if unset else "env as is"
+        for variant, env in variant_envs("auto", one_thread):
+            name = "openblas env unset" if variant == "unset" else "env as is"
             runs: dict[str, list[Any]] = {}
             for r in range(args.rounds):
                 progress(f"{name}, round {r + 1}/{args.rounds}: numpy loops")

@@ -26,8 +26,7 @@ import tempfile
 import time
 from typing import Any
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+from common import THREAD_VARS, variant_envs
 MODEL = '["dense:2048:relu","dense:2048:relu","dense:2048:relu","dense:10"]'
 
 
@@ -57,9 +56,7 @@ def main() -> int:
     args = ap.parse_args()
     base = {k: v for k, v in os.environ.items() if k not in THREAD_VARS and k != "MARIANA_NO_FORK"}
     base.update({k: "1" for k in THREAD_VARS})
-    variants = {"env as is": base}
-    if any(k in base for k in BLAS_VARS):
-        variants["OPENBLAS_CORETYPE/L2_SIZE unset"] = {k: v for k, v in base.items() if k not in BLAS_VARS}
+    variants = dict(variant_envs("auto", base, label="env as is"))
     result: dict[str, Any] = {"load_start": os.getloadavg(), "cores": len(os.sched_getaffinity(0)),
                                  "rounds": args.rounds, "steps": args.steps}
     with tempfile.TemporaryDirectory() as tmp:

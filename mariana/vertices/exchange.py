@@ -35,6 +35,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..errors import UsageError
 from .layers import to_module
+from .model import bind_layer_grads
 from .optim import Optimizer, replica_stats
 
 __all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology",
@@ -255,7 +256,7 @@ class SyncedMember:
     """Mixin for a Vertex that holds a flat parameter vector kept in sync through shards.
 
     Call ``init_sync`` once the flat ``self.flat`` / ``self.grad`` buffers exist (``self.xp`` is
-    their array module). Members compute the gradient of the *global* batch's mean loss (their
+    their array module) and ``layers`` are bound to them. Members compute the gradient of the *global* batch's mean loss (their
     mean loss times local / global batch, applied to the loss gradient, not in an extra pass
     over the parameters' gradient), so the shards only sum. ``topology``
     belongs in the class's ``static_attributes``. During backward, ``push_ready(ctx, offset)``
@@ -270,13 +271,15 @@ class SyncedMember:
     xp: Any
 
     def init_sync(self, rank: int, member_ids: list[str], shards: list[Shard], topology: Topology,
-                  optimizer: Optimizer, tensor_sizes: list[int] | None = None) -> None:
+                  optimizer: Optimizer, layers: list[Any]) -> None:
         self.rank, self.members, self.member_ids = rank, len(member_ids), member_ids
+        self.grad_layers = layers  # whose gradients are views of ``grad`` (not plain: never checkpointed)
         self.shards = [(s.id, s.lo, s.hi) for s in shards]
         self.topology = topology
         self.stats_kind, self.block = optimizer.stats, optimizer.block
         whole = [("", 0, int(self.flat.size))]  # a replicated member's buckets cut the whole vector
-        self.buckets = gradient_buckets(self.shards or whole, tensor_sizes or [int(self.flat.size)])
+        sizes = [int(a.size) for layer in layers for a in layer.params.values()]
+        self.buckets = gradient_buckets(self.shards or whole, sizes or [int(self.flat.size)])
         self.next_bucket = len(self.buckets) - 1  # the last layers' bucket goes first
         self.params_ready = True
         self.pending_params = 0  # elements of fresh parameters still to come this step
@@ -294,7 +297,7 @@ class SyncedMember:
     def use_send_buffers(self, ctx: Context) -> None:
         """Once, at the first compute: move the gradient buffers (``grad``, and ``grad_spare``
         with a replicated topology) into ``ctx.send_buffer`` memory, keeping their values, and
-        rebind the layers' gradients (``rebind_grads``). Then gradient buckets reach same-host
+        rebind the layers' gradients to them. Then gradient buckets reach same-host
         peers with no copy. Safe by the exchange's own schedule: a bucket sent in superstep t is
         read by shards / members in t+1, and this member writes it again at the earliest in t+2
         (its next backward waits for the fresh parameters, which come back in t+2; ``AllReduce``
@@ -311,11 +314,7 @@ class SyncedMember:
             buf = ctx.send_buffer(int(old.size), old.dtype)
             buf[...] = old
             setattr(self, name, buf)
-        self.rebind_grads(self.grad)
-
-    def rebind_grads(self, flat_grads: Any) -> None:
-        """Make the layers' gradients views of ``flat_grads`` (the member class implements it)."""
-        raise NotImplementedError
+        bind_layer_grads(self.grad_layers, self.grad)
 
     def push_ready(self, ctx: Context, ready_from: int) -> None:
         """Backward has made the gradient final from flat offset ``ready_from`` on: send it.
@@ -343,11 +342,11 @@ class SyncedMember:
             else:
                 self.pending_params = sum(hi - lo for _, lo, hi in self.shards)
 
-    def next_grad_buffer(self) -> Any:
+    def next_grad_buffer(self) -> None:
         """Swap to the other gradient buffer before a replicated member's backward (see
-        ``AllReduce``); returns the buffer the layers must now write into."""
+        ``AllReduce``): the layers write into it from now on."""
         self.grad, self.grad_spare = self.grad_spare, self.grad
-        return self.grad
+        bind_layer_grads(self.grad_layers, self.grad)
 
     def apply_update(self) -> None:
         """Every member's gradient of the step is in: per bucket, the optimizer sums them in

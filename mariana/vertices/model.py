@@ -226,11 +226,6 @@ class Model:
         bind_layers(self.layers, flat_params, flat_grads)
         self.xp = array_module_of(flat_params)
 
-    def bind_grads(self, flat_grads: Array) -> None:
-        """Make every layer's grads entries views of ``flat_grads`` (same layout as ``bind_flat``'s),
-        without copying anything: for a member that alternates two gradient buffers."""
-        bind_layer_grads(self.layers, flat_grads)
-
     def to(self, xp: Any) -> "Model":
         """Move every layer to array module ``xp`` (numpy or cupy); returns self.
 
@@ -247,7 +242,8 @@ class Model:
 
 
 def bind_layer_grads(layers: list[Layer], flat_grads: Array) -> None:
-    """``Model.bind_grads`` for any list of layers (a partition's slices, say)."""
+    """Make the layers' grads entries views of ``flat_grads`` (``bind_flat``'s layout) without
+    copying: for a member that alternates two gradient buffers or moves them (send buffers)."""
     offset = 0
     for layer in layers:
         for key, g in layer.grads.items():

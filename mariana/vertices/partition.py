@@ -37,7 +37,7 @@ from ..engine.state import default_state, load_default_state
 from ..engine.vertex import array_module
 from .exchange import Shard, SyncedMember, Topology
 from .layers import Array, Dropout, Layer, SoftmaxCrossEntropy, array_module_of, to_module
-from .model import Model, bind_layer_grads, bind_layers
+from .model import Model, bind_layers
 from .optim import Optimizer
 from .training import evaluate_logits, on_device
 
@@ -185,8 +185,7 @@ class PartitionVertex(SyncedMember, Vertex):
             self.flat = self.xp.zeros(plan.num_params, dtype=np.float32)
             self.grad = self.xp.zeros(plan.num_params, dtype=np.float32)
             bind_layers(plan.layers, self.flat, self.grad)
-        sizes = [int(a.size) for layer in plan.layers for a in layer.params.values()]
-        self.init_sync(group, members, shards, topology, optimizer, sizes)
+        self.init_sync(group, members, shards, topology, optimizer, plan.layers)
         starts = [0]
         for stage in plan.stages:
             starts.append(starts[-1] + sum(int(a.size) for layer in stage.layers for a in layer.params.values()))
@@ -203,9 +202,6 @@ class PartitionVertex(SyncedMember, Vertex):
         self.pieces: dict[str, Any] = {}
         self.mine: Any = None  # this partition's own piece of the transfer in flight
         self.eval_due = False
-
-    def rebind_grads(self, flat_grads: Any) -> None:
-        bind_layer_grads(self.plan.layers, flat_grads)
 
     # -- the loop -------------------------------------------------------------------------------
     def compute(self, ctx: Context, messages: list[Message]) -> None:

@@ -79,8 +79,7 @@ class ReplicaVertex(SyncedMember, Vertex):
             self.flat = self.xp.zeros(self.model.num_params, dtype=np.float32)
             self.grad = self.xp.zeros(self.model.num_params, dtype=np.float32)
             self.model.bind_flat(self.flat, self.grad)
-        self.init_sync(rank, replica_ids, shards, topology, optimizer,
-                       [int(p.size) for _, p in self.model.named_params()])
+        self.init_sync(rank, replica_ids, shards, topology, optimizer, self.model.layers)
         self.offsets = self.model.param_offsets()
         self.step = 0
         self.ahead = 2 if topology.replicated else 1  # batches the reader serves ahead of the step
@@ -105,9 +104,6 @@ class ReplicaVertex(SyncedMember, Vertex):
             self.train_step(ctx)
             self.after_update(ctx)  # a lone allreduce replica has updated already
 
-    def rebind_grads(self, flat_grads: Any) -> None:
-        self.model.bind_grads(flat_grads)
-
     def after_update(self, ctx: Context) -> None:
         """Evaluate once fresh parameters of an epoch's last step (or of the last step) are in."""
         if self.params_fresh:
@@ -119,7 +115,7 @@ class ReplicaVertex(SyncedMember, Vertex):
         batch = self.batches.pop(0)
         assert batch["step"] == self.step, (batch["step"], self.step)
         if self.topology.replicated:
-            self.model.bind_grads(self.next_grad_buffer())
+            self.next_grad_buffer()
         def ready(layer: int) -> None:  # this layer's gradient is final: its buckets may leave
             if self.offsets[layer] is not None:
                 self.push_ready(ctx, self.offsets[layer])

@@ -15,18 +15,16 @@ import pytest
 
 from mariana.engine import shm as shm_mod
 from mariana.engine.shm import Shm
-from mariana.jobs import get_job, resolve_config
-from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 from mariana.messages import codec
 from mariana.storage import RunDir
 from mariana.storage.partfile import unpack
+from test_shm import _train
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shm_mod.host_id() is None, reason="no /dev/shm on this machine")]
 
 KB = 1 << 10
-DNN = get_job("dnn-dp")
 
 
 def files(job_id: str) -> list[str]:
@@ -181,18 +179,9 @@ def test_captures_and_checkpoints_hold_what_was_sent_not_what_the_buffer_became(
 
 
 def _dnn(run_dir: Path, sets: list[str], **kw):
-    config = resolve_config(DNN, None, ["epochs=2", "checkpoint_every=8", *sets])
-    jobs: list[str] = []
-    start = kw.pop("on_start", None)
-
-    def on_start(master, procs):
-        jobs.append(master.job_id)
-        if start is not None:
-            start(master, procs)
-
-    result = run_job(DNN, config, workers=2, runtime="cluster", run_dir=RunDir(str(run_dir)), shm_min_kb=1,
-                     on_start=on_start, **kw)
-    return {k: v.tobytes() for k, v in final_params(result, config)}, result, traces(run_dir), jobs[0]
+    """test_shm's 2-worker dnn-dp run, with this file's full trace records."""
+    params, result, _, job = _train(run_dir, sets, **kw)
+    return params, result, traces(run_dir), job
 
 
 @pytest.mark.parametrize("exchange", ["allreduce", "linear"])

@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -224,8 +225,9 @@ def test_reset_drops_arenas_and_their_files():
 DNN = get_job("dnn-dp")
 
 
-def _train(run_dir: Path, **kw):
-    config = resolve_config(DNN, None, ["epochs=2", "checkpoint_every=8"])
+def _train(run_dir: Path, sets: Sequence[str] = (), **kw):
+    """dnn-dp on 2 cluster workers: (parameters, result, [(superstep, shm bytes out)] per worker, job id)."""
+    config = resolve_config(DNN, None, ["epochs=2", "checkpoint_every=8", *sets])
     jobs: list[str] = []
     start = kw.pop("on_start", None)
 

@@ -41,8 +41,8 @@ def _side(me: int, ports: list[int], use_shm: bool, rounds: int, warmup: int, q:
     import numpy as np
     import zmq
 
-    from mariana.engine.shm import Shm
-    from mariana.engine.transport import Transport, recv, send_frames
+    from mariana.comm.shm import Shm
+    from mariana.comm import Transport, recv, send_frames
     from mariana.messages import codec, wire
 
     peer, job = 1 - me, "b" * 32

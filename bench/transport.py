@@ -447,8 +447,8 @@ def ranks(res: Any) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------
 def profile_bigarray(elements: int, steps: int, outdir: str) -> dict[str, Any]:
     """Master in this process (as ``run_cluster`` does), workers as ``python -m cProfile ... worker``."""
-    from mariana.engine.cluster import stop_processes
-    from mariana.engine.master import Master
+    from mariana.cluster.launch import stop_processes
+    from mariana.cluster.master import Master
     from mariana.engine.options import RunOptions
     from mariana.jobs.registry import BuildContext, get_job, resolve_config
 

@@ -137,7 +137,7 @@ def blas_threads_of(workers: int) -> Any:
     """
     from threadpoolctl import threadpool_limits
 
-    from .cluster import THREAD_VARS, blas_threads
+    from .threads import THREAD_VARS, blas_threads
 
     if workers <= 1 or any(var in os.environ for var in THREAD_VARS):
         return contextlib.nullcontext()

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..errors import UsageError
-from ..engine.transport import is_loopback
+from ..comm import is_loopback
 from .data import collect
 from .page import render_page
 

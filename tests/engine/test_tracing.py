@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mariana import trace
-from mariana.engine.master import SuperstepTimeout
+from mariana.cluster.master import SuperstepTimeout
 from mariana.cli import main
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir

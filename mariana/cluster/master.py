@@ -14,6 +14,7 @@ sent ABORT. Nothing else is fatal: malformed messages are dropped and counted.
 
 from __future__ import annotations
 
+import enum
 import logging
 import subprocess
 import time
@@ -28,17 +29,28 @@ from ..messages import wire
 from ..messages.wire import DropCounter
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
-from .checkpointing import commit, report
-from .driver import Driver
-from .options import RunOptions
-from .result import RunResult
-from .superstep import Begin, Coordinator, Done
-from .tracing import TraceWriter, rewind
-from .transport import Transport, Unreachable, drain, poller, send
+from ..engine.checkpointing import commit, report
+from ..engine.driver import Driver
+from ..engine.options import RunOptions
+from ..engine.result import RunResult
+from ..engine.superstep import Begin, Coordinator, Done
+from ..engine.tracing import TraceWriter, rewind
+from ..comm import HEARTBEAT_PREFIX, Unreachable, drain, heartbeat_of, poller, send, transport_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Master", "WorkerLost", "SuperstepTimeout"]
+__all__ = ["Master", "Phase", "WorkerLost", "SuperstepTimeout"]
+
+
+class Phase(enum.Enum):
+    """Where a cluster job is: what the master accepts from workers depends on it."""
+
+    JOINING = "joining"  # waiting for HELLOs until every worker slot is taken
+    STARTING = "starting"  # WELCOMEs sent; waiting for every worker's READY (built or rolled back)
+    RUNNING = "running"  # supersteps: BEGIN to all, DONE from all
+    REJOINING = "rejoining"  # a worker was lost: waiting for a replacement to take its slot
+    FINISHING = "finishing"  # FINISH sent; waiting for every RESULT
+    DONE = "done"  # every worker was told BYE
 
 
 class WorkerLost(MarianaError):
@@ -99,13 +111,13 @@ class Master:
         self.superstep_timeout = o.superstep_timeout
         self.job_id = uuid.uuid4().hex
         self.security = security
-        self.transport = Transport(o.max_message_bytes, security)
+        self.transport = transport_for(o.bind, o.max_message_bytes, security)
         self.drops = DropCounter("master", o.max_malformed)
         self.joined: dict[bytes, WorkerInfo] = {}
         self.by_index: list[WorkerInfo | None] = []
         self.children: list[Any] = []
         self.current = -1
-        self.phase = "joining"
+        self.phase = Phase.JOINING
         self.endpoint = ""
         self.dropped: dict[str, int] = {}
         self._ready: set[int] = set()
@@ -150,9 +162,9 @@ class Master:
                 coord.restore(self.checkpoints.read(restore, "master")["coordinator"])
             for w in self.by_index:
                 self._welcome(w, restore)
-            self.phase = "starting"
+            self.phase = Phase.STARTING
             self._wait(lambda: len(self._ready) == self.workers, None, "workers to build their partitions")
-            self.phase = "running"
+            self.phase = Phase.RUNNING
             log.info("%d workers ready after %.2fs (joining and building); running", self.workers,
                      time.perf_counter() - started)
             # wall_s counts the supersteps, as LocalRuntime's does
@@ -179,7 +191,8 @@ class Master:
             worker_timeout=self.worker_timeout, run_dir=self.run_dir.url if self.run_dir is not None else None,
             restore=restore, gen=self.gen, trace=self.tracer is not None, capture=self.capture,
             capture_limit=self.capture_limit, peer_keys=[x.key for x in self.by_index],
-            checkpoint_background=self.background, shm=self.options.shm and self.security is None,
+            checkpoint_background=self.background,
+            shm=self.options.shm and self.security is None and not self.transport.inproc,
             shm_cap_mb=self.options.shm_cap_mb, shm_min_kb=self.options.shm_min_kb))
 
     # -- the Exchange of the driver -----------------------------------------------------------
@@ -236,7 +249,7 @@ class Master:
 
     def results(self) -> dict[str, Any]:
         """FINISH to every worker, their RESULTs, BYE."""
-        self.phase = "finishing"
+        self.phase = Phase.FINISHING
         for w in self.by_index:
             self._send(w, wire.Finish())
         self._wait(lambda: len(self._results) == self.workers, None, "the workers' results")
@@ -250,7 +263,7 @@ class Master:
         for w in self.by_index:
             self._send(w, wire.Bye())
             log.info("%s left: job finished", w.describe())
-        self.phase = "done"
+        self.phase = Phase.DONE
         return values
 
     # -- recovery ---------------------------------------------------------------------------
@@ -277,7 +290,7 @@ class Master:
         self.children = [c for c in self.children if c.poll() is None]
         self.gen += 1
         self._checkpoint = None  # a checkpoint still being written belongs to the abandoned run: never committed
-        self.phase = "rejoining"
+        self.phase = Phase.REJOINING
         if self.respawn is not None:
             self.children.append(self.respawn())
         self._wait(lambda: all(self.by_index), self.rejoin_timeout,
@@ -297,9 +310,9 @@ class Master:
                 self._welcome(w, ss)
             else:
                 self._send(w, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]))
-        self.phase = "starting"
+        self.phase = Phase.STARTING
         self._wait(lambda: len(self._ready) == self.workers, None, "workers to roll back")
-        self.phase = "running"
+        self.phase = Phase.RUNNING
         log.warning("recovered: worker %d replaced by %s, continuing from superstep %d",
                     lost.index, self.by_index[lost.index].describe(), ss)
 
@@ -355,8 +368,9 @@ class Master:
 
     def _handle(self, identity: bytes, header: dict[str, Any]) -> None:
         kind = header["kind"]
-        if identity.startswith(b"hb:"):
-            self._heartbeat(identity, header)
+        of = heartbeat_of(identity)
+        if of is not None:
+            self._heartbeat(identity, of, header)
             return
         if kind == Kind.HELLO:
             self._hello(identity, header)
@@ -376,7 +390,7 @@ class Master:
             return
         if isinstance(msg, wire.Ready) and msg.gen == self.gen:
             self._ready.add(w.index)
-        elif isinstance(msg, wire.Done) and msg.ss == self.current and self.phase == "running":
+        elif isinstance(msg, wire.Done) and msg.ss == self.current and self.phase is Phase.RUNNING:
             self._dones[w.index] = msg
             self._arrivals[w.index] = time.time() - self._wall0
         elif isinstance(msg, wire.Checkpointed):
@@ -385,16 +399,17 @@ class Master:
                 self._checkpoint["parts"][w.index] = msg
             else:  # a part of a checkpoint abandoned by a rollback
                 log.debug("ignoring the checkpoint part of superstep %s from %s", msg.ss, w.describe())
-        elif isinstance(msg, wire.Result) and self.phase == "finishing":
+        elif isinstance(msg, wire.Result) and self.phase is Phase.FINISHING:
             self._results[w.index] = msg
         elif isinstance(msg, wire.Error):
             self._worker_error(w, msg)
         elif not isinstance(msg, wire.Heartbeat):
-            self.drops.drop("kind", f"unexpected {kind} from {w.describe()} in phase {self.phase}")
+            self.drops.drop("kind", f"unexpected {kind} from {w.describe()} in phase {self.phase.value}")
 
-    def _heartbeat(self, identity: bytes, header: dict[str, Any]) -> None:
-        """A worker's heartbeat socket: liveness, what it is doing, and our clock for its offset."""
-        w = self.joined.get(identity[3:])
+    def _heartbeat(self, identity: bytes, of: bytes, header: dict[str, Any]) -> None:
+        """A worker's heartbeat socket (``identity``, of the worker ``of``): liveness, what it is
+        doing, and our clock for its offset."""
+        w = self.joined.get(of)
         if w is None or header.get("job") != self.job_id:
             self.drops.drop("sender", f"heartbeat from unknown identity {identity[:40]!r}")
             return
@@ -421,7 +436,7 @@ class Master:
             reason = f"worker runs mariana {h.get('version')!r} but the master runs {__version__!r}"
         elif h.get("want_job") not in (None, self.job_name):
             reason = f"this master runs job {self.job_name!r}, the worker was started for {h.get('want_job')!r}"
-        elif self.phase not in ("joining", "rejoining"):
+        elif self.phase not in (Phase.JOINING, Phase.REJOINING):
             # a spare: leave it unanswered; it resends HELLO and takes over if a worker is lost
             if identity not in self._spares:
                 self._spares.add(identity)
@@ -493,7 +508,7 @@ class Master:
         present = [w for w in self.by_index if w is not None]
         for child in self.children:
             code = child.poll()
-            if code is not None and self.phase != "done":
+            if code is not None and self.phase is not Phase.DONE:
                 w = next((w for w in present if w.pid == child.pid), None)
                 who = w.describe() if w else f"worker process {child.pid}"
                 raise WorkerLost(f"{who} exited with code {code} at superstep {self.current}", w.index if w else None)
@@ -505,6 +520,6 @@ class Master:
             self._next_hb = now + self.heartbeat_interval
             for w in present:
                 try:
-                    send(self.sock, wire.Heartbeat(t=time.time()).to_wire(self.job_id), b"hb:" + w.identity)
+                    send(self.sock, wire.Heartbeat(t=time.time()).to_wire(self.job_id), HEARTBEAT_PREFIX + w.identity)
                 except Unreachable:
                     pass  # its heartbeat socket is not connected yet

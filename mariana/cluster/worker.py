@@ -22,8 +22,6 @@ import time
 import uuid
 from typing import Any, Callable
 
-import zmq
-
 from .. import __version__
 from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages import codec, wire
@@ -32,12 +30,12 @@ from ..messages.message import Message
 from ..messages.wire import DropCounter, check_batch
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
-from .checkpointing import BackgroundWriter, capture, write_worker
-from .shm import Shm
-from .graph import Graph
-from .superstep import Begin, Partition
-from .tracing import Capture
-from .transport import Again, Transport, drain, poller, recv, send, send_frames
+from ..engine.checkpointing import BackgroundWriter, capture, write_worker
+from ..comm.shm import Shm
+from ..engine.graph import Graph
+from ..engine.superstep import Begin, Partition
+from ..engine.tracing import Capture
+from ..comm import Again, drain, poller, recv, send, send_frames, transport_for
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +60,10 @@ class _Outgoing:
         self.zero_copy = [0] * workers  # of those, from send buffers (descriptors, no copy)
 
 
+class _MasterLost(Exception):
+    """The heartbeat thread found the master silent for ``worker_timeout`` seconds."""
+
+
 class _Interrupt(Exception):
     """A ROLLBACK or ABORT that arrived while this worker waited for its peers' batches."""
 
@@ -81,7 +83,7 @@ class Worker:
         self.connect_timeout = connect_timeout
         self.security = security
         self.want_job = job
-        self.transport = Transport(max_message_bytes, security)
+        self.transport = transport_for(master, max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.hostname, self.pid = socket.gethostname(), os.getpid()
         self.drops = DropCounter(f"worker {self.identity.decode()}")
@@ -100,6 +102,21 @@ class Worker:
         self._writer = BackgroundWriter()  # this worker's checkpoint parts, written while supersteps go on
         self._dropped_before: dict[str, int] = {}
         self.shm: Shm | None = None
+        # set when the job is known (WELCOME) and the partition built; declared here, never grown later
+        self.job_id = ""
+        self.partition: Partition | None = None
+        self.peers: dict[int, Any] = {}
+        self.peer_endpoints: list[str] = []
+        self.peer_keys: list[str | None] = []
+        self.peer_ids: dict[bytes, int] = {}
+        self.gen = 0
+        self.run_url: str | None = None
+        self.background = True
+        #: set by the heartbeat thread when the master went silent; the loops leave with EXIT_MASTER_LOST
+        self.master_lost = False
+        #: called (from the heartbeat thread) when the master is lost: a worker process exits even
+        #: in the middle of a long compute (``entry.run_worker``); None in-process (tests)
+        self.on_master_lost: Callable[[], None] | None = None
 
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -107,7 +124,7 @@ class Worker:
         t = self.transport
         try:
             self.ctl = t.dealer(self.master, self.identity)
-            self.data, data_ep = t.router(f"tcp://{self.host}:0", mandatory=False)
+            self.data, data_ep = t.router(t.data_bind(self.host), mandatory=False)
             welcome = self._join(data_ep)
             if welcome is None:
                 return 2
@@ -173,9 +190,7 @@ class Worker:
             log.error("worker %d cannot run job %s: %s", self.index, welcome.job_name, msg)
             self._send_ctl(wire.Error("setup", msg))
             return 2
-        self.peers: dict[int, Any] = {}
-        self.peer_endpoints: list[str] = []
-        self.peer_keys: list[str | None] = welcome.peer_keys
+        self.peer_keys = welcome.peer_keys
         if self.security is not None:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
         self.gen = welcome.gen
@@ -201,6 +216,8 @@ class Worker:
         poll = poller(self.ctl, self.data)
         self._wait_poll = poller(self.data, self.ctl)  # while waiting for peers' batches (one, not one per superstep)
         while True:
+            if self.master_lost:
+                return EXIT_MASTER_LOST
             events = dict(poll.poll(5 if self._writer.pending is not None else 200))
             self._checkpointed()
             if self.data in events:
@@ -212,6 +229,8 @@ class Worker:
                     code = self._control(header)
                 except _Interrupt as intr:  # a ROLLBACK or ABORT arrived in the middle of a superstep
                     code = self._command(intr.msg)
+                except _MasterLost:
+                    return EXIT_MASTER_LOST
                 if code is not None:
                     return code
 
@@ -252,7 +271,7 @@ class Worker:
     def _send_ctl(self, msg: wire.Wire) -> None:
         if hasattr(msg, "src"):
             msg.src = self.index
-        send(self.ctl, msg.to_wire(getattr(self, "job_id", "")))
+        send(self.ctl, msg.to_wire(self.job_id))
 
     def _parse(self, header: dict[str, Any]) -> wire.Wire | None:
         """The record of a control message of this job, or None (dropped and counted)."""
@@ -362,6 +381,8 @@ class Worker:
         self.state = {"phase": "waiting", "ss": s, "since": time.time()}
         poll = self._wait_poll
         while len(self._inbound.get(s, ())) < len(self.peers):
+            if self.master_lost:
+                raise _MasterLost()
             self.state["peers"] = sorted(set(self.peers) - set(self._inbound.get(s, ())))
             events = dict(poll.poll(100))
             if self.data in events:
@@ -469,13 +490,7 @@ class Worker:
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:
         """Own socket, own thread: liveness both ways, clock offset, and what this worker is doing."""
-        hb = self.transport.ctx.socket(zmq.DEALER)
-        hb.linger = 0
-        hb.setsockopt(zmq.IDENTITY, b"hb:" + self.identity)
-        hb.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
-        if self.security is not None:
-            self.security.client(hb, self.security.server_key)
-        hb.connect(self.master)
+        hb = self.transport.heartbeat(self.master, self.identity)
         last = next_send = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -483,7 +498,7 @@ class Worker:
                 if now >= next_send:  # one heartbeat per interval, whatever arrives in between
                     next_send = now + interval
                     state = dict(self.state)
-                    if state.get("phase") == "computing" and hasattr(self, "partition"):
+                    if state.get("phase") == "computing" and self.partition is not None:
                         state["vertex"] = self.partition.ctx.vertex_id
                     send(hb, wire.Heartbeat(t=time.time(), src=self.index, state=state).to_wire(self.job_id))
                 # at most 50 ms per wait: the worker's exit (``_stop``) must not wait for a heartbeat period
@@ -494,7 +509,10 @@ class Worker:
                 if time.monotonic() - last > timeout:
                     log.error("worker %d: the master at %s has been silent for %.1fs; exiting",
                               self.index, self.master, time.monotonic() - last)
-                    os._exit(EXIT_MASTER_LOST)
+                    self.master_lost = True
+                    if self.on_master_lost is not None:
+                        self.on_master_lost()
+                    return
         finally:
             hb.close(linger=0)
 

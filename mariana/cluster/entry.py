@@ -22,7 +22,7 @@ from .worker import EXIT_MASTER_LOST, GraphBuilder, Worker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkerSpec", "run_worker", "configure_logging", "LOG_FORMAT", "report_error"]
+__all__ = ["WorkerSpec", "make_worker", "run_worker", "configure_logging", "LOG_FORMAT", "report_error"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -99,14 +99,19 @@ def report_error(exc: BaseException) -> int:
     raise exc
 
 
+def make_worker(spec: WorkerSpec, build: GraphBuilder) -> Worker:
+    """The worker of ``spec``, not yet joined (``run()`` joins and serves; ``leave()`` ends it)."""
+    return Worker(spec.master, build, spec.host, spec.connect_timeout, spec.max_message_mb << 20,
+                  spec.security(), spec.job)
+
+
 def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> int:
     """Join the master of ``spec`` and serve the job to its end; returns the exit code.
 
     ``process``: this worker is the whole process, so a lost master ends the process even in the
     middle of a long compute (after 2 s for the loop to notice by itself); False for a worker
     that runs in a thread of a larger process (the in-process cluster of the tests)."""
-    worker = Worker(spec.master, build, spec.host, spec.connect_timeout, spec.max_message_mb << 20,
-                    spec.security(), spec.job)
+    worker = make_worker(spec, build)
     returned = threading.Event()
     if process:
         def lost() -> None:

@@ -16,14 +16,15 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
-from .entry import WorkerSpec
+from .entry import WorkerSpec, make_worker
 from .forking import ForkedWorker, fork_is_safe, fork_workers
 from ..engine.graph import Graph
 from .master import Master, Phase
-from .worker import GraphBuilder
+from .worker import GraphBuilder, Worker
 from ..engine.options import RunOptions
 from ..engine.runner import resume_point
 from ..comm.shm import sweep
@@ -129,10 +130,13 @@ class LocalCluster:
         self.security = Security.for_master(self.keys_dir) if secure else options.security
         self.master: Master | None = None  # made by start(), after any fork: its zmq context stays here
         self.procs: list[Any] = []  # subprocess.Popen or forking.ForkedWorker
+        #: ``inproc://``: the workers are threads of this process (no processes, no respawn)
+        self.inproc = options.bind.startswith("inproc://")
+        self.threads: list[tuple[threading.Thread, Worker]] = []
 
     def start(self) -> None:
         workers = self.options.workers
-        forked = self._fork(workers)
+        forked = [] if self.inproc else self._fork(workers)
         self.procs += forked
         self.master = master = Master(self.job_name, self.config, None, self.options.replace(run_dir=None),
                                       security=self.security)
@@ -142,7 +146,9 @@ class LocalCluster:
                           server_key=self.security.public.decode() if self.security is not None else None)
         for i, key_file in enumerate(self.key_files or [None] * workers):
             mine = dataclasses.replace(spec, key=key_file)
-            if forked:
+            if self.inproc:
+                self._thread(mine, i)
+            elif forked:
                 forked[i].start(mine)
             else:
                 self.procs += spawn_workers(mine, sharing=workers)
@@ -157,13 +163,20 @@ class LocalCluster:
             self.procs.append(proc)
             return proc
 
-        master.respawn = respawn
+        master.respawn = None if self.inproc else respawn
         if self.options.on_start is not None:
             self.options.on_start(master, self.procs)
 
     def forks(self) -> bool:
         """Whether ``start()`` would fork the workers now (else it spawns fresh interpreters)."""
-        return self.options.fork and fork_is_safe() is None
+        return not self.inproc and self.options.fork and fork_is_safe() is None
+
+    def _thread(self, spec: WorkerSpec, i: int) -> None:
+        """Worker ``i`` as a thread of this process (``inproc://``)."""
+        worker = make_worker(spec, self.build)
+        thread = threading.Thread(target=worker.run, name=f"mariana-worker-{i}", daemon=True)
+        thread.start()
+        self.threads.append((thread, worker))
 
     def _fork(self, workers: int) -> list[ForkedWorker]:
         """``workers`` forked children waiting for their arguments, or [] to spawn them instead."""
@@ -186,6 +199,10 @@ class LocalCluster:
         grace = max(3.0, 2 * (self.master.heartbeat_interval if self.master else self.options.heartbeat_interval))
         done = self.master is not None and self.master.phase is Phase.DONE  # every worker got its BYE
         stop_processes(self.procs, grace=grace, leaving=2.0 if done else 0.0)
+        for _, worker in self.threads:
+            worker.leave()
+        for thread, _ in self.threads:
+            thread.join(timeout=grace)
         if self.master is not None:
             sweep(self.master.job_id)  # shared memory of a worker killed before its peers mapped it
             self.master.close()

@@ -118,6 +118,10 @@ class Worker:
         #: in the middle of a long compute (``entry.run_worker``); None in-process (tests)
         self.on_master_lost: Callable[[], None] | None = None
 
+    def leave(self) -> None:
+        """Make ``run()`` return soon from another thread (an in-process worker whose job ended)."""
+        self._stop.set()
+
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> int:
         """Run until the job ends; returns the process exit code."""
@@ -144,7 +148,7 @@ class Worker:
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         deadline = time.monotonic() + self.connect_timeout
         wait = 0.1
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._stop.is_set():
             send(self.ctl, hello)
             if self.ctl.poll(int(wait * 1000)):
                 try:
@@ -218,6 +222,8 @@ class Worker:
         while True:
             if self.master_lost:
                 return EXIT_MASTER_LOST
+            if self._stop.is_set():
+                return 1
             events = dict(poll.poll(5 if self._writer.pending is not None else 200))
             self._checkpointed()
             if self.data in events:

@@ -137,14 +137,14 @@ def _job_info(run_dir: RunDir, name: str, config: dict[str, Any], graph: Graph, 
 
 
 def versions() -> dict[str, str]:
-    import fsspec
     import msgpack
     import numpy
 
     from ..comm import zmq_version
+    from ..storage import fsspec_version
 
     return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-            "pyzmq": zmq_version(), "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec.__version__}
+            "pyzmq": zmq_version(), "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec_version()}
 
 
 def explain_placement(job: Job, config: dict[str, Any], workers: int, placement: str | None = None) -> str:

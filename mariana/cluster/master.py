@@ -147,6 +147,16 @@ class Master:
     def close(self) -> None:
         self.transport.close()
 
+    def status(self) -> dict[str, Any]:
+        """What the live page shows: phase, superstep, the workers that joined (index, host, pid)."""
+        out: dict[str, Any] = {"phase": self.phase.value, "workers_expected": self.workers}
+        if self.current >= 0:
+            out["superstep"] = self.current
+        workers = [{"worker": w.index, "host": w.host, "pid": w.pid} for w in list(self.joined.values())]  # one C call: safe from the page thread
+        if workers:
+            out["workers"] = sorted(workers, key=lambda w: w["worker"])
+        return out
+
     # -- the job ----------------------------------------------------------------------------
     def run(self, children: Sequence[Any] = ()) -> RunResult:
         """Wait for the workers, run every superstep, collect results. Aborts workers on failure."""

@@ -152,7 +152,8 @@ class Master:
         out: dict[str, Any] = {"phase": self.phase.value, "workers_expected": self.workers}
         if self.current >= 0:
             out["superstep"] = self.current
-        workers = [{"worker": w.index, "host": w.host, "pid": w.pid} for w in list(self.joined.values())]  # one C call: safe from the page thread
+        joined = list(self.joined.values())  # one C call: safe from the page's thread
+        workers = [{"worker": w.index, "host": w.host, "pid": w.pid} for w in joined]
         if workers:
             out["workers"] = sorted(workers, key=lambda w: w["worker"])
         return out

@@ -41,14 +41,14 @@ MAIN_GUARD = re.compile(r"""^if __name__ == ["']__main__["']\s*:""", re.MULTILIN
 TAIL_LINES = 40
 
 
-def discover() -> tuple[list[str], list[str]]:
-    """(benchmarks, libraries): the ``bench/*.py`` files with and without a ``__main__`` guard."""
+def discover(bench_dir: str = BENCH_DIR) -> tuple[list[str], list[str]]:
+    """(benchmarks, libraries): the ``*.py`` files with and without a ``__main__`` guard, but this one."""
     benches: list[str] = []
     libs: list[str] = []
-    for name in sorted(os.listdir(BENCH_DIR)):
+    for name in sorted(os.listdir(bench_dir)):
         if not name.endswith(".py") or name == SELF:
             continue
-        with open(os.path.join(BENCH_DIR, name), encoding="utf-8") as f:
+        with open(os.path.join(bench_dir, name), encoding="utf-8") as f:
             (benches if MAIN_GUARD.search(f.read()) else libs).append(name)
     return benches, libs
 
@@ -57,10 +57,10 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def run_one(name: str, timeout: float) -> tuple[bool, float, str, str, str]:
+def run_one(name: str, timeout: float, bench_dir: str = BENCH_DIR) -> tuple[bool, float, str, str, str]:
     """Run ``bench/NAME --smoke``: (ok, seconds, why, stdout, stderr)."""
     t = time.perf_counter()
-    p = subprocess.Popen([sys.executable, os.path.join(BENCH_DIR, name), "--smoke"], cwd=ROOT,
+    p = subprocess.Popen([sys.executable, os.path.join(bench_dir, name), "--smoke"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
@@ -90,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per benchmark (default 180)")
     ap.add_argument("--list", action="store_true", help="list the benchmarks and the skipped library modules")
     ap.add_argument("-v", "--verbose", action="store_true", help="also print each benchmark's stdout")
+    ap.add_argument("--dir", default=BENCH_DIR, help="the folder of benchmarks (default: this file's, bench/)")
     args = ap.parse_args(argv)
-    benches, libs = discover()
+    benches, libs = discover(args.dir)
     if args.list:
         print("\n".join(benches))
         print(f"(libraries, skipped: {', '.join(libs) or 'none'})")
@@ -99,14 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.names:
         wanted = [n if n.endswith(".py") else f"{n}.py" for n in args.names]
         if unknown := [n for n in wanted if n not in benches]:
-            ap.error(f"not a benchmark in {os.path.relpath(BENCH_DIR)}: {', '.join(unknown)} "
+            ap.error(f"not a benchmark in {args.dir}: {', '.join(unknown)} "
                      f"(benchmarks: {', '.join(b[:-3] for b in benches)})")
         benches = wanted
     print(f"bench smoke: {len(benches)} benchmarks with --smoke (timeout {args.timeout:g} s each; "
           f"skipped libraries: {', '.join(libs) or 'none'}); load average {os.getloadavg()[0]:.2f}", flush=True)
     t0, failed = time.perf_counter(), []
     for name in benches:
-        ok, dt, why, out, err = run_one(name, args.timeout)
+        ok, dt, why, out, err = run_one(name, args.timeout, args.dir)
         print(f"  {name:24} {dt:6.1f} s  {'ok' if ok else 'FAILED: ' + why}", flush=True)
         if args.verbose and out.strip():
             print("    " + out.rstrip().replace("\n", "\n    "), flush=True)

@@ -105,7 +105,8 @@ def progress(msg: str) -> None:
 
 def sizes(quick: bool, smoke: bool = False) -> dict[str, Any]:
     if smoke:  # the CI smoke run (bench/smoke.py): every code path, tiny sizes, figures meaningless
-        return dict(hidden=[64, 64, 64], batch=32, n=32 * 8, warm=1, steps=2, rounds=1, ceiling_steps=2, bytes_steps=1)
+        return dict(hidden=[64, 64, 64], batch=32, n=32 * 8, warm=1, steps=2, rounds=1, ceiling_steps=2, bytes_steps=1,
+                    smoke=True)
     if quick:
         return dict(hidden=[512, 512, 512], batch=128, n=128 * 16, warm=1, steps=4, rounds=1, ceiling_steps=6,
                     bytes_steps=2)
@@ -480,8 +481,12 @@ def bytes_figure(env: dict[str, str], data: str, sz: dict[str, Any]) -> list[dic
     steps, K, out = sz["bytes_steps"], 2, []
     slices = num_params(dims, K)
     P = sum(slices)
-    for S, G, opt in ((1, 1, "momentum"), (2, 1, "momentum"), (4, 1, "momentum"), (2, 2, "momentum"),
-                      (1, 1, "adagrad_approx"), (2, 1, "adagrad_approx"), (4, 1, "adagrad_approx")):
+    configs: tuple[tuple[int, int, str], ...] = (
+        (1, 1, "momentum"), (2, 1, "momentum"), (4, 1, "momentum"), (2, 2, "momentum"),
+        (1, 1, "adagrad_approx"), (2, 1, "adagrad_approx"), (4, 1, "adagrad_approx"))
+    if sz.get("smoke"):  # one of each kind: several servers, two groups, the approximate optimizer
+        configs = ((2, 1, "momentum"), (2, 2, "momentum"), (2, 1, "adagrad_approx"))
+    for S, G, opt in configs:
         rd = os.path.join(OUT, f"bytes-S{S}-G{G}-{opt}")
         progress(f"bytes: K=2 G={G} S={S} optimizer={opt}, {steps} steps (LocalRuntime)")
         res = run_engine(engine_cmd(data, sz, rd, K, steps, "local", 1, S=S, G=G, optimizer=opt), env, rd)

@@ -20,8 +20,9 @@ the smoke run fails only when a benchmark exits non-zero, times out or prints no
 
 Each benchmark runs as ``python bench/NAME.py --smoke`` in its own process group (killed whole on
 timeout, so no worker outlives it), from the repository root, with this process's environment.
-One line per benchmark (name, seconds, ok / FAILED and why); the stderr tail of every failed one
-follows; the exit status is 1 if any failed.
+One line per benchmark (name, wall seconds, CPU seconds of its process tree, ok / FAILED and why;
+the CPU figure tells how long it would take on idle cores when the machine is shared); the stderr
+tail of every failed one follows; the exit status is 1 if any failed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -55,6 +57,12 @@ def discover(bench_dir: str = BENCH_DIR) -> tuple[list[str], list[str]]:
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of every waited-for descendant so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def run_one(name: str, timeout: float, bench_dir: str = BENCH_DIR) -> tuple[bool, float, str, str, str]:
@@ -105,16 +113,18 @@ def main(argv: list[str] | None = None) -> int:
         benches = wanted
     print(f"bench smoke: {len(benches)} benchmarks with --smoke (timeout {args.timeout:g} s each; "
           f"skipped libraries: {', '.join(libs) or 'none'}); load average {os.getloadavg()[0]:.2f}", flush=True)
-    t0, failed = time.perf_counter(), []
+    t0, cpu0, failed = time.perf_counter(), children_cpu_s(), []
     for name in benches:
+        cpu = children_cpu_s()
         ok, dt, why, out, err = run_one(name, args.timeout, args.dir)
-        print(f"  {name:24} {dt:6.1f} s  {'ok' if ok else 'FAILED: ' + why}", flush=True)
+        print(f"  {name:24} {dt:6.1f} s (cpu {children_cpu_s() - cpu:5.1f} s)  {'ok' if ok else 'FAILED: ' + why}",
+              flush=True)
         if args.verbose and out.strip():
             print("    " + out.rstrip().replace("\n", "\n    "), flush=True)
         if not ok:
             failed.append((name, why, out, err))
-    print(f"bench smoke: {len(benches) - len(failed)}/{len(benches)} ok in {time.perf_counter() - t0:.1f} s; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"bench smoke: {len(benches) - len(failed)}/{len(benches)} ok in {time.perf_counter() - t0:.1f} s "
+          f"(cpu {children_cpu_s() - cpu0:.1f} s); load average {os.getloadavg()[0]:.2f}")
     for name, why, out, err in failed:
         print(f"\n--- {name} ({why}): last {TAIL_LINES} lines of stderr" + ("" if err.strip() else " (empty; stdout)"))
         print(tail(err if err.strip() else out))

@@ -58,7 +58,7 @@ def test_runner_names_each_failure(tmp_path: Path) -> None:
     write(tmp_path, "helpers.py", "X = 1\n")  # a library: no __main__ guard, never run
     p = run_smoke(tmp_path)
     assert p.returncode == 1, p.stdout + p.stderr
-    lines = {m[1]: m[2] for m in re.finditer(r"^  (\S+\.py) +[\d.]+ s  (.*)$", p.stdout, re.MULTILINE)}
+    lines = {m[1]: m[2] for m in re.finditer(r"^  (\S+\.py) +[\d.]+ s \(cpu +[\d.]+ s\)  (.*)$", p.stdout, re.MULTILINE)}
     assert set(lines) == {"good.py", "nosmoke.py", "crash.py", "silent.py"}, p.stdout
     assert lines["good.py"] == "ok"
     assert "FAILED: does not accept --smoke" in lines["nosmoke.py"]

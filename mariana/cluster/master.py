@@ -287,7 +287,7 @@ class Master:
                 pass
 
     # -- the I/O loop -------------------------------------------------------------------------
-    def _do(self, instructions: list[Instruction]) -> None:
+    def _do(self, instructions: Sequence[Instruction]) -> None:
         """Carry out the state machine's instructions: sends, or the error that ends the wait."""
         for ins in instructions:
             if isinstance(ins, Fail):

@@ -23,11 +23,11 @@ import uuid
 from typing import Any, Callable
 
 from .. import __version__
+from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl, WriteCheckpoint
 from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages import codec, wire
-from ..messages.kinds import Kind
 from ..messages.message import Message
-from ..messages.wire import DropCounter, check_batch
+from ..messages.wire import DropCounter
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
 from ..engine.checkpointing import BackgroundWriter, capture, write_worker
@@ -88,11 +88,8 @@ class Worker:
         self.hostname, self.pid = socket.gethostname(), os.getpid()
         self.drops = DropCounter(f"worker {self.identity.decode()}")
         self.index = -1
-        self.current = -1
-        self._inbound: dict[int, dict[int, list[Message]]] = {}  # complete batches: {ss: {peer: messages}}
-        self._inbound_bytes: dict[int, dict[int, int]] = {}
-        self._arriving: dict[int, dict[int, list[Message]]] = {}  # batches whose last part is still to come
-        self._parts: dict[int, dict[int, int]] = {}  # {ss: {peer: next part expected}}
+        self.control = WorkerControl(self.drops)  # job, generation, superstep: what each message means
+        self.inbox = Inbox()  # the peers' batches, assembled per superstep
         self._out = _Outgoing(0)
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -103,13 +100,11 @@ class Worker:
         self._dropped_before: dict[str, int] = {}
         self.shm: Shm | None = None
         # set when the job is known (WELCOME) and the partition built; declared here, never grown later
-        self.job_id = ""
         self.partition: Partition | None = None
         self.peers: dict[int, Any] = {}
         self.peer_endpoints: list[str] = []
         self.peer_keys: list[str | None] = []
         self.peer_ids: dict[bytes, int] = {}
-        self.gen = 0
         self.run_url: str | None = None
         self.background = True
         #: set by the heartbeat thread when the master went silent; the loops leave with EXIT_MASTER_LOST
@@ -117,6 +112,19 @@ class Worker:
         #: called (from the heartbeat thread) when the master is lost: a worker process exits even
         #: in the middle of a long compute (``entry.run_worker``); None in-process (tests)
         self.on_master_lost: Callable[[], None] | None = None
+
+    # the control state's, under the names the I/O code uses
+    @property
+    def job_id(self) -> str:
+        return self.control.job_id
+
+    @property
+    def gen(self) -> int:
+        return self.control.gen
+
+    @property
+    def current(self) -> int:
+        return self.control.current
 
     def leave(self) -> None:
         """Make ``run()`` return soon from another thread (an in-process worker whose job ended)."""
@@ -164,7 +172,7 @@ class Worker:
                     self.drops.drop(exc.kind, exc.detail)
                     continue
                 if isinstance(msg, wire.Welcome) and isinstance(header.get("job"), str):
-                    self.job_id = header["job"]
+                    self.control.job_id = header["job"]
                     return msg
                 if isinstance(msg, wire.Refuse):
                     log.error("the master at %s refused this worker: %s", self.master, msg.reason)
@@ -197,7 +205,7 @@ class Worker:
         self.peer_keys = welcome.peer_keys
         if self.security is not None:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
-        self.gen = welcome.gen
+        self.control.gen = welcome.gen
         self.shm = Shm(self.job_id, self.index, self.gen, welcome.shm, welcome.shm_cap_mb << 20, welcome.shm_min_kb << 10)
         self.run_url = welcome.run_dir
         self.background = welcome.checkpoint_background
@@ -268,9 +276,8 @@ class Worker:
             log.error("worker %d cannot restore the checkpoint at superstep %d: %s", self.index, superstep, exc)
             self._send_ctl(wire.Error("restore", str(exc)))
             return 2
-        self.current = superstep - 1
-        for d in (self._inbound, self._inbound_bytes, self._arriving, self._parts):
-            d.clear()
+        self.control.restored(superstep)
+        self.inbox.clear()
         return None
 
     # -- control plane ----------------------------------------------------------------------
@@ -279,61 +286,45 @@ class Worker:
             msg.src = self.index
         send(self.ctl, msg.to_wire(self.job_id))
 
-    def _parse(self, header: dict[str, Any]) -> wire.Wire | None:
-        """The record of a control message of this job, or None (dropped and counted)."""
-        if header.get("job") != self.job_id:
-            self.drops.drop("job", f"control message for job {header.get('job')!r}")
-            return None
-        try:
-            return wire.decode(header)
-        except ProtocolError as exc:
-            self.drops.drop(exc.kind, exc.detail)
-            return None
-
     def _control(self, header: dict[str, Any]) -> int | None:
-        msg = self._parse(header)
+        msg = self.control.parse(header)
         return None if msg is None else self._command(msg)
 
     def _command(self, msg: wire.Wire) -> int | None:
-        if isinstance(msg, wire.Begin):
-            if msg.gen != self.gen:
-                self.drops.drop("generation", f"BEGIN of generation {msg.gen} while at {self.gen}")
-                return None
-            return self._superstep(msg)
-        if isinstance(msg, wire.Checkpoint):
-            self._checkpoint(msg.ss)
-            return None
-        if isinstance(msg, wire.Rollback):
-            self.gen = msg.gen
-            self.peer_keys = msg.peer_keys or self.peer_keys
-            if self.security is not None:
-                self.security.allow([k for k in self.peer_keys if k])
-            self._connect_peers(msg.peers)
-            if self.shm is not None:
-                self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
-                if self.shm.pool is not None:
-                    self.shm.pool.renew(set(self.peers))  # the send buffers stay; offered again
-            self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
-            code = self._restore(msg.ss)
-            if code is None:
-                log.warning("worker %d rolled back to the checkpoint at superstep %d", self.index, msg.ss)
-                self._send_ctl(wire.Ready(self.gen))
-            return code
-        if isinstance(msg, wire.Finish):
+        """Carry out what the control state says about ``msg``; an exit code ends the worker."""
+        ins = self.control.command(msg)
+        if isinstance(ins, Compute):
+            return self._superstep(ins.begin)
+        if isinstance(ins, WriteCheckpoint):
+            self._checkpoint(ins.superstep)
+        elif isinstance(ins, RollBack):
+            return self._roll_back(ins.rollback)
+        elif isinstance(ins, Report):
             self._checkpointed(wait=True)
             values = {vid: v.result() for vid, v in self.partition.vertices.items()}
             self._drain_data()
             self._send_ctl(wire.Result(values, dropped=self.drops.counts))
-            return None
-        if isinstance(msg, wire.Bye):
-            log.info("worker %d: job finished", self.index)
-            return 0
-        if isinstance(msg, wire.Abort):
-            log.info("worker %d: master aborted the job: %s", self.index, msg.reason)
-            return 1
-        if not isinstance(msg, wire.Heartbeat):
-            self.drops.drop("kind", f"unexpected control message kind {msg.KIND}")
+        elif isinstance(ins, Leave):
+            log.info("worker %d: %s", self.index, ins.why)
+            return ins.code
         return None
+
+    def _roll_back(self, msg: wire.Rollback) -> int | None:
+        """Reconnect to the (possibly new) peers and load the checkpoint of ``msg.ss``; READY."""
+        self.peer_keys = msg.peer_keys or self.peer_keys
+        if self.security is not None:
+            self.security.allow([k for k in self.peer_keys if k])
+        self._connect_peers(msg.peers)
+        if self.shm is not None:
+            self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
+            if self.shm.pool is not None:
+                self.shm.pool.renew(set(self.peers))  # the send buffers stay; offered again
+        self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
+        code = self._restore(msg.ss)
+        if code is None:
+            log.warning("worker %d rolled back to the checkpoint at superstep %d", self.index, msg.ss)
+            self._send_ctl(wire.Ready(self.gen))
+        return code
 
     def _checkpoint(self, superstep: int) -> None:
         """Copy this worker's state now and write its part in the background; CHECKPOINTED is
@@ -362,10 +353,6 @@ class Worker:
 
     def _superstep(self, msg: wire.Begin) -> int | None:
         s = msg.ss
-        if s != self.current + 1:
-            self.drops.drop("superstep", f"BEGIN {s} while at {self.current}")
-            return None
-        self.current = s
         if self.shm is not None:
             self.shm.superstep = s
         start = time.time()
@@ -386,26 +373,21 @@ class Worker:
         t_wait = clock()
         self.state = {"phase": "waiting", "ss": s, "since": time.time()}
         poll = self._wait_poll
-        while len(self._inbound.get(s, ())) < len(self.peers):
+        while missing := self.inbox.missing(s, self.peers):
             if self.master_lost:
                 raise _MasterLost()
-            self.state["peers"] = sorted(set(self.peers) - set(self._inbound.get(s, ())))
+            self.state["peers"] = missing
             events = dict(poll.poll(100))
             if self.data in events:
                 self._drain_data()
             if self.ctl in events:
                 for h in self._recv_ctl():
-                    if h.get("kind") in (Kind.ROLLBACK, Kind.ABORT) and h.get("job") == self.job_id:
-                        intr = self._parse(h)
+                    if self.control.interrupts(h):
+                        intr = self.control.parse(h)
                         if intr is not None:
                             raise _Interrupt(intr)
-                    elif h.get("kind") != Kind.HEARTBEAT:
-                        self.drops.drop("kind", f"control message {h.get('kind')} during superstep {s}")
         wait_s = clock() - t_wait
-        inbound = self._inbound.pop(s, {})
-        bytes_in = self._inbound_bytes.pop(s, {})
-        self._arriving.pop(s, None)
-        self._parts.pop(s, None)
+        inbound, bytes_in = self.inbox.take(s)
         self.partition.deliver([batches[w] if w == self.index else inbound[w] for w in range(len(batches))])
         self.state = {"phase": "barrier", "ss": s, "since": time.time()}
         trace = {}
@@ -468,25 +450,9 @@ class Worker:
                     self.drops.malformed(identity, exc.kind, exc.detail)
                     continue
             try:
-                msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
-                                   self.gen, self._parts)
+                self.inbox.add(header, peer, self.job_id, self.current, self.gen, size)
             except ProtocolError as exc:
                 self.drops.malformed(identity, exc.kind, exc.detail)
-                continue
-            ss, src = header["ss"], header["src"]
-            sizes = self._inbound_bytes.setdefault(ss, {})
-            sizes[src] = sizes.get(src, 0) + size
-            arriving = self._arriving.setdefault(ss, {})
-            if src in arriving:
-                arriving[src].extend(msgs)
-                msgs = arriving[src]
-            if header.get("last", True):
-                arriving.pop(src, None)
-                self._parts.get(ss, {}).pop(src, None)
-                self._inbound.setdefault(ss, {})[src] = msgs
-            else:
-                arriving[src] = msgs
-                self._parts.setdefault(ss, {})[src] = header.get("part", 0) + 1
 
     def _resolve(self, identity: bytes | None, frames: Any) -> list:
         if self.shm is None:

@@ -1,4 +1,4 @@
-"""Cluster master: the I/O shell around ``control.MasterState``, and the cluster's ``Exchange``.
+"""Cluster master: the I/O shell around ``control.MasterState``, and the cluster's ``Backend``.
 
 The master binds one ROUTER. Workers join with HELLO; once ``workers`` have joined it sends
 each a WELCOME (its index, the job by name plus resolved config, every peer's data endpoint),
@@ -171,7 +171,7 @@ class Master:
             shm=o.shm and self.security is None and not self.transport.inproc,
             shm_cap_mb=o.shm_cap_mb, shm_min_kb=o.shm_min_kb), w)])
 
-    # -- the Exchange of the driver -----------------------------------------------------------
+    # -- the Backend of the driver -----------------------------------------------------------
     def superstep(self, begin: Begin) -> list[Done]:
         """BEGIN to every worker, then the barrier: a DONE from each (a lost worker raises ``WorkerLost``)."""
         self._do(self.state.begin(begin.superstep, begin.aggregates, begin.broadcasts, time.time()))

@@ -376,6 +376,8 @@ class Worker:
         while missing := self.inbox.missing(s, self.peers):
             if self.master_lost:
                 raise _MasterLost()
+            if self._stop.is_set():  # told to leave (an in-process worker whose job ended)
+                raise _Interrupt(wire.Abort("the worker was told to leave"))
             self.state["peers"] = missing
             events = dict(poll.poll(100))
             if self.data in events:
@@ -426,8 +428,9 @@ class Worker:
         if shm is None:
             frames = codec.encode(batch.to_wire(self.job_id))
         else:
-            for name, value in shm.notes(peer).items():
-                setattr(batch, name, value)
+            notes = shm.notes(peer)
+            if notes:
+                batch.shm_notes = notes.to_wire()
             frames, placed = shm.encode(peer, batch.to_wire(self.job_id))
             out.zero_copy[peer] += shm.zero_copy
             placed += shm.zero_copy  # shm_bytes_out: copied + zero-copy bytes
@@ -445,7 +448,7 @@ class Worker:
             if (self.shm is not None and peer is not None and header.get("job") == self.job_id
                     and header.get("src") == peer and header.get("gen", 0) == self.gen):
                 try:
-                    self.shm.notes_in(peer, header)
+                    self.shm.notes_in(peer, header.get("shm_notes"))
                 except ProtocolError as exc:
                     self.drops.malformed(identity, exc.kind, exc.detail)
                     continue

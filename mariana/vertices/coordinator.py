@@ -51,7 +51,8 @@ class DataLedger:
 class GroupCoordinator(Vertex):
     """Group ``group``'s coordinator: mini-batches out to the workers, loss in, counters."""
 
-    static_attributes = ("x", "y", "_perm")
+    state_fields = (*Vertex.state_fields, "batch_size", "depth", "group", "groups", "log_samples", "seed", "served",
+                    "shard_size", "total_steps", "trained", "workers")
 
     def __init__(self, id: str, group: int, groups: int, workers: list[str], x: np.ndarray, y: np.ndarray,
                  batch_size: int, seed: int, total_steps: int, depth: int = 2, log_samples: bool = False) -> None:

@@ -149,7 +149,8 @@ class DataReader(Vertex):
     readers, so N replicas with batch B/N see exactly the samples one replica with batch B sees.
     """
 
-    static_attributes = ("x", "y", "_perm")  # data and a cache: rebuilt, never checkpointed
+    state_fields = (*Vertex.state_fields, "ahead", "global_batch", "local", "rank", "replica", "seed",
+                    "steps_per_epoch", "total_steps")  # not the data and its cache: rebuilt, never checkpointed
 
     def __init__(self, id: str, replica: str, x: np.ndarray, y: np.ndarray, batch_size: int, replicas: int,
                  rank: int, seed: int, total_steps: int, ahead: int = 1) -> None:
@@ -211,7 +212,7 @@ class InputReader(Vertex):
     """Storage -> raw samples: for every requested step, the group's share of the global batch,
     as stored (no decoding), sent to the group's ``Preprocess`` vertex."""
 
-    static_attributes = ("x", "y", "_perm")
+    state_fields = (*Vertex.state_fields, "global_batch", "group", "local", "preprocess", "seed", "total_steps")
 
     def __init__(self, id: str, preprocess: str, x: np.ndarray, y: np.ndarray, batch_size: int, groups: int,
                  group: int, seed: int, total_steps: int) -> None:
@@ -240,6 +241,8 @@ class Preprocess(Vertex):
     when or where a batch is decoded (pipelined or not, any placement or number of groups, after
     a rollback).
     """
+
+    state_fields = (*Vertex.state_fields, "augment", "batch_size", "consumers", "crop", "mean", "scale", "seed", "std")
 
     def __init__(self, id: str, consumers: list[str], scale: float, mean: float, std: float, augment: bool,
                  crop: int, seed: int, batch_size: int) -> None:

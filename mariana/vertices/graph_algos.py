@@ -47,6 +47,8 @@ class PageRankVertex(Vertex):
 
     __slots__ = ("damping", "iterations", "track_l1")
 
+    state_fields = (*Vertex.state_fields, "damping", "iterations", "track_l1")
+
     def __init__(self, id: str, edges: list[tuple[str, Any]], damping: float = 0.85, iterations: int = 100,
                  track_l1: bool = True) -> None:
         super().__init__(id, 0.0, edges)
@@ -95,6 +97,8 @@ class SSSPVertex(Vertex):
 
     __slots__ = ("is_source",)
 
+    state_fields = (*Vertex.state_fields, "is_source")
+
     def __init__(self, id: str, edges: list[tuple[str, Any]], is_source: bool = False) -> None:
         super().__init__(id, INF, edges)
         self.is_source = is_source
@@ -118,6 +122,8 @@ class SSSPVertex(Vertex):
 
 class WCCVertex(Vertex):
     """HashMin label propagation over undirected edges: the label is the smallest id seen."""
+
+    state_fields = Vertex.state_fields  # its whole state is its value
 
     def __init__(self, id: str, edges: list[tuple[str, Any]]) -> None:
         super().__init__(id, id, edges)
@@ -200,7 +206,7 @@ def _send_min(ctx: Context, sub: Subgraph, dst: np.ndarray, val: np.ndarray, key
 class PageRankBlock(Vertex):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex``."""
 
-    static_attributes = ("sub", "routes", "outdeg", "damping", "iterations", "track_l1")
+    state_fields = (*Vertex.state_fields, "dpos", "perm")
 
     def __init__(self, id: str, sub: Subgraph, damping: float = 0.85, iterations: int = 100,
                  track_l1: bool = True) -> None:
@@ -270,7 +276,8 @@ class PageRankBlock(Vertex):
 class SSSPBlock(Vertex):
     """SSSP for a whole partition; bit-identical to ``SSSPVertex``."""
 
-    static_attributes = ("sub", "source")
+    state_fields = Vertex.state_fields  # its whole state is its value
+
 
     def __init__(self, id: str, sub: Subgraph, source: int | None) -> None:
         super().__init__(id, np.full(len(sub.own), INF))
@@ -308,7 +315,8 @@ class WCCBlock(Vertex):
     """WCC for a whole partition (edges must be given in both directions); labels are global
     indices, so the smallest index is the smallest id in string order."""
 
-    static_attributes = ("sub",)
+    state_fields = Vertex.state_fields  # its whole state is its value
+
 
     def __init__(self, id: str, sub: Subgraph) -> None:
         super().__init__(id, sub.own.copy())

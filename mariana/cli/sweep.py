@@ -47,7 +47,7 @@ def add_sweep_parser(sub: Any, job_args: Any) -> None:
     s.add_argument("--json", action="store_true", help="print the ranking as JSON on stdout")
 
 
-_OPTIONS = {"trials": int, "seed": int, "metric": str, "mode": str, "scheduler": str, "grace": int,
+_OPTIONS: dict[str, type | tuple[type, ...]] = {"trials": int, "seed": int, "metric": str, "mode": str, "scheduler": str, "grace": int,
             "reduction": (int, float), "parallel": int, "workers": int}
 
 

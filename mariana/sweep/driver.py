@@ -173,7 +173,7 @@ class Sweep:
         params = space.trials(spec.trials, spec.seed)
         trials = [Trial(i, p, resolve_config(job, {**spec.config, **p}, file_name=f"trial {i}"))
                   for i, p in enumerate(params)]
-        graph = job.build(trials[0].config, BuildContext(spec.workers))  # also loads the data the trials fork with
+        graph = _first_graph(job, trials, spec.workers)  # also loads the data the trials fork with
         if spec.metric not in graph.aggregators:
             raise UsageError(f"--metric {spec.metric}: job {job.name} does not report it; it reports: "
                              f"{', '.join(graph.aggregators) or 'nothing'}")
@@ -322,6 +322,19 @@ class Sweep:
         self.root.append_jsonl("events.jsonl", [record])
         if self.on_event is not None:
             self.on_event(record)
+
+
+def _first_graph(job: Any, trials: list[Trial], workers: int) -> Any:
+    """The graph of the first trial whose config builds (the metric is checked on it); when none
+    builds, the first trial's error (every trial would fail the same way)."""
+    first: UsageError | None = None
+    for t in trials:
+        try:
+            return job.build(t.config, BuildContext(workers))
+        except UsageError as exc:
+            first = first or exc
+    assert first is not None
+    raise UsageError(f"no trial can run: trial 0: {first}")
 
 
 def _cores() -> int:

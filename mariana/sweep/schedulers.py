@@ -89,7 +89,8 @@ class _Rungs:
 
     def milestones(self, upto: int) -> list[int]:
         """The rungs ``grace * reduction**k`` up to ``upto`` reports."""
-        out, k = [], 0
+        out: list[int] = []
+        k = 0
         while (m := int(round(self.grace * self.reduction ** k))) <= upto:
             if not out or m > out[-1]:
                 out.append(m)

@@ -70,7 +70,9 @@ def _show(v: Any) -> str:
 
 def _split_top(text: str) -> list[str]:
     """``text`` split at commas outside brackets and quotes."""
-    parts, depth, quote, cur = [], 0, "", []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, ""
     for ch in text:
         if quote:
             quote = "" if ch == quote else quote

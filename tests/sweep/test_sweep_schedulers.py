@@ -56,7 +56,7 @@ def test_halving_keeps_the_top_third():
 def _ray_asha(curves: list[list[float]], grace: int, rf: float) -> list[int]:
     """Ray Tune's AsyncHyperBandScheduler (one bracket), trials run one after another: the reports
     each trial made before it stopped or ended."""
-    rungs = []
+    rungs: list[tuple[int, dict[int, float]]] = []
     k = 0
     while grace * rf ** k <= max(map(len, curves)):
         rungs.append((int(grace * rf ** k), {}))

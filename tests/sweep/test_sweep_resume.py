@@ -1,0 +1,69 @@
+"""A sweep killed with ``kill -9`` and resumed ends with the ranking of one run straight through,
+and parallel trials make the same decisions as sequential ones (slow tier: three small sweeps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mariana.cli import main
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["dnn-dp", "--param", "lr=loguniform(1e-3,1e-1)", "--param", "batch_size=choice(64,128)",
+        "--param", "optimizer=choice(sgd,momentum)", "--set", "epochs=3", "--set", "model=['dense:64:relu','dense:10']",
+        "--trials", "8", "--seed", "1", "--scheduler", "asha", "--json"]
+
+
+def _outcome(doc: dict) -> list[tuple]:
+    return [(t["index"], t["status"], t["reports"], t["last"]) for t in doc["trials"]]
+
+
+def _events(sweep: Path) -> list[dict]:
+    path = sweep / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
+
+
+def test_kill_9_and_resume_give_the_same_ranking(tmp_path, capsys):
+    assert main(["sweep", *ARGS, "--sweep-dir", str(tmp_path / "straight")]) == 0
+    straight = json.loads(capsys.readouterr().out)
+    assert {t["status"] for t in straight["trials"]} == {"completed", "stopped"}
+
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "mariana", "sweep", *ARGS, "--parallel", "2",
+                             "--sweep-dir", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while sum(e["event"] in ("paused", "completed") for e in _events(killed)) < 4:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the sweep made no progress"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if proc.stderr:
+        proc.stderr.close()
+    statuses = [json.loads((killed / f"trials/{i:04d}/trial.json").read_text())["status"] for i in range(8)]
+    assert any(s not in ("completed", "stopped", "failed") for s in statuses), statuses  # killed mid-sweep
+
+    assert main(["sweep", "--resume", str(killed), "--json"]) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert _outcome(resumed) == _outcome(straight)
+    assert json.loads((killed / "sweep.json").read_text())["status"] == "finished"
+
+
+def test_parallel_trials_decide_as_sequential_ones(tmp_path, capsys):
+    assert main(["sweep", *ARGS, "--sweep-dir", str(tmp_path / "one")]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main(["sweep", *ARGS, "--parallel", "3", "--sweep-dir", str(tmp_path / "three")]) == 0
+    three = json.loads(capsys.readouterr().out)
+    assert _outcome(three) == _outcome(one)

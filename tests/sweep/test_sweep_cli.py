@@ -4,10 +4,12 @@ its trials as ordinary run directories, and bad input as one line with exit 2.""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 
 from mariana.cli import main
+from mariana.report.sweep import SweepServer, collect_sweep, sweep_figures
 from mariana.storage import RunDir
 from mariana.sweep import Sweep
 
@@ -40,6 +42,28 @@ def test_tiny_sweep_ranks_trials_and_records_the_failing_one(tmp_path, capsys):
     assert run.exists("params/manifest.json") or run.list("params")
     results = RunDir(url, create=False).read_json("results.json")
     assert [t["index"] for t in results["ranking"]] == [t["index"] for t in trials]
+    # the sweep's report: ranking, parallel coordinates, curves (stopped ones marked), time per trial
+    out_html = tmp_path / "sweep.html"
+    assert main(["report", url, "--out", str(out_html), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["figures"] == ["fig-curves", "fig-parcoords", "fig-time"]
+    assert [t["index"] for t in info["trials"]] == [t["index"] for t in trials]
+    page = out_html.read_text()
+    assert "Parameters vs test_accuracy" in page and "batch_size 5000 is larger" in page
+    snap = collect_sweep(url)
+    curves = sweep_figures(snap)["fig-curves"]["data"]
+    assert len(curves) == 2  # the failed trials reported nothing
+    for trace in curves:
+        assert (trace["line"]["dash"] == "dash") == ("stopped" in trace["name"])
+    # the live page of a sweep
+    server = SweepServer(url)
+    base = server.start()
+    try:
+        assert "Trials, best first" in urllib.request.urlopen(base, timeout=10).read().decode()
+        api = json.loads(urllib.request.urlopen(base + "api/sweep", timeout=10).read())
+        assert api["best"]["index"] == best["index"]
+    finally:
+        server.close()
     # a finished sweep resumed: nothing runs again, same ranking
     again = Sweep.open(url).run()
     assert [t.index for t in again] == [t["index"] for t in trials]

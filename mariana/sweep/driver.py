@@ -144,11 +144,12 @@ def ranking(trials: list[Trial], mode: str) -> list[Trial]:
 
 
 class _Child:
-    """A running segment: its process, the pipe its outcome arrives on, when it began."""
+    """A running segment: its process, the pipes to and from it, when it began, its outcome."""
 
-    def __init__(self, trial: Trial, pid: int, fd: int, popen: subprocess.Popen[bytes] | None) -> None:
-        self.trial, self.pid, self.fd, self.popen = trial, pid, fd, popen
+    def __init__(self, trial: Trial, pid: int, fd: int, wfd: int, popen: subprocess.Popen[bytes] | None) -> None:
+        self.trial, self.pid, self.fd, self.wfd, self.popen = trial, pid, fd, wfd, popen
         self.buf = b""
+        self.outcome: dict[str, Any] | None = None
         self.t0 = time.perf_counter()
 
 
@@ -232,11 +233,15 @@ class Sweep:
                 for key, _ in sel.select():
                     child = key.data
                     chunk = os.read(child.fd, 65536)
+                    child.buf += chunk
+                    while b"\n" in child.buf:
+                        line, child.buf = child.buf.split(b"\n", 1)
+                        self._message(child, line)
                     if chunk:
-                        child.buf += chunk
                         continue
                     sel.unregister(child.fd)
                     os.close(child.fd)
+                    os.close(child.wfd)
                     del running[child.trial.index]
                     self._settle(child)
         except BaseException:
@@ -274,27 +279,39 @@ class Sweep:
                     changed = True
 
     def _start(self, t: Trial, threads: int) -> _Child:
-        until = self.scheduler.next_milestone(t.reports)
         spec = {"job": self.spec.job, "config": t.config, "run": f"{self.url}/{t.name}", "metric": self.spec.metric,
-                "until": until, "workers": self.spec.workers, "threads": threads}
+                "workers": self.spec.workers, "threads": threads}
         t.status = "running"
         self._save(t)
-        self._event(t, "start", until=until)
+        self._event(t, "start")
         return _spawn(t, spec)
 
-    def _settle(self, child: _Child) -> None:
-        """A segment ended: the trial's reports, rung values and status from its run directory."""
-        t, elapsed = child.trial, time.perf_counter() - child.t0
-        if child.popen is None:
-            status = os.waitstatus_to_exitcode(os.waitpid(child.pid, 0)[1])
-        else:
-            status = child.popen.wait()
+    def _message(self, child: _Child, line: bytes) -> None:
+        """A line from a segment: a report (answered at once: ``go`` or ``halt``) or its outcome."""
         try:
-            outcome = json.loads(child.buf) if child.buf else None
+            msg = json.loads(line)
         except ValueError:
-            outcome = None
-        if outcome is None:
-            outcome = {"status": "failed", "error": f"trial process ended without a result ({_exit_text(status)})"}
+            log.warning("trial %d: unreadable line from its process: %r", child.trial.index, line[:200])
+            return
+        if "outcome" in msg:
+            child.outcome = msg["outcome"]
+            return
+        t = child.trial
+        self._read_metrics(t)
+        go = True
+        if t.reports in t.rungs:  # at a rung: the scheduler decides now (wait and stop both pause it here)
+            decision = self.scheduler.decide(t.index, t.reports, [x.view() for x in self.trials])
+            go = decision == CONTINUE
+            if go:
+                self._event(t, "continue", value=_num(t.rungs[t.reports]))
+            self._save(t)
+        try:
+            os.write(child.wfd, b"go\n" if go else b"halt\n")
+        except OSError:  # the segment died meanwhile: its end is handled when its pipe closes
+            pass
+
+    def _read_metrics(self, t: Trial) -> None:
+        """The trial's reports, newest value and rung values from its ``metrics.jsonl``."""
         run = RunDir(f"{self.url}/{t.name}")
         values = metric_reports(run.read_jsonl("metrics.jsonl"), self.spec.metric) if run.exists("metrics.jsonl") else []
         t.reports = len(values)
@@ -304,6 +321,17 @@ class Sweep:
         while m is not None and m <= len(values):
             t.rungs[m] = values[m - 1]
             m = self.scheduler.next_milestone(m)
+
+    def _settle(self, child: _Child) -> None:
+        """A segment ended: the trial's reports, rung values and status from its run directory."""
+        t, elapsed = child.trial, time.perf_counter() - child.t0
+        if child.popen is None:
+            status = os.waitstatus_to_exitcode(os.waitpid(child.pid, 0)[1])
+        else:
+            status = child.popen.wait()
+        outcome = child.outcome or {"status": "failed",
+                                    "error": f"trial process ended without a result ({_exit_text(status)})"}
+        self._read_metrics(t)
         t.time_s = round(t.time_s + elapsed, 6)
         t.segments += 1
         t.status = outcome["status"]
@@ -359,39 +387,43 @@ def _die_with_parent() -> None:
 
 
 def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
-    r, w = os.pipe()
+    from .trial import channel, finish
+
+    r, w = os.pipe()  # segment -> sweep: reports, then the outcome
+    r2, w2 = os.pipe()  # sweep -> segment: the answers
     parent = os.getpid()
     if _fork_ok():
         pid = os.fork()
-        if pid == 0:  # the child: run the segment, write the outcome, leave without the parent's exit handlers
+        if pid == 0:  # the child: run the segment, leave without the parent's exit handlers
             code = 0
             try:
                 os.close(r)
+                os.close(w2)
                 _die_with_parent()
                 if os.getppid() != parent:
                     os._exit(1)
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 limit_threads(spec["threads"])
-                outcome = run_segment(spec)
-                data = json.dumps(outcome, default=str).encode()
-                while data:
-                    data = data[os.write(w, data[:65536]):]
+                out, inp = os.fdopen(w, "wb", buffering=0), os.fdopen(r2, "rb", buffering=0)
+                finish(out, run_segment(spec, channel(out, inp)))
             except BaseException:  # noqa: BLE001 - the parent records a segment without an outcome as failed
                 code = 1
             finally:
                 os._exit(code)
         os.close(w)
-        return _Child(t, pid, r, None)
+        os.close(r2)
+        return _Child(t, pid, r, w2, None)
     env = {**os.environ, **{v: str(spec["threads"]) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                                "MKL_NUM_THREADS")}}
-    popen = subprocess.Popen([sys.executable, "-m", "mariana.sweep.trial", str(w)], stdin=subprocess.PIPE,
-                             pass_fds=(w,), env=env, preexec_fn=_die_with_parent)
+    popen = subprocess.Popen([sys.executable, "-m", "mariana.sweep.trial", str(w), str(r2)], stdin=subprocess.PIPE,
+                             pass_fds=(w, r2), env=env, preexec_fn=_die_with_parent)
     os.close(w)
+    os.close(r2)
     assert popen.stdin is not None
     popen.stdin.write(json.dumps(spec, default=str).encode())
     popen.stdin.close()
-    return _Child(t, popen.pid, r, popen)
+    return _Child(t, popen.pid, r, w2, popen)
 
 
 def _kill(child: _Child) -> None:
@@ -403,10 +435,11 @@ def _kill(child: _Child) -> None:
             child.popen.wait()
     except (ProcessLookupError, ChildProcessError):
         pass
-    try:
-        os.close(child.fd)
-    except OSError:
-        pass
+    for fd in (child.fd, child.wfd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _exit_text(code: int) -> str:

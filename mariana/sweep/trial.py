@@ -1,12 +1,13 @@
-"""One segment of one trial: run (or resume) an ordinary job in its run directory until the metric
-has been reported ``until`` times, checkpoint there and halt; or to its end.
+"""One segment of one trial: run (or resume) an ordinary job in its run directory, asking the sweep
+at each report of the metric whether to go on; when told not to, checkpoint there and halt.
 
 A segment runs in a child process of the sweep (forked when that is safe, else a fresh
 ``python -m mariana.sweep.trial``), so a trial that crashes or exhausts memory fails alone, each
 trial sizes its own BLAS thread pool, and a kill of the sweep takes its trials with it.
 The stop is master compute's: the job's own master compute is wrapped by ``StopAtReport``,
-which requests a checkpoint once the ``until``-th report is in and halts the job one superstep
-later, so ``mariana run --resume TRIAL`` or the next segment continues from exactly there.
+which asks at each report (one JSON line each way on a pipe; the sweep answers at once, from
+the recorded values), and when told to stop requests a checkpoint and halts the job one
+superstep later, so ``mariana run --resume TRIAL`` or the next segment continues from there.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import IO, Any, Callable
 
 from ..engine.graph import Graph, MasterContext
 from ..errors import MarianaError, UsageError, VertexError
@@ -43,15 +44,16 @@ def metric_reports(lines: list[dict[str, Any]], metric: str) -> list[float]:
 
 
 class StopAtReport:
-    """Master compute that runs the job's own, then halts the job once ``metric`` has been
-    reported ``until`` times (counting the reports of earlier segments in ``metrics.jsonl``).
+    """Master compute that runs the job's own, then, at each report of ``metric``, asks the sweep
+    whether the trial goes on (``ask(reports) -> bool``); when not, it requests a checkpoint and
+    halts the job one superstep later (reports of earlier segments, in ``metrics.jsonl``, count).
 
-    The report of superstep ``s`` is seen before ``s + 1``; a checkpoint of the state after
-    ``s + 1`` is requested then and the job halts before ``s + 2``.
+    The report of superstep ``s`` is seen before ``s + 1``; the checkpoint holds the state after
+    ``s + 1``, from which the next segment or ``mariana run --resume`` continues exactly.
     """
 
-    def __init__(self, inner: Any, metric: str, until: int | None, run_dir: RunDir) -> None:
-        self.inner, self.metric, self.until, self.run_dir = inner, metric, until, run_dir
+    def __init__(self, inner: Any, metric: str, run_dir: RunDir, ask: Callable[[int], bool]) -> None:
+        self.inner, self.metric, self.run_dir, self.ask = inner, metric, run_dir, ask
         self.start: int | None = None
         self.seen = 0
         self.halt_next = False
@@ -62,7 +64,7 @@ class StopAtReport:
             self.start = mctx.superstep
             if self.run_dir.exists("metrics.jsonl"):
                 self.seen = len(metric_reports(self.run_dir.read_jsonl("metrics.jsonl"), self.metric))
-            if self.until is not None and self.seen >= self.until:
+            if self.seen and not self.ask(self.seen):  # paused right at a rung: asked again, decided again
                 self._halt(mctx)
                 return
         if self.halt_next:
@@ -74,7 +76,7 @@ class StopAtReport:
                 return
         if mctx.superstep > self.start and self.metric in mctx.aggregates:
             self.seen += 1
-            if self.until is not None and self.seen >= self.until:
+            if not self.ask(self.seen):
                 mctx.checkpoint()
                 self.halt_next = True
 
@@ -83,9 +85,10 @@ class StopAtReport:
         mctx.halt(PAUSE_REASON)
 
 
-def run_segment(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one segment as ``spec`` says (job, config, run, metric, until, workers); returns
-    ``{"status": paused|completed|failed, "error", "halt_reason", "wall_s"}``. Never raises."""
+def run_segment(spec: dict[str, Any], ask: Callable[[int], bool]) -> dict[str, Any]:
+    """Run one segment as ``spec`` says (job, config, run, metric, workers), asking ``ask`` at each
+    report whether to go on; returns ``{"status": paused|completed|failed, "error",
+    "halt_reason", "wall_s"}``. Never raises."""
     from ..engine.options import RunOptions
     from ..engine.tracing import rewind
     from ..jobs.launch import launch
@@ -107,7 +110,7 @@ def run_segment(spec: dict[str, Any]) -> dict[str, Any]:
             if spec["metric"] not in graph.aggregators:
                 raise UsageError(f"metric '{spec['metric']}' is not reported by job {job.name}; it reports: "
                                  f"{', '.join(graph.aggregators) or 'nothing'}")
-            stopper[:] = [StopAtReport(graph.master_compute, spec["metric"], spec.get("until"), run_dir)]
+            stopper[:] = [StopAtReport(graph.master_compute, spec["metric"], run_dir, ask)]
             graph.master_compute = stopper[0]
             return graph
 
@@ -140,15 +143,32 @@ def limit_threads(n: int) -> None:
         pass
 
 
+def channel(out: IO[bytes], inp: IO[bytes]) -> Callable[[int], bool]:
+    """``ask(reports)``: one JSON line to the sweep, one line back (``go`` or ``halt``)."""
+
+    def ask(reports: int) -> bool:
+        out.write(json.dumps({"report": reports}).encode() + b"\n")
+        out.flush()
+        reply = inp.readline().strip()
+        return reply == b"go"
+
+    return ask
+
+
+def finish(out: IO[bytes], outcome: dict[str, Any]) -> None:
+    """The segment's outcome: the last line to the sweep."""
+    out.write(json.dumps({"outcome": outcome}, default=str).encode() + b"\n")
+    out.flush()
+
+
 def main() -> int:
-    """``python -m mariana.sweep.trial FD``: the spec as JSON on stdin, the outcome as JSON on FD."""
-    fd = int(sys.argv[1])
+    """``python -m mariana.sweep.trial OUT_FD IN_FD``: the spec as JSON on stdin; reports and the
+    outcome as JSON lines on OUT_FD, the sweep's answers on IN_FD."""
+    out, inp = os.fdopen(int(sys.argv[1]), "wb", buffering=0), os.fdopen(int(sys.argv[2]), "rb", buffering=0)
     spec = json.loads(sys.stdin.read())
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     limit_threads(spec.get("threads", 1))
-    outcome = run_segment(spec)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(outcome, default=str))
+    finish(out, run_segment(spec, channel(out, inp)))
     return 0
 
 

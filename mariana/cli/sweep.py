@@ -31,6 +31,8 @@ def add_sweep_parser(sub: Any, job_args: Any) -> None:
     s.add_argument("--metric", default=None, help="what ranks trials: an aggregate of the job (default test_accuracy)")
     s.add_argument("--mode", choices=["max", "min"], default=None,
                    help="higher or lower is better (default: max for accuracies, min for losses)")
+    s.add_argument("--search", default=None, help="random (default; grid keys crossed) or tpe (Optuna's TPE sampler, "
+                   "each trial drawn from the results before it; needs mariana-bsp[sweep])")
     s.add_argument("--scheduler", default=None, help="fifo (every trial its full budget), asha (asynchronous successive "
                    "halving, as Ray Tune's ASHAScheduler), halving (synchronous); default fifo")
     s.add_argument("--grace", type=int, default=None, metavar="REPORTS",
@@ -47,7 +49,8 @@ def add_sweep_parser(sub: Any, job_args: Any) -> None:
     s.add_argument("--json", action="store_true", help="print the ranking as JSON on stdout")
 
 
-_OPTIONS: dict[str, type | tuple[type, ...]] = {"trials": int, "seed": int, "metric": str, "mode": str, "scheduler": str, "grace": int,
+_OPTIONS: dict[str, type | tuple[type, ...]] = {"trials": int, "seed": int, "metric": str, "mode": str, "scheduler": str,
+                                                "search": str, "grace": int,
             "reduction": (int, float), "parallel": int, "workers": int}
 
 
@@ -92,7 +95,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          trials=opt["trials"] if opt["trials"] is not None else (1 if has_grid else 10),
                          seed=opt["seed"] or 0, metric=metric, mode=opt["mode"] or infer_mode(metric),
                          scheduler=opt["scheduler"] or "fifo", grace=opt["grace"] or 1,
-                         reduction=float(opt["reduction"] or 3), parallel=opt["parallel"] or 1, workers=opt["workers"] or 1)
+                         reduction=float(opt["reduction"] or 3), parallel=opt["parallel"] or 1, workers=opt["workers"] or 1,
+                         search=opt["search"] or "random")
         url = args.sweep_dir or default_run_url(f"sweep-{job.name}")
         sweep = Sweep.create(url, spec)
     spec = sweep.spec

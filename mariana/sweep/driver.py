@@ -34,6 +34,7 @@ from .. import __version__
 from ..errors import MarianaError, UsageError
 from ..jobs.registry import BuildContext, get_job, resolve_config
 from ..storage import RunDir
+from .samplers import SEARCHES, require_optuna, tpe_params
 from .schedulers import CONTINUE, STOP, TERMINAL, TrialView, make_scheduler
 from .space import Dist, Space
 from .trial import limit_threads, metric_reports, run_segment
@@ -71,6 +72,7 @@ class SweepSpec:
     reduction: float = 3.0
     parallel: int = 1
     workers: int = 1
+    search: str = "random"  # random (and grid) draws up front, or tpe (Optuna) from earlier results
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -171,10 +173,21 @@ class Sweep:
         make_scheduler(spec.scheduler, spec.grace, spec.reduction, spec.mode)
         if spec.parallel < 1:
             raise UsageError(f"--parallel must be >= 1, got {spec.parallel}")
-        params = space.trials(spec.trials, spec.seed)
-        trials = [Trial(i, p, resolve_config(job, {**spec.config, **p}, file_name=f"trial {i}"))
-                  for i, p in enumerate(params)]
-        graph = _first_graph(job, trials, spec.workers)  # also loads the data the trials fork with
+        if spec.search not in SEARCHES:
+            raise UsageError(f"unknown search '{spec.search}'; use one of {', '.join(SEARCHES)}")
+        if spec.search == "tpe":
+            require_optuna()
+            if space.grid:
+                raise UsageError("grid(...) keys need --search random (TPE draws every key itself)")
+            if spec.trials < 1:
+                raise UsageError(f"--trials must be >= 1, got {spec.trials}")
+            trials = [Trial(i, {}, {}) for i in range(spec.trials)]  # drawn when they start
+            graph = _first_graph(job, [Trial(0, {}, spec.config)], spec.workers)
+        else:
+            params = space.trials(spec.trials, spec.seed)
+            trials = [Trial(i, p, resolve_config(job, {**spec.config, **p}, file_name=f"trial {i}"))
+                      for i, p in enumerate(params)]
+            graph = _first_graph(job, trials, spec.workers)  # also loads the data the trials fork with
         if spec.metric not in graph.aggregators:
             raise UsageError(f"--metric {spec.metric}: job {job.name} does not report it; it reports: "
                              f"{', '.join(graph.aggregators) or 'nothing'}")
@@ -225,6 +238,10 @@ class Sweep:
                     if len(running) >= k:
                         break
                     if t.status in RUNNABLE and t.index not in running:
+                        if not t.config and not self._draw(t):
+                            break  # TPE: the trials it learns from have not all ended
+                        if t.status == "failed":
+                            continue
                         child = self._start(t, threads)
                         running[t.index] = child
                         sel.register(child.fd, selectors.EVENT_READ, child)
@@ -277,6 +294,22 @@ class Sweep:
                     self._event(t, decision, value=_num(t.rungs.get(t.reports)))
                     views[t.index] = t.view()
                     changed = True
+
+    def _draw(self, t: Trial) -> bool:
+        """TPE: draw trial ``t``'s parameters once the trials ``j <= t.index - parallel`` have ended."""
+        history = self.trials[:max(0, t.index - self.spec.parallel + 1)]
+        if any(h.status not in TERMINAL for h in history):
+            return False
+        t.params = tpe_params(self.spec.space, history, t.index, self.spec.seed, self.spec.mode)
+        try:
+            t.config = resolve_config(get_job(self.spec.job), {**self.spec.config, **t.params}, file_name=f"trial {t.index}")
+        except UsageError as exc:  # a drawn value the job refuses: this trial fails, the sweep goes on
+            t.config, t.status, t.error = dict(self.spec.config), "failed", str(exc)
+            self._save(t)
+            self._event(t, "failed", error=str(exc))
+            return True
+        self._save(t)
+        return True
 
     def _start(self, t: Trial, threads: int) -> _Child:
         spec = {"job": self.spec.job, "config": t.config, "run": f"{self.url}/{t.name}", "metric": self.spec.metric,

@@ -419,6 +419,15 @@ def _die_with_parent() -> None:
         pass
 
 
+def _quiet_child() -> None:
+    """A segment ignores Ctrl-C (the terminal sends it to the whole group): the sweep process
+    decides, and kills its segments, so an interrupted trial is continued on ``--resume``, not
+    recorded as failed. It dies with the sweep process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+
+
 def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
     from .trial import channel, finish
 
@@ -432,11 +441,9 @@ def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
             try:
                 os.close(r)
                 os.close(w2)
-                _die_with_parent()
+                _quiet_child()
                 if os.getppid() != parent:
                     os._exit(1)
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 limit_threads(spec["threads"])
                 out, inp = os.fdopen(w, "wb", buffering=0), os.fdopen(r2, "rb", buffering=0)
                 finish(out, run_segment(spec, channel(out, inp)))
@@ -450,7 +457,7 @@ def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
     env = {**os.environ, **{v: str(spec["threads"]) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                                "MKL_NUM_THREADS")}}
     popen = subprocess.Popen([sys.executable, "-m", "mariana.sweep.trial", str(w), str(r2)], stdin=subprocess.PIPE,
-                             pass_fds=(w, r2), env=env, preexec_fn=_die_with_parent)
+                             pass_fds=(w, r2), env=env, preexec_fn=_quiet_child)
     os.close(w)
     os.close(r2)
     assert popen.stdin is not None

@@ -33,32 +33,41 @@ def _events(sweep: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
 
 
-def test_kill_9_and_resume_give_the_same_ranking(tmp_path, capsys):
-    assert main(["sweep", *ARGS, "--sweep-dir", str(tmp_path / "straight")]) == 0
-    straight = json.loads(capsys.readouterr().out)
-    assert {t["status"] for t in straight["trials"]} == {"completed", "stopped"}
-
-    killed = tmp_path / "killed"
+def _interrupt(sweep: Path, how: str) -> None:
+    """Start a parallel sweep in its own process group and stop it mid-way: ``kill -9`` of the sweep
+    process, or Ctrl-C as a terminal sends it (SIGINT to the whole group)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                         os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "mariana", "sweep", *ARGS, "--parallel", "2",
-                             "--sweep-dir", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--sweep-dir", str(sweep)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
-    while sum(e["event"] in ("paused", "completed") for e in _events(killed)) < 4:
+    while sum(e["event"] in ("paused", "completed") for e in _events(sweep)) < 4:
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
         assert time.monotonic() < deadline, "the sweep made no progress"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    if proc.stderr:
-        proc.stderr.close()
-    statuses = [json.loads((killed / f"trials/{i:04d}/trial.json").read_text())["status"] for i in range(8)]
-    assert any(s not in ("completed", "stopped", "failed") for s in statuses), statuses  # killed mid-sweep
+    if how == "kill":
+        proc.send_signal(signal.SIGKILL)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (-signal.SIGKILL if how == "kill" else 130), err.decode()
+    statuses = [json.loads((sweep / f"trials/{i:04d}/trial.json").read_text())["status"] for i in range(8)]
+    assert any(s not in ("completed", "stopped", "failed") for s in statuses), statuses  # stopped mid-sweep
+    assert "failed" not in statuses  # an interrupted trial is continued, not failed
 
-    assert main(["sweep", "--resume", str(killed), "--json"]) == 0
-    resumed = json.loads(capsys.readouterr().out)
-    assert _outcome(resumed) == _outcome(straight)
-    assert json.loads((killed / "sweep.json").read_text())["status"] == "finished"
+
+def test_kill_9_or_ctrl_c_then_resume_give_the_same_ranking(tmp_path, capsys):
+    assert main(["sweep", *ARGS, "--sweep-dir", str(tmp_path / "straight")]) == 0
+    straight = json.loads(capsys.readouterr().out)
+    assert {t["status"] for t in straight["trials"]} == {"completed", "stopped"}
+    for how in ("kill", "ctrl-c"):
+        sweep = tmp_path / how
+        _interrupt(sweep, how)
+        assert main(["sweep", "--resume", str(sweep), "--json"]) == 0
+        resumed = json.loads(capsys.readouterr().out)
+        assert _outcome(resumed) == _outcome(straight), how
+        assert json.loads((sweep / "sweep.json").read_text())["status"] == "finished"
 
 
 def test_parallel_trials_decide_as_sequential_ones(tmp_path, capsys):

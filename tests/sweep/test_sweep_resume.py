@@ -76,3 +76,16 @@ def test_parallel_trials_decide_as_sequential_ones(tmp_path, capsys):
     assert main(["sweep", *ARGS, "--parallel", "3", "--sweep-dir", str(tmp_path / "three")]) == 0
     three = json.loads(capsys.readouterr().out)
     assert _outcome(three) == _outcome(one)
+
+
+def test_a_sweep_on_s3(s3_url, capsys):
+    """Trials on a real S3 server (SeaweedFS on loopback): the sweep directory is any fsspec URL."""
+    url = f"{s3_url}/sweep"
+    assert main(["sweep", "dnn-dp", "--param", "lr=grid(0.05, 0.001)", "--set", "epochs=3",
+                 "--set", "model=['dense:32:relu','dense:10']", "--scheduler", "asha", "--reduction", "2",
+                 "--sweep-dir", url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [t["params"]["lr"] for t in doc["trials"]] == [0.05, 0.001]
+    assert [t["status"] for t in doc["trials"]] == ["completed", "stopped"]
+    assert main(["report", url, "--out", f"{s3_url}/sweep.html", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trials"][0]["params"] == {"lr": 0.05}

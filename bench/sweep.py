@@ -7,7 +7,8 @@
 
 Both mariana sweeps draw the same 16 configurations (same space, same seed) and give each the
 same budget (``epochs``); ``fifo`` trains every trial to the end, ``asha`` (grace 1 epoch,
-reduction 3: rungs at 1, 3, 9 epochs) stops the ones behind at each rung. Optuna, when
+reduction 3: rungs at 1, 3, 9 epochs) stops the ones behind at each rung, ``halving``
+(synchronous successive halving, same rungs) keeps the best third of each rung. Optuna, when
 installed, draws the same number of trials with its TPE sampler (``--search tpe``) for the same
 budget, through the same driver. Figures: the best ``test_accuracy`` found, wall seconds, and the
 epochs trained in all (which the load of a shared machine does not change); ratios against the
@@ -65,12 +66,12 @@ def main() -> int:
         config["model"] = ["dense:32:relu", "dense:10"]
     try:
         import optuna  # noqa: F401
-        searches = [("random", "fifo"), ("random", "asha"), ("tpe", "fifo")]
+        searches = [("random", "fifo"), ("random", "asha"), ("random", "halving"), ("tpe", "fifo")]
     except ImportError:
         print("sweep: optuna is not installed: the TPE row is left out", file=sys.stderr)
-        searches = [("random", "fifo"), ("random", "asha")]
+        searches = [("random", "fifo"), ("random", "asha"), ("random", "halving")]
     if args.no_optuna:
-        searches = searches[:2]
+        searches = searches[:3]
     rows = []
     with tempfile.TemporaryDirectory(prefix="mariana-bench-sweep-") as root:
         for search, scheduler in searches:

@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("--checkpoint", type=int, metavar="SUPERSTEP",
                     help="the model as of this checkpoint (its RUN/params snapshot, or the checkpoint itself)")
 
+    from .sweep import add_sweep_parser  # issue 21: `mariana sweep`
+
+    add_sweep_parser(sub, _job_args)
+
     rp = sub.add_parser("report", help="one self-contained HTML file about a run: curves, timeline, stragglers, ...")
     rp.add_argument("run", metavar="RUN", help="run directory (any fsspec URL; a run still going is fine)")
     rp.add_argument("--out", default="report.html", metavar="FILE.html", help="where to write it (default report.html)")

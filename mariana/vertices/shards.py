@@ -157,7 +157,7 @@ def _layout(url: str) -> dict[str, Any]:
                 if info.compress_type == zipfile.ZIP_STORED and not fortran:
                     raw.seek(info.header_offset)
                     local = _LOCAL_HEADER.unpack(raw.read(_LOCAL_HEADER.size))
-                    offset = info.header_offset + _LOCAL_HEADER.size + local[10] + local[11] + hlen
+                    offset = info.header_offset + _LOCAL_HEADER.size + local[9] + local[10] + hlen
                 out[name] = (shape, dtype, offset)
     except (zipfile.BadZipFile, ValueError, EOFError, struct.error) as exc:
         raise DataError(f"shard {url}: not a readable .npz file ({exc})") from None
@@ -323,7 +323,7 @@ def _shard_bytes(x: np.ndarray, y: np.ndarray) -> tuple[bytes, int, int]:
     with zipfile.ZipFile(io.BytesIO(blob)) as z:
         for info in z.infolist():
             local = _LOCAL_HEADER.unpack(blob[info.header_offset:info.header_offset + _LOCAL_HEADER.size])
-            start = info.header_offset + _LOCAL_HEADER.size + local[10] + local[11]
+            start = info.header_offset + _LOCAL_HEADER.size + local[9] + local[10]
             member = io.BytesIO(blob[start:start + 4096])
             *_, hlen = _npy_header(member)
             offsets[info.filename[:-4]] = start + hlen

@@ -283,6 +283,7 @@ class PartitionVertex(SyncedMember, Vertex):
 
     def _eval_chunk(self) -> None:
         """Start the forward pass of chunk ``eval_chunk`` of the streamed test share."""
+        assert isinstance(self.x_test, TestStream)
         x, self.eval_labels = self.x_test.chunk_at(self.eval_chunk)
         self.phase, self.act, self.labels = "eval", self.xp.asarray(x), None
         self.stage, self.backward = 0, False

@@ -381,7 +381,7 @@ def _check_arrays(x: np.ndarray, y: np.ndarray, name: str, like: np.ndarray) -> 
 
 
 # -- sources: .npz, IDX, CIFAR-10 binary ----------------------------------------------------------------
-_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+_IDX_TYPES: dict[int, Any] = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
 
@@ -430,7 +430,7 @@ def read_idx_dir(url: str) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndar
                                 f"train-labels-idx1-ubyte and optionally t10k-*)")
             continue
         parts[key] = read_idx(found)
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
     for xk, yk in (("xtr", "ytr"), ("xte", "yte")):
         if xk not in parts or yk not in parts:
             out.append(None)

@@ -31,7 +31,6 @@ import hashlib
 import io
 import json
 import logging
-import math
 import posixpath
 import struct
 import zipfile
@@ -47,7 +46,7 @@ from ..storage.shards import (digest, exists, expand_urls, file_size, is_dir, jo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataError", "Shard", "Split", "ShardSet", "INDEX", "open_shards", "write_shards", "read_source",
+__all__ = ["DataError", "Shard", "Split", "ShardSet", "INDEX", "open_shards", "write_shards", "ShardWriter", "read_source",
            "read_idx", "read_cifar_batches", "load_arrays"]
 
 INDEX = "index.json"
@@ -330,42 +329,80 @@ def _shard_bytes(x: np.ndarray, y: np.ndarray) -> tuple[bytes, int, int]:
     return blob, offsets["x"], offsets["y"]
 
 
+class ShardWriter:
+    """Writes shards of about ``shard_mb`` MB as batches of samples come in (a source larger than
+    memory streams through it), then ``index.json`` last: a reader never sees a partial set."""
+
+    def __init__(self, to: str, shard_mb: float = 64.0, source: str = "", shuffle_seed: int | None = None) -> None:
+        if shard_mb <= 0:
+            raise UsageError(f"--shard-mb must be > 0, got {shard_mb}")
+        self.to, self.shard_mb = to, shard_mb
+        self.index: dict[str, Any] = {"format": FORMAT, "version": 1, "source": source, "shuffle_seed": shuffle_seed,
+                                      "y_dtype": "int64", "splits": {}}
+        self.like: np.ndarray | None = None
+        self.pending: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.top = -1
+
+    def add(self, split: str, x: np.ndarray, y: np.ndarray) -> None:
+        """Append samples to ``split``; full shards are written at once."""
+        if self.like is None:
+            self.like = x[:1]
+            self.index.update(x_shape=list(x.shape[1:]), x_dtype=str(x.dtype))
+        _check_arrays(x, y, split, self.like)
+        y = y.astype(np.int64)
+        if y.size:
+            self.top = max(self.top, int(y.max()))
+        self.index["splits"].setdefault(split, [])
+        self.pending.setdefault(split, []).append((x, y))
+        per = self._per()
+        while sum(len(b[1]) for b in self.pending[split]) >= per:
+            self._flush(split, per)
+
+    def _per(self) -> int:
+        row = int(self.like[0].nbytes) + 8 if self.like is not None else 1
+        return max(1, int(self.shard_mb * (1 << 20)) // row)
+
+    def _flush(self, split: str, n: int) -> None:
+        pend = self.pending[split]
+        if not pend:
+            return
+        xs = np.concatenate([b[0] for b in pend]) if len(pend) > 1 else pend[0][0]
+        ys = np.concatenate([b[1] for b in pend]) if len(pend) > 1 else pend[0][1]
+        self.pending[split] = [(xs[n:], ys[n:])] if len(ys) > n else []
+        entries = self.index["splits"][split]
+        blob, xo, yo = _shard_bytes(xs[:n], ys[:n])
+        file = f"{split}-{len(entries):05d}.npz"
+        with open_write(join_url(self.to, file)) as f:
+            f.write(blob)
+        entries.append({"file": file, "samples": int(min(n, len(ys))), "bytes": len(blob),
+                        "sha256": hashlib.sha256(blob).hexdigest(), "x_offset": xo, "y_offset": yo})
+
+    def close(self, classes: int = 0) -> dict[str, Any]:
+        for split, pend in self.pending.items():
+            left = sum(len(b[1]) for b in pend)
+            if left or not self.index["splits"][split]:
+                self._flush(split, left)
+        self.index["classes"] = int(classes or self.top + 1)
+        with open_write(join_url(self.to, INDEX)) as f:
+            f.write((json.dumps(self.index, indent=1) + "\n").encode())
+        return self.index
+
+
 def write_shards(to: str, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray] | None,
                  shard_mb: float = 64.0, shuffle_seed: int | None = None, source: str = "",
                  classes: int = 0) -> dict[str, Any]:
     """Write the splits as shards of about ``shard_mb`` MB each plus ``index.json`` (written last)
     into the directory ``to`` (any fsspec URL); ``shuffle_seed``: shuffle each split first."""
-    if shard_mb <= 0:
-        raise UsageError(f"--shard-mb must be > 0, got {shard_mb}")
-    x0 = train[0]
-    index: dict[str, Any] = {"format": FORMAT, "version": 1, "source": source, "shuffle_seed": shuffle_seed,
-                             "x_shape": list(x0.shape[1:]), "x_dtype": str(x0.dtype), "y_dtype": "int64",
-                             "splits": {}}
-    top = -1
+    w = ShardWriter(to, shard_mb, source, shuffle_seed)
     for name, arrays in (("train", train), ("test", test)):
         if arrays is None:
             continue
         x, y = arrays
-        _check_arrays(x, y, name, x0)
-        y = y.astype(np.int64)
-        if y.size:
-            top = max(top, int(y.max()))
-        order = np.random.default_rng(shuffle_seed).permutation(len(x)) if shuffle_seed is not None else None
-        per = max(1, int(shard_mb * (1 << 20)) // max(1, x[0].nbytes + 8)) if len(x) else 1
-        entries = []
-        for k in range(max(1, math.ceil(len(x) / per))):
-            rows = order[k * per:(k + 1) * per] if order is not None else slice(k * per, (k + 1) * per)
-            blob, xo, yo = _shard_bytes(x[rows], y[rows])
-            file = f"{name}-{k:05d}.npz"
-            with open_write(join_url(to, file)) as f:
-                f.write(blob)
-            entries.append({"file": file, "samples": int(len(y[rows])), "bytes": len(blob),
-                            "sha256": hashlib.sha256(blob).hexdigest(), "x_offset": xo, "y_offset": yo})
-        index["splits"][name] = entries
-    index["classes"] = int(classes or top + 1)
-    with open_write(join_url(to, INDEX)) as f:
-        f.write((json.dumps(index, indent=1) + "\n").encode())
-    return index
+        if shuffle_seed is not None:
+            order = np.random.default_rng(shuffle_seed).permutation(len(x))
+            x, y = x[order], y[order]
+        w.add(name, x, y)
+    return w.close(classes)
 
 
 def _check_arrays(x: np.ndarray, y: np.ndarray, name: str, like: np.ndarray) -> None:

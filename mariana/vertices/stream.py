@@ -85,7 +85,7 @@ class StreamOrder:
         self.W = max(1, math.ceil(max(buffer, 1) / global_batch)) * global_batch
         self.steps_per_epoch = self.size // global_batch
         self._epoch: tuple[int, np.ndarray, np.ndarray] | None = None
-        self._window: tuple[tuple[int, int], np.ndarray] | None = None
+        self._windows: dict[tuple[int, int], np.ndarray] = {}
         self._lock = threading.Lock()  # the prefetch thread asks too
 
     def locate(self, step: int) -> tuple[int, int, int]:
@@ -101,17 +101,21 @@ class StreamOrder:
         return self._epoch[1], self._epoch[2]
 
     def window_ids(self, epoch: int, w: int) -> np.ndarray:
-        """The storage ids of window ``w`` of ``epoch``, in their shuffled order."""
+        """The storage ids of window ``w`` of ``epoch``, in their shuffled order (the last two
+        windows asked for are kept: the one being served and the one being prefetched)."""
         with self._lock:
-            if self._window is not None and self._window[0] == (epoch, w):
-                return self._window[1]
+            hit = self._windows.get((epoch, w))
+            if hit is not None:
+                return hit
             perm, stream_starts = self._segments(epoch)
             lo = w * self.W
             n = min(self.W, self.size - lo)
             p = lo + np.random.default_rng([self.seed, epoch, w, 1]).permutation(n)
             j = np.searchsorted(stream_starts, p, side="right") - 1
             ids = self.storage_starts[perm[j]] + (p - stream_starts[j])
-            self._window = ((epoch, w), ids)
+            self._windows[(epoch, w)] = ids
+            while len(self._windows) > 2:
+                del self._windows[next(iter(self._windows))]
             return ids
 
     def batch_ids(self, step: int) -> np.ndarray:

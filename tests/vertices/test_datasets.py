@@ -235,8 +235,8 @@ def test_the_stream_order_trains_every_sample_once_per_epoch_however_the_batch_i
         seen = np.concatenate([order.batch_ids(epoch * 30 + k) for k in range(30)])
         assert np.array_equal(np.sort(seen), np.arange(960))  # every sample once
     assert not np.array_equal(order.batch_ids(0), order.batch_ids(30))  # epochs differ
-    whole = StreamSource(ss.train, 5, B, 100, None)
-    halves = [StreamSource(ss.train, 5, B, 100, None) for _ in range(2)]
+    whole = StreamSource(ss.train, 5, B, 100, None, prefetch=False)
+    halves = [StreamSource(ss.train, 5, B, 100, None, prefetch=False) for _ in range(2)]
     for step in (0, 5, 31, 59):
         x, y, pos = whole.rows(step, 0, B)
         parts = [h.rows(step, r * 16, 16) for r, h in enumerate(halves)]

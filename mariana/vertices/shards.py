@@ -71,6 +71,7 @@ class Shard:
     x_shape: tuple[int, ...] = ()
     x_dtype: str = "uint8"
     y_dtype: str = "int64"
+    record: np.dtype | None = None  # a .npy shard: one structured array with fields x and y
 
 
 @dataclass
@@ -95,7 +96,11 @@ class Split:
         """Rows ``[lo, hi)`` of one shard: x (as stored) and y (int64). Raises ``DataError``."""
         s = self.shards[shard]
         try:
-            if s.x_offset is None or s.y_offset is None:
+            if s.record is not None and s.x_offset is not None:
+                size = s.record.itemsize
+                rec = np.frombuffer(read_range(s.url, s.x_offset + lo * size, s.x_offset + hi * size), dtype=s.record)
+                x, y = rec["x"].reshape(hi - lo, *self.x_shape), rec["y"]
+            elif s.x_offset is None or s.y_offset is None:
                 x, y = _read_whole(s)
                 x, y = x[lo:hi], y[lo:hi]
             else:
@@ -182,7 +187,29 @@ def _read_whole(s: Shard) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"shard {s.url}: not a readable .npz file ({exc})") from None
 
 
+def _npy_shard(url: str) -> Shard:
+    """A .npy shard: a structured array whose records hold ``x`` (a sub-array) and ``y``."""
+    try:
+        with open_read(url) as f:
+            shape, dtype, fortran, hlen = _npy_header(f)
+    except (ValueError, EOFError) as exc:
+        raise DataError(f"shard {url}: not a readable .npy file ({exc})") from None
+    except StorageError as exc:
+        raise DataError(f"shard {url}: {exc}") from None
+    names = dtype.names or ()
+    if "x" not in names or "y" not in names or len(shape) != 1 or fortran:
+        raise DataError(f"shard {url}: a .npy shard holds one structured array of records with fields 'x' and 'y' "
+                        f"(found dtype {dtype} of shape {shape})")
+    xd, yd = dtype.fields["x"][0], dtype.fields["y"][0]  # type: ignore[index]
+    if not np.issubdtype(xd.base, np.number) or not np.issubdtype(yd, np.integer):
+        raise DataError(f"shard {url}: x must be numeric and y integer, got {xd.base} and {yd}")
+    return Shard(url, int(shape[0]), file_size(url), None, hlen, None, tuple(int(d) for d in xd.shape),
+                 str(xd.base), str(yd), record=dtype)
+
+
 def _shard_of(url: str) -> Shard:
+    if url.endswith(".npy"):
+        return _npy_shard(url)
     lay = _layout(url)
     (xs, xd, xo), (_, yd, yo) = lay["x"], lay["y"]
     return Shard(url, int(xs[0]), file_size(url), None, xo, yo, tuple(int(d) for d in xs[1:]), str(xd), str(yd))
@@ -254,6 +281,8 @@ def _classes_of(train: Split, test: Split | None) -> int:
 
 def _labels(split: Split, i: int, lo: int, hi: int) -> np.ndarray:
     s = split.shards[i]
+    if s.record is not None:
+        return split.read_rows(i, lo, hi)[1]
     if s.y_offset is None:
         return _read_whole(s)[1][lo:hi].astype(np.int64)
     yb = split.y_dtype.itemsize

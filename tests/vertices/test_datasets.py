@@ -244,3 +244,16 @@ def test_the_stream_order_trains_every_sample_once_per_epoch_however_the_batch_i
         assert np.array_equal(pos, np.arange(B))
     # each half read about half the bytes the whole batch's reader read
     assert all(h.bytes_read < 0.75 * whole.bytes_read for h in halves), (whole.bytes_read, [h.bytes_read for h in halves])
+
+
+def test_npy_and_compressed_npz_shards_without_an_index(tmp_path):
+    x, y = synthetic(200)
+    rec = np.zeros(100, dtype=[("x", np.uint8, (1, 6, 6)), ("y", np.int64)])
+    rec["x"], rec["y"] = x[:100], y[:100]
+    np.save(tmp_path / "part-0.npy", rec)  # one structured array: byte ranges of records
+    np.savez_compressed(tmp_path / "part-1.npz", x=x[100:], y=y[100:])  # deflated: read whole
+    ss = open_shards(str(tmp_path / "part-*"), test_fraction=0.25)
+    assert ss.train.size == 150 and ss.test.size == 50 and ss.input_shape == (1, 6, 6)
+    got = [ss.train.read_rows(i, lo, hi) for i, lo, hi in ss.train.segments]
+    assert np.array_equal(np.concatenate([g[0] for g in got]), x[:150])
+    assert np.array_equal(np.concatenate([g[1] for g in got]), y[:150])

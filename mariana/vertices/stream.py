@@ -45,7 +45,7 @@ def _decode(x: np.ndarray, scale: float | None) -> np.ndarray:
     if scale is None:
         return x
     if scale != 1.0:
-        return (x * np.float32(scale)).astype(np.float32)
+        return np.multiply(x, np.float32(scale), dtype=np.float32)
     return x.astype(np.float32, copy=False)
 
 
@@ -136,6 +136,12 @@ class StreamOrder:
         return epoch + 1, 0
 
 
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (``np.unique`` without its first-call import of numpy's set routines)."""
+    a = np.sort(a)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size else a
+
+
 @dataclass
 class _Window:
     ids: np.ndarray  # sorted storage ids held
@@ -198,11 +204,11 @@ class StreamSource:
     def _load(self, key: tuple[int, int, int, int]) -> _Window:
         """This consumer's rows of one window: one byte range per segment touched."""
         epoch, w, start, count = key
-        need = np.unique(np.concatenate([self.order.batch_ids(s)[start:start + count]
+        need = _distinct(np.concatenate([self.order.batch_ids(s)[start:start + count]
                                          for s in self.order.steps_of_window(epoch, w)] or [np.zeros(0, np.int64)]))
         seg = np.searchsorted(self.order.storage_starts, need, side="right") - 1
         xs, ys = [], []
-        for j in np.unique(seg):
+        for j in _distinct(seg):
             mine = need[seg == j]
             shard, lo, _ = self.split.segments[j]
             rows = lo + (mine - self.order.storage_starts[j])

@@ -257,3 +257,19 @@ def test_npy_and_compressed_npz_shards_without_an_index(tmp_path):
     got = [ss.train.read_rows(i, lo, hi) for i, lo, hi in ss.train.segments]
     assert np.array_equal(np.concatenate([g[0] for g in got]), x[:150])
     assert np.array_equal(np.concatenate([g[1] for g in got]), y[:150])
+
+
+def test_shards_on_an_fsspec_url_train_like_local_ones(tmp_path):
+    import fsspec
+
+    x, y = synthetic(320)
+    write_shards("memory://mariana-test/shards", (x[:256], y[:256]), (x[256:], y[256:]), shard_mb=0.003)
+    try:
+        ss = open_shards("memory://mariana-test/shards")
+        assert ss.train.size == 256 and len(ss.train.shards) > 2 and ss.train.shards[0].url.startswith("memory://")
+        src = StreamSource(ss.train, 1, 32, 64, None, prefetch=False)
+        got = np.concatenate([src.rows(s, 0, 32)[1] for s in range(8)])
+        assert np.array_equal(np.sort(src.order.batch_ids(0)), src.order.batch_ids(0))
+        assert np.array_equal(np.bincount(got, minlength=4), np.bincount(y[:256], minlength=4))  # one epoch
+    finally:
+        fsspec.filesystem("memory").rm("/mariana-test", recursive=True)

@@ -164,6 +164,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default: one epoch; --quick 40)")
     ap.add_argument("--cap-mb", type=int, default=0, help="RLIMIT_AS of the capped run (default 256 MB; the data set "
                     "is 4x it)")
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each in-memory/streamed pair (best kept; --quick 1)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -176,6 +177,8 @@ def main() -> None:
 
     shards = named_shards("fashion-mnist")  # the Debian package's files (or MARIANA_DATA), sharded once
     steps = args.steps or (40 if args.quick else 60000 // BATCH)
+    if args.quick:
+        args.rounds = 1
     out: dict[str, Any] = {"steps": steps, "batch": BATCH, "load": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
@@ -187,9 +190,15 @@ def main() -> None:
         del parts
         rows = []
         for workers in (1, 2):
-            mem = run_mariana(f"in-memory w={workers}", str(tmp / "fashion.npz"), workers, steps, [],
-                              tmp / f"mem{workers}", test_fraction=10000 / 70000)
-            st = run_mariana(f"streamed w={workers}", shards, workers, steps, [], tmp / f"st{workers}")
+            tries: dict[str, list[dict[str, Any]]] = {"in-memory": [], "streamed": []}
+            for rnd in range(args.rounds):  # alternating; the best round of each (a shared machine's noise)
+                for kind, data, tf in (("in-memory", str(tmp / "fashion.npz"), 10000 / 70000), ("streamed", shards, 0.0)):
+                    tries[kind].append(run_mariana(f"{kind} w={workers}", data, workers, steps, [],
+                                                   tmp / f"{kind}{workers}-{rnd}", test_fraction=tf))
+            best = {k: max(v, key=lambda r: r.get("samples_per_s", 0)) for k, v in tries.items()}
+            for k, v in tries.items():
+                best[k]["rounds_samples_per_s"] = [r.get("samples_per_s") for r in v]
+            mem, st = best["in-memory"], best["streamed"]
             rows += [mem, st]
             if "samples_per_s" in mem and "samples_per_s" in st:
                 out[f"ratio_w{workers}"] = round(st["samples_per_s"] / mem["samples_per_s"], 3)
@@ -207,7 +216,7 @@ def main() -> None:
             p = subprocess.run([sys.executable, __file__, "--child", json.dumps({"data": shards, "steps": steps})],
                                stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
             out["torch"] = json.loads(p.stdout.decode().strip().splitlines()[-1]) if p.returncode == 0 else {"rc": p.returncode}
-    print(f"{'run':<34}{'samples/s':>10}{'train s':>9}{'peak MB/proc':>14}  accuracy")
+    print(f"{'run (best of ' + str(args.rounds) + ')':<34}{'samples/s':>10}{'train s':>9}{'peak MB/proc':>14}  accuracy")
     for r in out["runs"] + [out["capped"]]:
         print(f"{r['tag']:<34}{r.get('samples_per_s', '-'):>10}{r.get('train_s', '-'):>9}{r['peak_mb']:>14}  "
               f"{r.get('test_accuracy', r.get('error', ''))}")

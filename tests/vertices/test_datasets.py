@@ -273,3 +273,20 @@ def test_shards_on_an_fsspec_url_train_like_local_ones(tmp_path):
         assert np.array_equal(np.bincount(got, minlength=4), np.bincount(y[:256], minlength=4))  # one epoch
     finally:
         fsspec.filesystem("memory").rm("/mariana-test", recursive=True)
+
+
+def test_cifar10_by_name_from_its_batches_in_a_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARIANA_CACHE", str(tmp_path / "cache"))
+    batches = tmp_path / "data" / "cifar10" / "cifar-10-batches-bin"
+    batches.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        rec = rng.integers(0, 256, (4, 3073)).astype(np.uint8)
+        rec[:, 0] %= 10
+        (batches / name).write_bytes(rec.tobytes())
+    monkeypatch.setenv("MARIANA_DATA", str(tmp_path / "data"))
+    ss = open_shards(named.named_shards("cifar10"))
+    assert ss.train.size == 20 and ss.test.size == 4 and ss.input_shape == (3, 32, 32) and ss.classes == 10
+    first = np.frombuffer((batches / "data_batch_1.bin").read_bytes(), np.uint8).reshape(-1, 3073)[0]
+    x, y = ss.train.read_rows(0, 0, 1)
+    assert y[0] == first[0] and np.array_equal(x[0].ravel(), first[1:])

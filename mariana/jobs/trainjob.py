@@ -5,6 +5,7 @@ parameter vector of a list of layers, and the finisher that saves and reports th
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from typing import Any, Callable
 
@@ -96,9 +97,15 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
         from ..vertices.named import DATASETS, named_shards
         from ..vertices.shards import open_shards
 
+        from ..vertices.shards import DataError
+
         url = named_shards(data, None, config.get("download", False)) if data in DATASETS else data
-        shards = open_shards(url, verify=config.get("verify_data", True), test_fraction=config["test_fraction"],
-                             classes=config["classes"])
+        try:
+            shards = open_shards(url, verify=config.get("verify_data", True), test_fraction=config["test_fraction"],
+                                 classes=config["classes"])
+        except DataError as exc:
+            hint = difflib.get_close_matches(data, [*DATASETS, "digits"], n=1)
+            raise DataError(f"{exc} (did you mean data={hint[0]}?)" if hint else str(exc)) from None
         if config.get("shuffle_buffer", 1) < 1:
             raise UsageError(f"config key 'shuffle_buffer' must be >= 1, got {config['shuffle_buffer']}")
         ds = StreamedDataset(shards, config.get("shuffle_buffer", 8192))

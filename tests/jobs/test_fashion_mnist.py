@@ -11,7 +11,7 @@ import pytest
 from mariana.cli import main
 from mariana.vertices.named import find_files
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 
 @pytest.fixture

@@ -69,9 +69,9 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
     """
     name = name or job.name
     if options.runtime_name == "cluster" and options.spawn:
-        from ..engine.cluster import LocalCluster
+        from ..cluster.launch import LocalCluster
 
-        with LocalCluster(_job_ref(options, name), config, options) as cluster:
+        with LocalCluster(_job_ref(options, name), config, options, build_graph) as cluster:
             if cluster.forks():  # forked workers inherit what the build loaded (the data set): build first
                 graph = job.build(config, BuildContext(options.workers, options.placement))
                 cluster.start()
@@ -98,9 +98,9 @@ def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, fi
         elif cluster is not None:
             result = cluster.run(graph, run_dir)
         else:
-            from ..engine.cluster import run_cluster
+            from ..cluster.launch import run_cluster
 
-            result = run_cluster(info["job"] if info else name, config, graph, options)
+            result = run_cluster(info["job"] if info else name, config, graph, options, build_graph)
         text, summary = job.finish(result, config, run_dir) if finish and job.finish else ("", {})
     except MarianaError as exc:
         if info is not None:
@@ -137,13 +137,14 @@ def _job_info(run_dir: RunDir, name: str, config: dict[str, Any], graph: Graph, 
 
 
 def versions() -> dict[str, str]:
-    import fsspec
     import msgpack
     import numpy
-    import zmq
+
+    from ..comm import zmq_version
+    from ..storage import fsspec_version
 
     return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-            "pyzmq": zmq.__version__, "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec.__version__}
+            "pyzmq": zmq_version(), "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec_version()}
 
 
 def explain_placement(job: Job, config: dict[str, Any], workers: int, placement: str | None = None) -> str:
@@ -153,6 +154,6 @@ def explain_placement(job: Job, config: dict[str, Any], workers: int, placement:
 
 def build_graph(job_name: str, config: dict[str, Any], workers: int, placement: Any = None) -> Graph:
     """The graph of job ``job_name`` for ``workers`` partitions: what a cluster worker builds
-    from its WELCOME (``engine.worker.GraphBuilder``)."""
+    from its WELCOME (``cluster.worker.GraphBuilder``)."""
     job = get_job(job_name)
     return job.build(resolve_config(job, config), BuildContext(workers, placement))

@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")
     ui.add_argument("--bind", default="127.0.0.1:0", metavar="HOST:PORT", help="default: loopback, a free port")
 
+    from .data import add_data_parser
+
+    add_data_parser(sub, _Parser)
+
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
     return p
@@ -159,6 +163,8 @@ def _job_args(p: argparse.ArgumentParser) -> None:
                    help="serve a live job page (state, workers, counters, curves; JSON at /api/state); "
                         "default loopback, a free port; the URL goes to stderr")
     p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard scalars to DIR (needs tensorboardX)")
+    p.add_argument("--data-dir", metavar="DIR", help="where named data sets (data=fashion-mnist, ...) are looked for "
+                   "first (sets MARIANA_DATA; then /usr/share/datasets, then the download cache)")
 
 
 def _from_env_args(p: argparse.ArgumentParser, master: bool) -> None:

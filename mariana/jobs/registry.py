@@ -85,6 +85,9 @@ class Job:
     progress_metric: str | None = None
     #: ``export(vertex_states, config) -> [(name, array)]``: the model held in checkpointed vertex states
     export: Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, Any]]] | None = None
+    #: ``adjust(config, explicitly_set_keys)``: change defaults that depend on other keys (a named
+    #: data set's epochs, lr, ...) in place; keys the user set are never touched
+    adjust: Callable[[dict[str, Any], set[str]], None] | None = None
     key_index: dict[str, Key] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -145,4 +148,6 @@ def resolve_config(job: Job, file_config: dict[str, Any] | None = None, sets: Se
         if key.type == "str" and raw is not None and not isinstance(value, str):
             value = raw.strip()  # --set source=1 means the vertex id "1"
         config[name] = key.check(value, where)
+    if job.adjust is not None:
+        job.adjust(config, {name for name, *_ in items})
     return config

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from ..engine import Graph, RunResult
 from ..vertices.graphalytics import CDLPBlock, CDLPVertex
+from .edgelist import EdgeList
 from .graphalytics import label_ranks, load_graph, write_result
 from .graphjob import GRAPH_KEYS, build_graph, check_range, collect
 from .registry import BuildContext, Job, Key
@@ -15,8 +18,7 @@ from .registry import BuildContext, Job, Key
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     check_range(config, "iterations", 0)
     it = config["iterations"]
-    # in- plus out-neighbours: every edge both ways (a pair linked both ways counts twice)
-    edges = load_graph(config).undirected()
+    edges = both_ways(load_graph(config))
     rank = label_ranks(edges.ids)
     index = {vid: i for i, vid in enumerate(edges.ids)} if config["mode"] == "vertex" else {}
     g = build_graph("cdlp", edges, bctx, config["mode"],
@@ -24,6 +26,14 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
                     lambda bid, sub: CDLPBlock(bid, sub, rank[sub.own], it))
     g.add_aggregator("updated", "sum")
     return g
+
+
+def both_ways(edges: EdgeList) -> EdgeList:
+    """In- plus out-neighbours as a multiset: every edge in both directions, so a pair linked both
+    ways counts twice and a self-loop counts the vertex's own label twice (in and out). An
+    undirected graph (each edge listed once) gives each neighbour once per edge."""
+    return EdgeList(edges.url, edges.ids, np.concatenate([edges.src, edges.dst]), np.concatenate([edges.dst, edges.src]),
+                    np.concatenate([edges.weight, edges.weight]), np.concatenate([edges.lineno, edges.lineno]))
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:

@@ -97,7 +97,13 @@ def write_graph(folder: Path, name: str, n: int, src: np.ndarray, dst: np.ndarra
 # one measurement (in a subprocess)
 # ----------------------------------------------------------------------------------------------
 def peak_mib() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """This process's peak RSS (VmHWM: ru_maxrss would carry the parent's over exec) plus the
+    largest child's (cluster workers; forked, so their figure includes pages shared with us)."""
+    own = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                own = int(line.split()[1])
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return (own + child) / 1024.0
 

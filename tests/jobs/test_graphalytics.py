@@ -289,3 +289,16 @@ def test_output_at_a_memory_url(capsys, tmp_path):
     assert rc == 0
     got = {v: float(x) for v, x in read_pairs(fsspec.filesystem("memory").cat(url).decode()).items()}
     assert got == ref_lcc(rg, True)
+
+
+def test_lcc_wedges_in_many_chunks(capsys, tmp_path, monkeypatch):
+    """Superstep 2 cuts the wedges into messages of at most WEDGE_CHUNK: the result is the same."""
+    import mariana.vertices.graphalytics as ga
+
+    rg = RandomGraph(9, 150, 2, density=4.0)
+    path = rg.write(tmp_path)
+    whole = cli_run(capsys, tmp_path, "lcc", path, workers=2)[0]
+    monkeypatch.setattr(ga, "WEDGE_CHUNK", 3)
+    for workers in (1, 3):
+        assert cli_run(capsys, tmp_path, "lcc", path, workers=workers)[0] == whole
+    assert dict(parse_tsv(whole)) == ref_lcc(rg, True)

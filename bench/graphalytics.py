@@ -119,8 +119,9 @@ def one_mariana(graph: dict[str, Any], algorithm: str, workers: int) -> dict[str
     if algorithm == "cdlp":
         sets.append(f"iterations={ITERATIONS}")
     t0 = time.perf_counter()
+    extra: dict[str, Any] = {} if workers == 1 else {"worker_timeout": 300.0}  # every worker parses the file
     result = run_job(algorithm, sets=sets, workers=workers, runtime="local" if workers == 1 else "cluster",
-                     trace=False)
+                     trace=False, **extra)
     from mariana.jobs.graphjob import collect
 
     rows = collect(result)

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
+from typing import Any  # noqa: E402
 
 from transport import engine_barrier, raw_barrier, raw_rtt  # noqa: E402
 
@@ -53,7 +54,7 @@ def main() -> int:
             print(f"# round {rnd + 1}/{rounds}, {w} workers: engine {statistics.median(pool[f'engine_{w}']) * 1e3:.3f} ms, "
                   f"raw pattern {statistics.median(pool[f'raw_{w}']) * 1e3:.3f} ms", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in pool.items()}
-    rep = {"rounds": rounds, "steps": steps, "load": os.getloadavg(), "median_s": med,
+    rep: dict[str, Any] = {"rounds": rounds, "steps": steps, "load": os.getloadavg(), "median_s": med,
            "vs_pattern": {w: med[f"engine_{w}"] / med[f"raw_{w}"] for w in args.workers},
            "vs_rtt": {w: med[f"engine_{w}"] / med["rtt"] for w in args.workers}}
     if args.json:

@@ -163,7 +163,20 @@ class Subgraph:
         return np.repeat(np.arange(len(self.own)), np.diff(self.indptr))
 
     def local(self, global_idx: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.own, global_idx)
+        """Local rows of global vertex indices this block owns: an offset when ``own`` is a
+        contiguous range (one block, range placement), else a lookup table built once."""
+        table = self.__dict__.get("_local")
+        if table is None:
+            own = self.own
+            if not own.size or own[-1] - own[0] + 1 == own.size:
+                table = int(own[0]) if own.size else 0
+            else:
+                table = np.zeros(self.n, dtype=np.int32 if own.size < 2**31 else np.int64)
+                table[own] = np.arange(own.size)
+            self.__dict__["_local"] = table
+        if isinstance(table, int):
+            return global_idx - table
+        return table[global_idx].astype(np.int64)
 
     def edges_of(self, rows: np.ndarray) -> np.ndarray:
         """Indices into ``dst``/``weight`` of the out-edges of local rows ``rows``."""

@@ -25,6 +25,9 @@ BUILTIN_JOBS: dict[str, str] = {
     "pagerank": "mariana.jobs.pagerank:JOB",
     "sssp": "mariana.jobs.sssp:JOB",
     "wcc": "mariana.jobs.wcc:JOB",
+    "bfs": "mariana.jobs.bfs:JOB",
+    "cdlp": "mariana.jobs.cdlp:JOB",
+    "lcc": "mariana.jobs.lcc:JOB",
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),

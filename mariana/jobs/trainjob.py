@@ -61,7 +61,10 @@ DATA_KEYS = (
                                    "(MARIANA_CACHE, default ~/.cache/mariana), its published checksum checked"),
 )
 
-_LAST_DATASET: list[tuple[str, Any]] = []
+#: A cache, and the only module-level state of the training jobs: the last data set opened in
+#: this process, by its data keys (the build and the finisher of one run share it; a forked
+#: worker inherits what the launcher loaded). One entry, so memory holds one data set at most.
+_DATASET_CACHE: list[tuple[str, Any]] = []
 
 
 def _in_memory(data: str) -> bool:
@@ -85,8 +88,8 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
     """
     data_keys = ("data", "test_fraction", "seed", "classes", "shuffle_buffer", "verify_data", "download")
     key = json.dumps([images, *(config.get(k) for k in data_keys)])
-    if _LAST_DATASET and _LAST_DATASET[0][0] == key:
-        return _LAST_DATASET[0][1]
+    if _DATASET_CACHE and _DATASET_CACHE[0][0] == key:
+        return _DATASET_CACHE[0][1]
     data = config["data"]
     ds: Dataset | StreamedDataset
     if _in_memory(data):
@@ -109,7 +112,7 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
         if config.get("shuffle_buffer", 1) < 1:
             raise UsageError(f"config key 'shuffle_buffer' must be >= 1, got {config['shuffle_buffer']}")
         ds = StreamedDataset(shards, config.get("shuffle_buffer", 8192))
-    _LAST_DATASET[:] = [(key, ds)]
+    _DATASET_CACHE[:] = [(key, ds)]
     return ds
 
 

@@ -232,6 +232,8 @@ class Master:
                 error = exc
             except (KeyError, TypeError) as exc:  # a malformed entry from a worker
                 error = StorageError(f"malformed part entry from a worker: {exc!r}")
+        if error is not None:
+            self.checkpoints.discard(ss)  # the parts that were written would only take the next one's space
         report(ss, error, record, self.tracer)
 
     def results(self) -> dict[str, Any]:

@@ -7,9 +7,11 @@ seconds (default 120: a storage server's restart, as botocore's and torchelastic
 ride out theirs). Anything else (no space left, permission denied, not found, a bad request) is
 raised at once: retrying cannot fix it.
 
-While a call waits to retry, the callbacks registered with ``keepalive`` for the calling thread
-run between attempts: the cluster master answers its workers' heartbeats there, so a job does
-not lose its workers while its storage is away.
+A thread that registered callbacks with ``keepalive`` (the cluster master: it answers its
+workers' heartbeats there) runs its storage calls on a helper thread and the callbacks every
+0.2 s while it waits, during a call (an S3 client's own retries take ~9 s to give up on a
+refused connection) and between attempts, so a job does not lose its workers while its storage
+is away.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator, TypeVar
 
@@ -49,6 +52,8 @@ _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTim
                     "500", "502", "503", "504"}
 
 _hooks = threading.local()
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 
 
 def retry_window() -> float:
@@ -62,9 +67,15 @@ def retry_window() -> float:
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it, down to the root; it stops at an unrelated error that was being
+    handled when this one happened (another MarianaError, a Ctrl-C, a test timeout)."""
+    from ..errors import MarianaError
+
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
+        if seen and (isinstance(e, MarianaError) or not isinstance(e, Exception)):
+            return
         seen.add(id(e))
         yield e
         e = e.__cause__ or e.__context__
@@ -130,6 +141,26 @@ def _wait(seconds: float) -> None:
         time.sleep(min(left, 0.2))
 
 
+def _call(call: Callable[[], T]) -> T:
+    """``call()``; on a helper thread while this thread's keepalive callbacks run, if it has any."""
+    hooks = list(getattr(_hooks, "stack", ()))
+    if not hooks:
+        return call()
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mariana-storage")
+    future = _pool.submit(call)
+    while True:
+        try:
+            return future.result(timeout=0.2)
+        except TimeoutError:
+            if future.done():
+                raise  # the call itself timed out
+            for callback in hooks:
+                callback()
+
+
 def retrying(what: str, call: Callable[[], T], window: float | None = None) -> T:
     """``call()``, repeated while it fails with a transient error, for up to ``window`` seconds
     (default ``retry_window()``). The last error is raised as it came, with a note saying how
@@ -139,14 +170,15 @@ def retrying(what: str, call: Callable[[], T], window: float | None = None) -> T
     delay, attempt = 0.2, 0
     while True:
         try:
-            return call()
+            return _call(call)
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised unless transient
             attempt += 1
             waited = time.monotonic() - start
-            if not is_transient(exc) or waited >= window:
-                if attempt > 1:
-                    log.warning("%s: giving up after %d attempts in %.0fs: %s", what, attempt, waited, cause(exc))
-                    exc.add_note(f"retried for {waited:.0f}s")
+            if not is_transient(exc):
+                raise
+            if waited >= window:
+                log.warning("%s: giving up after %d attempt(s) in %.0fs: %s", what, attempt, waited, cause(exc))
+                exc.add_note(f"retried for {waited:.0f}s, {ENV}={window:g}")
                 raise
             pause = min(delay, window - waited) * (0.75 + 0.5 * random.random())
             if attempt == 1:

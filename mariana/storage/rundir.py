@@ -82,15 +82,15 @@ class RunDir:
         self.fs, self.root = _fs(url)
         if not create:
             try:
-                found = self.fs.isdir(self.root)
+                found = retrying(f"opening {url}", lambda: self.fs.isdir(self.root))
             except _FS_ERRORS as exc:
-                raise StorageError(f"cannot open run directory {url}: {exc}") from exc
+                raise StorageError(f"cannot open run directory {url}: {cause(exc)}") from exc
             if not found:
                 raise StorageError(f"{url}: no such run directory")
         try:
-            self.fs.makedirs(self.root, exist_ok=True)
+            retrying(f"creating {url}", lambda: self.fs.makedirs(self.root, exist_ok=True))
         except _FS_ERRORS as exc:
-            raise StorageError(f"cannot create run directory {url}: {exc}") from exc
+            raise StorageError(f"cannot create run directory {url}: {cause(exc)}") from exc
         self._can_append = isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))
         self._lines: dict[str, list[str]] = {}
         self._dirs: set[str] = set()

@@ -28,6 +28,7 @@ from ..messages import wire
 from ..messages.wire import DropCounter
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
+from ..storage.retry import keepalive
 from .checkpointing import commit, report
 from .driver import Driver
 from .options import RunOptions
@@ -159,13 +160,14 @@ class Master:
             driver = Driver(self, coord, run_dir=self.run_dir, on_superstep=self.on_superstep, tracer=self.tracer,
                             checkpoints=self.checkpoints is not None, checkpoint_every=self.checkpoint_every,
                             background=self.background)
-            while True:
-                try:
-                    driver.run()
-                    break
-                except WorkerLost as lost:
-                    self._recover(lost, coord, driver)
-            return driver.finish(self.graph.place(self.workers, None), self.job_name)
+            with keepalive(self._keepalive):  # a storage outage being retried does not lose the workers
+                while True:
+                    try:
+                        driver.run()
+                        break
+                    except WorkerLost as lost:
+                        self._recover(lost, coord, driver)
+                return driver.finish(self.graph.place(self.workers, None), self.job_name)
         except BaseException as exc:
             self._abort(str(exc) or type(exc).__name__)
             if self.tracer is not None:
@@ -350,6 +352,21 @@ class Master:
             if self.poll.poll(int(min(self.heartbeat_interval, 0.2) * 1000)):
                 self._drain()
             self._liveness()
+
+    def _keepalive(self) -> None:
+        """While a storage call of this thread waits to retry: take the workers' messages (their
+        heartbeats keep them alive here) and send ours (ours keep this master alive there)."""
+        if self.poll.poll(0):
+            self._drain()
+        now = time.monotonic()
+        if now >= self._next_hb:
+            self._next_hb = now + self.heartbeat_interval
+            for w in self.by_index:
+                if w is not None:
+                    try:
+                        send(self.sock, wire.Heartbeat(t=time.time()).to_wire(self.job_id), b"hb:" + w.identity)
+                    except Unreachable:
+                        pass
 
     def _drain(self) -> None:
         for identity, header, _ in drain(self.sock, True, self.drops):

@@ -259,7 +259,12 @@ class Master:
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self, lost: WorkerLost, coord: Coordinator, driver: Driver) -> None:
-        """Replace the lost worker and roll everyone back to the newest valid checkpoint."""
+        """Replace every lost worker and roll everyone back to the newest valid checkpoint.
+
+        Every worker found lost (``lost`` and any other that has exited or gone silent) is
+        retired: told to stop and, if this master started it, killed, so a paused one that wakes
+        up later cannot come back. A worker lost while the others roll back is replaced too
+        (each round counts as a restart)."""
         if self.max_restarts == 0 or lost.index is None:
             raise lost
         if self.checkpoints is not None:
@@ -271,41 +276,88 @@ class Master:
             if why:
                 lost.args = (f"{lost.args[0]} (not recovered: {why})",)
             raise lost
-        self.restarts += 1
         ss = info.superstep
-        log.warning("%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
-                    lost.args[0], ss, self.restarts, self.max_restarts)
-        dead = self.by_index[lost.index]
-        self.joined.pop(dead.identity, None)
-        self.by_index[lost.index] = None
+        self._checkpoint = None  # a checkpoint still being written belongs to the abandoned run: never committed
+        gone = {lost.index} | self._also_lost()
+        while True:
+            self.restarts += 1
+            log.warning("%s%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
+                        lost.args[0], f" (lost: workers {sorted(gone)})" if len(gone) > 1 else "", ss,
+                        self.restarts, self.max_restarts)
+            try:
+                self._rollback(gone, ss, coord, driver)
+                break
+            except WorkerLost as more:
+                if more.index is None or self.restarts >= self.max_restarts:
+                    raise
+                lost, gone = more, {more.index} | self._also_lost()
+        if self.tracer is not None:
+            self.tracer.event("recovery", superstep=self.current, lost=sorted(gone), rollback_to=ss,
+                              restart=self.restarts)
+        log.warning("recovered: %s, continuing from superstep %d", "; ".join(
+            f"worker {i} replaced by {self.by_index[i].describe()}" for i in sorted(gone)), ss)
+
+    def _also_lost(self) -> set[int]:
+        """Indices of the workers that have exited (local processes) or gone silent by now."""
+        now, out = time.monotonic(), set()
+        for w in self.by_index:
+            if w is None:
+                continue
+            child = next((c for c in self.children if c.pid == w.pid), None)
+            if (child is not None and child.poll() is not None) or now - w.last_seen > self.worker_timeout:
+                out.add(w.index)
+        return out
+
+    def _retire(self, index: int) -> None:
+        """Drop worker ``index`` from the job for good: ABORT to it (a paused worker reads it when
+        it wakes) and, if it is a process this master started, kill it and reap it."""
+        w = self.by_index[index]
+        if w is None:
+            return
+        try:
+            send(self.sock, wire.Abort("replaced after it was lost").to_wire(self.job_id), w.identity)
+        except Unreachable:
+            pass
+        self.joined.pop(w.identity, None)
+        self.by_index[index] = None
+        for child in [c for c in self.children if c.pid == w.pid]:
+            if child.poll() is None:
+                child.kill()
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.warning("worker process %d did not die on SIGKILL", child.pid)
+            self.children.remove(child)
+
+    def _rollback(self, gone: set[int], ss: int, coord: Coordinator, driver: Driver) -> None:
+        """Retire the workers ``gone``, have new ones take their partitions, and roll every worker
+        back to the checkpoint at ``ss`` (raises ``WorkerLost`` if another worker is lost meanwhile)."""
+        for i in sorted(gone):
+            self._retire(i)
         self.children = [c for c in self.children if c.poll() is None]
         self.gen += 1
-        self._checkpoint = None  # a checkpoint still being written belongs to the abandoned run: never committed
         self.phase = "rejoining"
         if self.respawn is not None:
-            self.children.append(self.respawn())
+            for _ in gone:
+                self.children.append(self.respawn())
         self._wait(lambda: all(self.by_index), self.rejoin_timeout,
-                   f"a worker to take over worker {lost.index}'s partition (--rejoin-timeout)")
+                   f"workers to take over the partitions of workers {sorted(gone)} (--rejoin-timeout)")
         self._ready = set()
         coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
         driver.rewind(ss)
         if self.tracer is not None:
             self.tracer.flush()  # written records first, then the rewind drops the replayed ones
         rewind(self.run_dir, ss)
-        if self.tracer is not None:
-            self.tracer.event("recovery", superstep=self.current, lost=lost.index, rollback_to=ss,
-                              restart=self.restarts)
         peers = [w.data for w in self.by_index]
+        fresh = {w.index for w in self.by_index if w.index in gone}
         for w in self.by_index:
-            if w.index == lost.index:
+            if w.index in fresh:
                 self._welcome(w, ss)
             else:
                 self._send(w, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]))
         self.phase = "starting"
         self._wait(lambda: len(self._ready) == self.workers, None, "workers to roll back")
         self.phase = "running"
-        log.warning("recovered: worker %d replaced by %s, continuing from superstep %d",
-                    lost.index, self.by_index[lost.index].describe(), ss)
 
     def _abort(self, reason: str) -> None:
         for w in self.by_index:

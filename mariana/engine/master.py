@@ -292,8 +292,8 @@ class Master:
                     raise
                 lost, gone = more, {more.index} | self._also_lost()
         if self.tracer is not None:
-            self.tracer.event("recovery", superstep=self.current, lost=sorted(gone), rollback_to=ss,
-                              restart=self.restarts)
+            self.tracer.event("recovery", superstep=self.current, lost=lost.index, lost_workers=sorted(gone),
+                              rollback_to=ss, restart=self.restarts)
         log.warning("recovered: %s, continuing from superstep %d", "; ".join(
             f"worker {i} replaced by {self.by_index[i].describe()}" for i in sorted(gone)), ss)
 
@@ -341,7 +341,7 @@ class Master:
             for _ in gone:
                 self.children.append(self.respawn())
         self._wait(lambda: all(self.by_index), self.rejoin_timeout,
-                   f"workers to take over the partitions of workers {sorted(gone)} (--rejoin-timeout)")
+                   f"workers to take over worker {', '.join(map(str, sorted(gone)))}'s partition (--rejoin-timeout)")
         self._ready = set()
         coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
         driver.rewind(ss)

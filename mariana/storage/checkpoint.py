@@ -76,7 +76,8 @@ class Checkpoints:
             with self.run_dir.open_write(rel, sync_dir=False) as f:  # commit syncs it
                 digest = partfile.stream_part(f, state)
             return digest()  # the last chunks were hashed while the file was fsynced
-        size, sha = retrying(f"writing {self.run_dir.url}/{rel}", write)  # the state is in memory: write it again
+        # the state is in memory: a failed attempt is written again whole
+        size, sha = retrying(f"writing {self.run_dir.url}/{rel}", write, offload=self.run_dir.remote)
         return {"name": name, "file": file, "bytes": size, "sha256": sha, "store": self.root}
 
     def discard(self, superstep: int) -> None:
@@ -87,7 +88,8 @@ class Checkpoints:
             if store.exists_committed(superstep):
                 continue  # committed after all (never remove a checkpoint that exists)
             try:
-                retrying(f"removing {path}", lambda: store.run_dir.fs.rm(path, recursive=True))
+                retrying(f"removing {path}", lambda: store.run_dir.fs.rm(path, recursive=True),
+                         offload=self.run_dir.remote)
             except FileNotFoundError:
                 pass
             except Exception as exc:  # noqa: BLE001 - best effort: a later prune retries
@@ -120,7 +122,7 @@ class Checkpoints:
             self.run_dir.fs.invalidate_cache(top)  # other processes write here
             return self.run_dir.fs.find(top, maxdepth=2)
         try:
-            found = retrying(f"listing {self.run_dir.url}/{self.root}", find)
+            found = retrying(f"listing {self.run_dir.url}/{self.root}", find, offload=self.run_dir.remote)
         except FileNotFoundError:
             return {}
         except Exception as exc:  # noqa: BLE001 - any filesystem failure: one clear error
@@ -250,7 +252,8 @@ class Checkpoints:
         for ss in sorted(doomed):
             path = self.run_dir.path(self.folder(ss))
             try:
-                retrying(f"deleting {path}", lambda: self.run_dir.fs.rm(path, recursive=True))
+                retrying(f"deleting {path}", lambda: self.run_dir.fs.rm(path, recursive=True),
+                         offload=self.run_dir.remote)
             except Exception as exc:  # noqa: BLE001 - pruning is best effort, never fatal
                 log.warning("could not delete old checkpoint %s: %s", self.folder(ss), cause(exc))
 

@@ -37,7 +37,7 @@ def save_params(run_dir: RunDir, named: list[tuple[str, np.ndarray]], prefix: st
             with run_dir.open_write(f"{prefix}/{name}.npy", sync_dir=False) as f:  # all or nothing
                 f.write(head.getvalue())
                 f.write(body)
-        retrying(f"writing {run_dir.url}/{prefix}/{name}.npy", write)
+        retrying(f"writing {run_dir.url}/{prefix}/{name}.npy", write, offload=run_dir.remote)
         index.append({"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype),
                       "bytes": len(head.getvalue()) + body.nbytes, "sha256": digest.hexdigest()})
     run_dir.sync_dir(prefix)  # the tensors' names are durable before the index names them

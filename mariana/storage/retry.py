@@ -22,9 +22,8 @@ import os
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +51,6 @@ _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTim
                     "500", "502", "503", "504"}
 
 _hooks = threading.local()
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 
 
 def retry_window() -> float:
@@ -141,36 +138,44 @@ def _wait(seconds: float) -> None:
         time.sleep(min(left, 0.2))
 
 
-def _call(call: Callable[[], T]) -> T:
-    """``call()``; on a helper thread while this thread's keepalive callbacks run, if it has any."""
-    hooks = list(getattr(_hooks, "stack", ()))
+def _call(call: Callable[[], T], offload: bool) -> T:
+    """``call()``; on a helper thread while this thread's keepalive callbacks run, if it has any.
+    (A thread per call, not a pool: a lingering thread would stop later launches from forking.)"""
+    hooks = list(getattr(_hooks, "stack", ())) if offload else []
     if not hooks:
         return call()
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mariana-storage")
-    future = _pool.submit(call)
-    while True:
+    out: list[Any] = []
+
+    def run() -> None:
         try:
-            return future.result(timeout=0.2)
-        except TimeoutError:
-            if future.done():
-                raise  # the call itself timed out
-            for callback in hooks:
-                callback()
+            out.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            out.append((False, exc))
+    helper = threading.Thread(target=run, name="mariana-storage", daemon=True)
+    helper.start()
+    while True:
+        helper.join(timeout=0.2)
+        if not helper.is_alive():
+            break
+        for callback in hooks:
+            callback()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
 
 
-def retrying(what: str, call: Callable[[], T], window: float | None = None) -> T:
+def retrying(what: str, call: Callable[[], T], window: float | None = None, offload: bool = True) -> T:
     """``call()``, repeated while it fails with a transient error, for up to ``window`` seconds
     (default ``retry_window()``). The last error is raised as it came, with a note saying how
-    long it was retried (read by ``cause``)."""
+    long it was retried (read by ``cause``). ``offload=False``: a call that cannot hang (a local
+    disk) runs on this thread even where keepalive callbacks are registered (no thread to start)."""
     window = retry_window() if window is None else window
     start = time.monotonic()
     delay, attempt = 0.2, 0
     while True:
         try:
-            return _call(call)
+            return _call(call, offload)
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised unless transient
             attempt += 1
             waited = time.monotonic() - start

@@ -80,20 +80,25 @@ class RunDir:
     def __init__(self, url: str, create: bool = True) -> None:
         self.url = url
         self.fs, self.root = _fs(url)
+        self.remote = not isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))  # calls that may hang
         if not create:
             try:
-                found = retrying(f"opening {url}", lambda: self.fs.isdir(self.root))
+                found = self._retry(f"opening {url}", lambda: self.fs.isdir(self.root))
             except _FS_ERRORS as exc:
                 raise StorageError(f"cannot open run directory {url}: {cause(exc)}") from exc
             if not found:
                 raise StorageError(f"{url}: no such run directory")
         try:
-            retrying(f"creating {url}", lambda: self.fs.makedirs(self.root, exist_ok=True))
+            self._retry(f"creating {url}", lambda: self.fs.makedirs(self.root, exist_ok=True))
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot create run directory {url}: {cause(exc)}") from exc
         self._can_append = isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))
         self._lines: dict[str, list[str]] = {}
         self._dirs: set[str] = set()
+
+    def _retry(self, what: str, call: Any) -> Any:
+        """``storage.retry.retrying``; a local disk's calls stay on the calling thread."""
+        return retrying(what, call, offload=self.remote)
 
     def path(self, rel: str) -> str:
         return posixpath.join(self.root, rel)
@@ -106,7 +111,7 @@ class RunDir:
             self.fs.invalidate_cache(posixpath.dirname(path))
             return self.fs.exists(path)
         try:
-            return retrying(f"looking for {self.url}/{rel}", look)
+            return self._retry(f"looking for {self.url}/{rel}", look)
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot look for {self.url}/{rel}: {cause(exc)}") from exc
 
@@ -115,7 +120,7 @@ class RunDir:
         def write() -> None:
             with self.open_write(rel) as f:
                 f.write(data)
-        retrying(f"writing {self.url}/{rel}", write)
+        self._retry(f"writing {self.url}/{rel}", write)
 
     @contextmanager
     def open_write(self, rel: str, fsync: bool = True, sync_dir: bool = True) -> Iterator[IO[bytes]]:
@@ -148,7 +153,7 @@ class RunDir:
         """A file to stream from (unbuffered on a local disk: ``readinto`` lands in the caller's buffer)."""
         path = self.path(rel)
         try:
-            f = retrying(f"opening {self.url}/{rel}", lambda: open(path, "rb", buffering=0)
+            f = self._retry(f"opening {self.url}/{rel}", lambda: open(path, "rb", buffering=0)
                          if isinstance(self.fs, LocalFileSystem) else self.fs.open(path, "rb"))
         except FileNotFoundError:
             raise StorageError(f"{self.url}/{rel}: no such file") from None
@@ -164,7 +169,7 @@ class RunDir:
 
     def read_bytes(self, rel: str) -> bytes:
         try:
-            return retrying(f"reading {self.url}/{rel}", lambda: self.fs.cat_file(self.path(rel)))
+            return self._retry(f"reading {self.url}/{rel}", lambda: self.fs.cat_file(self.path(rel)))
         except FileNotFoundError:
             raise StorageError(f"{self.url}/{rel}: no such file") from None
         except _FS_ERRORS as exc:
@@ -206,7 +211,7 @@ class RunDir:
                 self.fs.pipe_file(path, "".join(kept).encode())
                 self._lines[rel] = kept  # only once stored: a retried append adds its lines once
         try:
-            retrying(f"appending to {self.url}/{rel}", append)
+            self._retry(f"appending to {self.url}/{rel}", append)
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot append to {self.url}/{rel}: {cause(exc)}") from exc
 
@@ -247,7 +252,7 @@ class RunDir:
             self.fs.invalidate_cache(path)
             return self.fs.ls(path, detail=False)
         try:
-            names = retrying(f"listing {self.url}/{rel}", ls)
+            names = self._retry(f"listing {self.url}/{rel}", ls)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except _FS_ERRORS as exc:

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--job", help="refuse to serve a master that runs another job")
     w.add_argument("--host", default=None, help="address to bind this worker's data socket on (default 127.0.0.1; "
                    "with --from-env: this host's address on the route to the master)")
+    w.add_argument("--insecure", action="store_true",
+                   help="allow a plaintext data socket off loopback (only on a network you trust)")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
     _from_env_args(w, master=False)

@@ -219,8 +219,21 @@ def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: 
     if getattr(args, "keys", None):
         security = Security.for_worker(_worker_key(args, launch.rank), load_public(os.path.join(args.keys, "master.key")))
     host = getattr(args, "host", None) or launch.local_address()
+    _plaintext_worker(host, security, getattr(args, "insecure", False))
     return Worker(master or launch.master_endpoint, build_graph, host, args.connect_timeout, args.max_message_mb << 20,
                   security, job)
+
+
+def _plaintext_worker(host: str, security: Any, insecure: bool) -> None:
+    """A worker's data socket off loopback needs CURVE keys, as the master's does, or --insecure."""
+    from ..engine.transport import is_loopback
+
+    if security is not None or is_loopback(host):
+        return
+    if not insecure:
+        raise UsageError(f"--host {host} is not loopback: a reachable worker needs CURVE keys (--key and "
+                         f"--server-key, from `mariana keys add`), or --insecure on a network you trust")
+    log.warning("INSECURE: this worker's data socket on %s accepts any sender and data travels in plaintext", host)
 
 
 def _worker_key(args: argparse.Namespace, rank: int) -> str:
@@ -272,6 +285,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
                              "and its own secret key (--key)")
         security = Security.for_worker(args.key, load_public(server_key))
+    _plaintext_worker(args.host, security, args.insecure)
     from ..jobs.launch import build_graph
 
     return Worker(master, build_graph, args.host, args.connect_timeout, args.max_message_mb << 20, security,

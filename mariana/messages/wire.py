@@ -100,6 +100,7 @@ class Hello(Wire):
     host: str = "?"
     want_job: str | None = None
     key: str | None = None  # its CURVE public key (z85) in a secure job
+    token: str | None = None  # the job's token (MARIANA_JOB_TOKEN) of a local launch
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from .shm import sweep
 from .security import Security, add_key, load_keypair, local_keys
 from .result import RunResult
 from .transport import parse_endpoint
+from .worker import TOKEN_VAR
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def worker_argv(endpoint: str, host: str, extra_args: list[str] | None = None) -
 
 
 def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: list[str] | None = None,
-                  sharing: int | None = None) -> list[subprocess.Popen]:
+                  sharing: int | None = None, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
     """Start ``n`` local ``mariana worker`` processes that join the master at ``endpoint``.
 
     Unless the user set them, BLAS thread pools get ``cores // sharing`` threads each, where
@@ -72,7 +74,7 @@ def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: li
     one thread per core oversubscribe the machine (measured here: 150 dnn-dp steps on 2 workers
     took 3.87 s of superstep time with 2 OpenBLAS threads each on 2 cores, 0.44 s with 1).
     """
-    env = {**os.environ, **thread_vars(n if sharing is None else sharing)}
+    env = {**os.environ, **thread_vars(n if sharing is None else sharing), **(env or {})}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
     cmd = [sys.executable, "-m", "mariana", *worker_argv(endpoint, host, extra_args)]
@@ -146,6 +148,7 @@ class LocalCluster:
         self.security = Security.for_master(self.keys_dir) if secure else options.security
         self.master: Master | None = None  # made by start(), after any fork: its zmq context stays here
         self.procs: list[Any] = []  # subprocess.Popen or forking.ForkedWorker
+        self.token = {TOKEN_VAR: secrets.token_hex(16)}  # in the workers' environment: only they may join
 
     def start(self) -> None:
         workers = self.options.workers
@@ -153,6 +156,7 @@ class LocalCluster:
         self.procs += forked
         self.master = master = Master(self.job_name, self.config, None, self.options.replace(run_dir=None),
                                       security=self.security)
+        master.token = self.token[TOKEN_VAR]
         endpoint = master.start()
         extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
         if self.security is not None:
@@ -163,7 +167,7 @@ class LocalCluster:
             if forked:
                 forked[i].start(worker_argv(endpoint, host, args))
             else:
-                self.procs += spawn_workers(endpoint, 1, host, args, sharing=workers)
+                self.procs += spawn_workers(endpoint, 1, host, args, sharing=workers, env=self.token)
 
         def respawn() -> subprocess.Popen:
             key = []
@@ -172,7 +176,7 @@ class LocalCluster:
                 self.security.allowed.keys.add(load_keypair(key_file)[0])
                 key = ["--key", key_file]
             # a fresh interpreter: this process has a zmq context (and IO threads) by now
-            proc = spawn_workers(endpoint, 1, host, extra + key, sharing=workers)[0]
+            proc = spawn_workers(endpoint, 1, host, extra + key, sharing=workers, env=self.token)[0]
             self.procs.append(proc)
             return proc
 
@@ -191,7 +195,7 @@ class LocalCluster:
             log.debug("local workers start as fresh interpreters: %s", why)
             return []
         log.debug("forking %d local workers", workers)
-        return fork_workers(workers, thread_vars(workers))
+        return fork_workers(workers, {**thread_vars(workers), **self.token})
 
     def run(self, graph: Graph, run_dir: Any) -> RunResult:
         """Run ``graph`` on the started workers (``options.resume``: from ``run_dir``'s newest checkpoint)."""

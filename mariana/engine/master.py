@@ -14,6 +14,7 @@ sent ABORT. Nothing else is fatal: malformed messages are dropped and counted.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import subprocess
 import time
@@ -114,6 +115,7 @@ class Master:
         self._results: dict[int, wire.Result] = {}
         self._arrivals: dict[int, float] = {}
         self._spares: set[bytes] = set()
+        self.token: str | None = None  # a local launch's job token: HELLO without it is refused
         self._wall0 = time.time()
         self._next_hb = 0.0
         self.attach(graph, o.run_dir, resume)
@@ -490,6 +492,8 @@ class Master:
         # version and job first, on the raw header: a worker of another version may speak another HELLO
         if h.get("version") != __version__:
             reason = f"worker runs mariana {h.get('version')!r} but the master runs {__version__!r}"
+        elif self.token is not None and not hmac.compare_digest(str(h.get("token") or ""), self.token):
+            reason = "no valid job token: this master admits only the workers it started"
         elif h.get("want_job") not in (None, self.job_name):
             reason = f"this master runs job {self.job_name!r}, the worker was started for {h.get('want_job')!r}"
         elif self.phase not in ("joining", "rejoining"):

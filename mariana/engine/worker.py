@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 __all__ = ["Worker", "GraphBuilder", "EXIT_MASTER_LOST"]
 
 EXIT_MASTER_LOST = 3
+#: The job token a local launch gives its workers in their environment (never on a command
+#: line, which any local user can read): a plaintext master on loopback admits only them.
+TOKEN_VAR = "MARIANA_JOB_TOKEN"
 
 
 #: ``build(job_name, config, workers, placement) -> Graph``: the job's whole graph, as the
@@ -123,7 +126,7 @@ class Worker:
 
     def _join(self, data_ep: str) -> wire.Welcome | None:
         hello = wire.Hello(version=__version__, data=data_ep, pid=self.pid, host=self.hostname,
-                           want_job=self.want_job,
+                           want_job=self.want_job, token=os.environ.get(TOKEN_VAR) or None,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         deadline = time.monotonic() + self.connect_timeout
         wait = 0.1

@@ -129,6 +129,9 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="number of partitions (default 1)")
     p.add_argument("--placement", choices=["hash", "range"], default=None, help="how vertices go to workers")
     p.add_argument("--run-dir", metavar="URL", help="run directory (any fsspec URL); default runs/JOB-TIMESTAMP")
+    p.add_argument("--resume-if-possible", action=argparse.BooleanOptionalAction, default=None,
+                   help="if --run-dir holds a valid checkpoint of this same job and config, continue from it "
+                        "(a restarted master: Slurm requeue, a Kubernetes restart); on by default with --from-env")
     p.add_argument("--max-supersteps", type=int, default=None, metavar="N")
     p.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S", help="cluster heartbeat period")
     p.add_argument("--worker-timeout", type=float, default=10.0, metavar="S",

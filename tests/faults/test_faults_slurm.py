@@ -45,7 +45,8 @@ class Slurm:
     """munged, slurmctld and slurmd in the foreground, their state and logs under ``root``."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.procs = root, []
+        self.root = root
+        self.procs: list[subprocess.Popen] = []
         self.host = socket.gethostname().split(".")[0]
         (root / "state").mkdir()
         (root / "spool").mkdir()

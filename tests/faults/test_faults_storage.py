@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import uuid
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -22,6 +25,27 @@ from mariana.storage.checkpoint import Checkpoints
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
 GRAPH = Path(__file__).resolve().parents[1] / "engine" / "data" / "small.e"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """``small_disk(kib)``: a fresh tmpfs of that size mounted under ``tmp_path`` (unmounted at
+    the end). A real full disk: short writes, then ENOSPC. Skips where mounting is not allowed."""
+    mounted: list[Path] = []
+
+    def mount(kib: int) -> Path:
+        where = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(where)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip() or done.returncode}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 def _leftovers(folder: Path) -> list[str]:

@@ -89,7 +89,7 @@ class Slurm:
     def _until(self, condition: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
-            dead = [p.args[0] for p in self.procs if p.poll() is not None]
+            dead = [str(p.args[0]) for p in self.procs if p.poll() is not None]  # type: ignore[index]
             if dead or time.monotonic() > deadline:
                 logs = "\n".join(f"--- {f.name}\n{f.read_text()[-1500:]}" for f in sorted(self.root.glob("*.out")))
                 raise AssertionError(f"waiting for {what}: {'exited: ' + ', '.join(dead) if dead else 'timed out'}\n{logs}")

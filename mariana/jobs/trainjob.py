@@ -38,7 +38,7 @@ def schedule_keys(epochs: int, split_over: str) -> tuple[Key, ...]:
     """batch_size, epochs, steps, seed, test_fraction, classes."""
     return (
         Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})", minimum=1),
-        Key("epochs", epochs, "int", "passes over the training set", minimum=1),
+        Key("epochs", epochs, "int", "passes over the training set (0: none, the initial model)", minimum=0),
         Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)", minimum=0),
         Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),

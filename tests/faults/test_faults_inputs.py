@@ -31,8 +31,8 @@ def test_a_diverging_run_finishes_and_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--set", "epochs=-1"], "config key 'epochs' must be >= 1; got -1"),
-    (["--set", "epochs=0"], "config key 'epochs' must be >= 1; got 0"),
+    (["--set", "epochs=-1"], "config key 'epochs' must be >= 0; got -1"),
+    (["--set", "steps=-3"], "config key 'steps' must be >= 0; got -3"),
     (["--set", "checkpoint_every=-5"], "config key 'checkpoint_every' must be >= 0; got -5"),
     (["--set", "keep_checkpoints=0"], "config key 'keep_checkpoints' must be >= 1; got 0"),
     (["--worker-timeout", "0.5", "--heartbeat-interval", "0.5"], "must be longer than the heartbeat interval"),

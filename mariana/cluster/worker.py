@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 __all__ = ["Worker", "GraphBuilder", "EXIT_MASTER_LOST"]
 
 EXIT_MASTER_LOST = 3
+#: The job token a local launch gives its workers in their environment (never on a command
+#: line, which any local user can read): a plaintext master on loopback admits only them.
+TOKEN_VAR = "MARIANA_JOB_TOKEN"
 
 
 #: ``build(job_name, config, workers, placement) -> Graph``: the job's whole graph, as the
@@ -76,13 +79,15 @@ class Worker:
     """One worker process of the cluster runtime."""
 
     def __init__(self, master: str, build: GraphBuilder, host: str = "127.0.0.1", connect_timeout: float = 60.0,
-                 max_message_bytes: int = 1 << 30, security: Any = None, job: str | None = None) -> None:
+                 max_message_bytes: int = 1 << 30, security: Any = None, job: str | None = None,
+                 token: str | None = None) -> None:
         self.master = master
         self.build = build
         self.host = host
         self.connect_timeout = connect_timeout
         self.security = security
         self.want_job = job
+        self.token = token  # a local launch's job token (entry.WorkerSpec.token)
         self.transport = transport_for(master, max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.hostname, self.pid = socket.gethostname(), os.getpid()
@@ -152,7 +157,7 @@ class Worker:
 
     def _join(self, data_ep: str) -> wire.Welcome | None:
         hello = wire.Hello(version=__version__, data=data_ep, pid=self.pid, host=self.hostname,
-                           want_job=self.want_job,
+                           want_job=self.want_job, token=self.token,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         deadline = time.monotonic() + self.connect_timeout
         wait = 0.1

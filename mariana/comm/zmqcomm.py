@@ -209,7 +209,7 @@ def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None) -
     return codec.nbytes(frames)
 
 
-#: ``resolve(identity, frames) -> frames``: what an empty buffer frame stands for (engine/shm.py).
+#: ``resolve(identity, frames) -> frames``: what an empty buffer frame stands for (comm/shm.py).
 Resolver = Callable[[bytes | None, Sequence[Any]], list[Any]]
 
 

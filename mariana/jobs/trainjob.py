@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -39,9 +40,9 @@ OPTIMIZER_KEYS = (
 def schedule_keys(epochs: int, split_over: str) -> tuple[Key, ...]:
     """batch_size, epochs, steps, seed, test_fraction, classes."""
     return (
-        Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})"),
-        Key("epochs", epochs, "int", "passes over the training set"),
-        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
+        Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})", minimum=1),
+        Key("epochs", epochs, "int", "passes over the training set (0: none, the initial model)", minimum=0),
+        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)", minimum=0),
         Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
         Key("classes", 0, "int", "number of classes (0: max label + 1)"),
@@ -221,6 +222,14 @@ def partition_sizes(config: dict[str, Any], ds: Any, parts: int, what: str) -> l
         return [sizes(p).num_params for p in range(parts)]
 
 
+def _number(value: Any) -> float:
+    """A metric as a float (metrics lines hold non-finite values as the strings "nan", "inf")."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,
                     params: list[tuple[str, np.ndarray]], step_prefix: str, layout: str,
                     extra: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -239,6 +248,8 @@ def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job
     for key, value in (extra or {}).items():
         if isinstance(value, dict):
             text += f"{key}: {', '.join(f'{k} {v}' for k, v in value.items())}\n"
-    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
+    text += f"test accuracy {_number(acc):.4f}, test loss {_number(loss):.4f}" if acc is not None else "no evaluation ran"
+    if acc is not None and not (math.isfinite(_number(loss)) and math.isfinite(_number(acc))):
+        text += "\nthe loss is not finite: training diverged (a smaller lr may help)"
     return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss, **(extra or {}),
                   "params": {name: list(p.shape) for name, p in params}}

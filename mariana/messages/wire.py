@@ -100,6 +100,7 @@ class Hello(Wire):
     host: str = "?"
     want_job: str | None = None
     key: str | None = None  # its CURVE public key (z85) in a secure job
+    token: str | None = None  # the job's token (MARIANA_JOB_TOKEN) of a local launch
 
 
 @dataclass
@@ -197,7 +198,7 @@ class Welcome(Wire):
     capture_limit: int = 64 << 20
     peer_keys: list = field(default_factory=list)
     checkpoint_background: bool = True  # write checkpoint parts from a copy while supersteps go on
-    shm: bool = False  # big frames to same-host peers through shared memory (engine/shm.py)
+    shm: bool = False  # big frames to same-host peers through shared memory (comm/shm.py)
     shm_cap_mb: int = 1024
     shm_min_kb: int = 64
 

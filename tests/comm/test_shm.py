@@ -1,4 +1,4 @@
-"""Shared memory between same-host workers (engine/shm.py): allocation, leases released by GC,
+"""Shared memory between same-host workers (comm/shm.py): allocation, leases released by GC,
 growth and fallback at the cap, descriptors, and 2-worker cluster runs with and without it."""
 
 from __future__ import annotations

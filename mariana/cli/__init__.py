@@ -19,6 +19,7 @@ from .data import cmd_data
 from .inspect import cmd_checkpoint, cmd_jobs, cmd_keys, cmd_params, cmd_report, cmd_trace, cmd_ui
 from .parser import build_parser
 from .run import cmd_master_from_env, cmd_run, cmd_worker
+from .sweep import cmd_sweep
 
 __all__ = ["main", "build_parser"]
 
@@ -26,6 +27,7 @@ __all__ = ["main", "build_parser"]
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "jobs": cmd_jobs, "params": cmd_params, "checkpoint": cmd_checkpoint, "trace": cmd_trace,
     "worker": cmd_worker, "keys": cmd_keys, "report": cmd_report, "ui": cmd_ui, "data": cmd_data,
+    "sweep": cmd_sweep,
 }
 
 

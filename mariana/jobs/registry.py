@@ -25,6 +25,9 @@ BUILTIN_JOBS: dict[str, str] = {
     "pagerank": "mariana.jobs.pagerank:JOB",
     "sssp": "mariana.jobs.sssp:JOB",
     "wcc": "mariana.jobs.wcc:JOB",
+    "bfs": "mariana.jobs.bfs:JOB",
+    "cdlp": "mariana.jobs.cdlp:JOB",
+    "lcc": "mariana.jobs.lcc:JOB",
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
@@ -40,6 +43,7 @@ class Key:
     type: str
     help: str
     choices: tuple[Any, ...] | None = None
+    minimum: float | None = None  # the smallest value allowed (numbers)
 
     def check(self, value: Any, where: str) -> Any:
         """The value converted to this key's type, or a ``UsageError``."""
@@ -50,6 +54,8 @@ class Key:
             raise UsageError(f"{where}config key '{self.name}' expects {self.type}, got {type(value).__name__} {value!r}")
         if self.type == "float":
             value = float(value)
+        if self.minimum is not None and value < self.minimum:
+            raise UsageError(f"{where}config key '{self.name}' must be >= {self.minimum:g}; got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise UsageError(f"{where}config key '{self.name}' must be one of {', '.join(map(str, self.choices))}; got {value!r}")
         return value
@@ -57,8 +63,8 @@ class Key:
 
 #: Keys every job accepts: the engine reads them, not the job's build function.
 ENGINE_KEYS = (
-    Key("checkpoint_every", 0, "int", "checkpoint every N supersteps into RUN/checkpoints (0: never)"),
-    Key("keep_checkpoints", 3, "int", "how many committed checkpoints to keep"),
+    Key("checkpoint_every", 0, "int", "checkpoint every N supersteps into RUN/checkpoints (0: never)", minimum=0),
+    Key("keep_checkpoints", 3, "int", "how many committed checkpoints to keep", minimum=1),
     Key("checkpoint_background", True, "bool", "write checkpoints from a copy of the state while supersteps go on "
         "(false: between supersteps, no extra memory)"),
 )

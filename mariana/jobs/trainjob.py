@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -39,9 +40,9 @@ OPTIMIZER_KEYS = (
 def schedule_keys(epochs: int, split_over: str) -> tuple[Key, ...]:
     """batch_size, epochs, steps, seed, test_fraction, classes."""
     return (
-        Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})"),
-        Key("epochs", epochs, "int", "passes over the training set"),
-        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
+        Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})", minimum=1),
+        Key("epochs", epochs, "int", "passes over the training set (0: none, the initial model)", minimum=0),
+        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)", minimum=0),
         Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
         Key("classes", 0, "int", "number of classes (0: max label + 1)"),
@@ -61,7 +62,10 @@ DATA_KEYS = (
                                    "(MARIANA_CACHE, default ~/.cache/mariana), its published checksum checked"),
 )
 
-_LAST_DATASET: list[tuple[str, Any]] = []
+#: A cache, and the only module-level state of the training jobs: the last data set opened in
+#: this process, by its data keys (the build and the finisher of one run share it; a forked
+#: worker inherits what the launcher loaded). One entry, so memory holds one data set at most.
+_DATASET_CACHE: list[tuple[str, Any]] = []
 
 
 def _in_memory(data: str) -> bool:
@@ -85,8 +89,8 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
     """
     data_keys = ("data", "test_fraction", "seed", "classes", "shuffle_buffer", "verify_data", "download")
     key = json.dumps([images, *(config.get(k) for k in data_keys)])
-    if _LAST_DATASET and _LAST_DATASET[0][0] == key:
-        return _LAST_DATASET[0][1]
+    if _DATASET_CACHE and _DATASET_CACHE[0][0] == key:
+        return _DATASET_CACHE[0][1]
     data = config["data"]
     ds: Dataset | StreamedDataset
     if _in_memory(data):
@@ -109,7 +113,7 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
         if config.get("shuffle_buffer", 1) < 1:
             raise UsageError(f"config key 'shuffle_buffer' must be >= 1, got {config['shuffle_buffer']}")
         ds = StreamedDataset(shards, config.get("shuffle_buffer", 8192))
-    _LAST_DATASET[:] = [(key, ds)]
+    _DATASET_CACHE[:] = [(key, ds)]
     return ds
 
 
@@ -218,6 +222,14 @@ def partition_sizes(config: dict[str, Any], ds: Any, parts: int, what: str) -> l
         return [sizes(p).num_params for p in range(parts)]
 
 
+def _number(value: Any) -> float:
+    """A metric as a float (metrics lines hold non-finite values as the strings "nan", "inf")."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,
                     params: list[tuple[str, np.ndarray]], step_prefix: str, layout: str,
                     extra: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -236,6 +248,8 @@ def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job
     for key, value in (extra or {}).items():
         if isinstance(value, dict):
             text += f"{key}: {', '.join(f'{k} {v}' for k, v in value.items())}\n"
-    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
+    text += f"test accuracy {_number(acc):.4f}, test loss {_number(loss):.4f}" if acc is not None else "no evaluation ran"
+    if acc is not None and not (math.isfinite(_number(loss)) and math.isfinite(_number(acc))):
+        text += "\nthe loss is not finite: training diverged (a smaller lr may help)"
     return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss, **(extra or {}),
                   "params": {name: list(p.shape) for name, p in params}}

@@ -48,7 +48,8 @@ class DataLedger:
 class GroupCoordinator(Vertex):
     """Group ``group``'s coordinator: mini-batches out to the workers, loss in, counters."""
 
-    static_attributes = ("source",)
+    state_fields = (*Vertex.state_fields, "batch_size", "depth", "group", "groups", "log_samples", "position", "served",
+                    "shard_size", "total_steps", "trained", "workers")  # not the data source: rebuilt
 
     def __init__(self, id: str, group: int, groups: int, workers: list[str], source: Any,
                  batch_size: int, total_steps: int, depth: int = 2, log_samples: bool = False) -> None:

@@ -156,7 +156,8 @@ class DataReader(Vertex):
     so a resume continues mid-epoch exactly.
     """
 
-    static_attributes = ("source",)  # data and caches: rebuilt, never checkpointed
+    state_fields = (*Vertex.state_fields, "ahead", "global_batch", "local", "position", "rank", "replica",
+                    "total_steps")  # not the data source and its caches: rebuilt, never checkpointed
 
     def __init__(self, id: str, replica: str, source: Any, batch_size: int, replicas: int,
                  rank: int, total_steps: int, ahead: int = 1) -> None:
@@ -214,7 +215,7 @@ class InputReader(Vertex):
     """Storage -> raw samples: for every requested step, the group's share of the global batch,
     as stored (no decoding), sent to the group's ``Preprocess`` vertex."""
 
-    static_attributes = ("source",)
+    state_fields = (*Vertex.state_fields, "global_batch", "group", "local", "position", "preprocess", "total_steps")
 
     def __init__(self, id: str, preprocess: str, source: Any, batch_size: int, groups: int,
                  group: int, total_steps: int) -> None:
@@ -243,6 +244,8 @@ class Preprocess(Vertex):
     when or where a batch is decoded (pipelined or not, any placement or number of groups, after
     a rollback).
     """
+
+    state_fields = (*Vertex.state_fields, "augment", "batch_size", "consumers", "crop", "mean", "scale", "seed", "std")
 
     def __init__(self, id: str, consumers: list[str], scale: float, mean: float, std: float, augment: bool,
                  crop: int, seed: int, batch_size: int) -> None:

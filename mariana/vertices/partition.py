@@ -163,8 +163,12 @@ class PartitionVertex(SyncedMember, Vertex):
     run forward on this group's share of the test set.
     """
 
-    static_attributes = ("plan", "xp", "topology", "x_test", "y_test", "loss_layer", "stage_offsets", "buckets",
-                         "on_send_buffers")
+    state_fields = (*Vertex.state_fields, "act", "awaiting", "backward", "batches", "block", "counters", "depth",
+                    "device", "eval_due", "flat", "grad", "group", "groups", "labels", "member_ids", "members",
+                    "mine", "next_bucket", "params_fresh", "params_ready", "part", "parts", "peers",
+                    "pending_params", "phase", "pieces", "rank", "report_to", "requested", "requests", "scale",
+                    "sent_bytes", "shards", "stage", "stats_kind", "step", "steps_per_epoch", "sync_bytes",
+                    "total_steps", "tree_stats", "tree_waiting")
 
     def __init__(self, id: str, group: int, groups: int, plan: PartitionPlan, peers: list[str], members: list[str],
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, total_steps: int,

@@ -74,7 +74,10 @@ def aggregate_eval(ctx: Context, sums: tuple[float, int, int]) -> None:
 class ReplicaVertex(SyncedMember, Vertex):
     """A whole model on one device: forward and backward of one step in one ``compute``."""
 
-    static_attributes = ("x_test", "y_test", "model", "xp", "topology", "offsets", "buckets", "on_send_buffers")
+    state_fields = (*Vertex.state_fields, "ahead", "batches", "block", "device", "flat", "grad", "grad_spare",
+                    "incoming", "member_ids", "members", "next_bucket", "opt_state", "own_stats", "params_fresh",
+                    "params_ready", "pending_params", "rank", "reader", "scale", "shards", "stats_kind", "step",
+                    "steps_per_epoch", "sync_bytes", "total_steps", "tree_stats", "tree_waiting")
 
     def __init__(self, id: str, rank: int, replica_ids: list[str], make_model: Callable[[], Any], reader: str,
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, scale: float,

@@ -81,7 +81,7 @@ register(NamedDataset(
         "t10k-labels-idx1-ubyte": "42bd18137a62d5998cdeae52bf3a0676ac6b706f5cf8439b47bb5b151ae3dccf"}),
     _IDX_NEEDED, "dataset-fashion-mnist",
     defaults={"dnn-dp": {"epochs": 10, "batch_size": 128, "lr": 0.05},
-              "cnn-hybrid": {"epochs": 3, "batch_size": 64, "lr": 0.02},
+              "cnn-hybrid": {"epochs": 5, "batch_size": 64, "lr": 0.02},
               "cpu-cluster": {"epochs": 10, "batch_size": 128, "lr": 0.05}}))
 register(NamedDataset(
     "mnist", "idx",

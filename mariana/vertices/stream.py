@@ -15,8 +15,10 @@ global batch ``B``:
 
 Because a batch is sorted by storage position before it is split, consumer ``r`` of ``N`` takes
 about the ``r``-th ``1/N`` of each window's bytes: a reader loads only the rows its consumer
-trains on, as byte ranges of the shards (``Split.read_rows``), one window at a time, and a
-background thread loads the next window while this one is served. Memory per reader is about
+trains on, as byte ranges of the shards (``Split.read_rows``), one window at a time; for shards
+off the local disk (object stores, HTTP) a background thread loads the next window while this
+one is served (on a local disk the page cache serves a window in milliseconds, and a thread
+measured slower: it contends for the GIL with the superstep). Memory per reader is about
 two windows' share of one consumer, whatever the size of the data set. The reader's position
 is a function of the step, so a checkpoint that records the step resumes mid-epoch exactly.
 
@@ -35,6 +37,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..storage.shards import local_path
 from .shards import ShardSet, Split
 
 __all__ = ["InMemorySource", "StreamOrder", "StreamSource", "TestStream", "StreamedDataset"]
@@ -157,7 +160,9 @@ class StreamSource:
     """
 
     def __init__(self, split: Split, seed: int, global_batch: int, buffer: int, decode: float | None,
-                 prefetch: bool = True, total_steps: int = 0) -> None:
+                 prefetch: bool | None = None, total_steps: int = 0) -> None:
+        if prefetch is None:  # a thread hides remote latency; on a local disk (page cache) it only contends for the GIL
+            prefetch = any(local_path(s.url) is None for s in split.shards)
         self.split, self.decode, self.prefetch, self.total_steps = split, decode, prefetch, total_steps
         self.order = StreamOrder(split, seed, global_batch, buffer)
         self.size = self.order.size

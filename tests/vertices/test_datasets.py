@@ -271,6 +271,10 @@ def test_shards_on_an_fsspec_url_train_like_local_ones(tmp_path):
         got = np.concatenate([src.rows(s, 0, 32)[1] for s in range(8)])
         assert np.array_equal(np.sort(src.order.batch_ids(0)), src.order.batch_ids(0))
         assert np.array_equal(np.bincount(got, minlength=4), np.bincount(y[:256], minlength=4))  # one epoch
+        ahead = StreamSource(ss.train, 1, 32, 64, None)  # off the local disk: the next window on a thread
+        assert ahead.prefetch and not StreamSource(open_shards(str(tmp_path_shards(tmp_path))).train, 1, 32, 64, None).prefetch
+        for s in range(12):  # the same rows, prefetched or not
+            assert all(np.array_equal(a, b) for a, b in zip(ahead.rows(s, 0, 32), src.rows(s, 0, 32)))
     finally:
         fsspec.filesystem("memory").rm("/mariana-test", recursive=True)
 
@@ -290,3 +294,10 @@ def test_cifar10_by_name_from_its_batches_in_a_data_dir(tmp_path, monkeypatch):
     first = np.frombuffer((batches / "data_batch_1.bin").read_bytes(), np.uint8).reshape(-1, 3073)[0]
     x, y = ss.train.read_rows(0, 0, 1)
     assert y[0] == first[0] and np.array_equal(x[0].ravel(), first[1:])
+
+
+def tmp_path_shards(tmp_path: Path) -> Path:
+    d = tmp_path / "local"
+    if not d.exists():
+        write_shards(str(d), synthetic(64), None, shard_mb=0.01)
+    return d

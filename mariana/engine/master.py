@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .. import __version__
-from ..errors import MarianaError, ProtocolError, StorageError, VertexError
+from ..errors import MarianaError, ProtocolError, StorageError, UsageError, VertexError
 from ..messages.kinds import Kind
 from ..messages import wire
 from ..messages.wire import DropCounter
@@ -450,6 +450,8 @@ class Master:
             pass
 
     def _worker_error(self, w: WorkerInfo, h: wire.Error) -> None:
+        if h.where == "input":
+            raise UsageError(h.message)
         if h.where == "compute":
             raise VertexError(str(h.vertex), self.current if h.ss is None else h.ss,
                               f"{h.message} (on {w.describe()})", h.traceback)

@@ -70,6 +70,19 @@ def _parse_numeric(text: str, url: str) -> EdgeList | None:
     on every line that is not blank. 10x faster than ``_parse_lines``, with the same result;
     None for anything else (string ids, a bad line, ...): ``_parse_lines`` handles it, and
     names the line of any error."""
+    table = numeric_table(text)
+    if table is None:
+        return None
+    names, _, pairs, weight, lineno = table
+    return EdgeList(url, names.tolist(), pairs[:, 0].copy(), pairs[:, 1].copy(), weight, lineno)
+
+
+NumericTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def numeric_table(text: str) -> NumericTable | None:
+    """``_parse_numeric`` as arrays: (ids as str in string order, the same ids as int64, edges as
+    (m, 2) ranks into them, weights, line numbers); None where the line parser must decide."""
     if not text.isascii():
         return None
     if "#" in text:
@@ -123,8 +136,7 @@ def _parse_numeric(text: str, url: str) -> EdgeList | None:
     rank[order] = np.arange(len(order))
     pairs = rank[inverse].reshape(-1, 2)
     lineno = np.flatnonzero(per_line) + 1
-    return EdgeList(url, names[order].tolist(), pairs[:, 0].copy(), pairs[:, 1].copy(),
-                    weight.astype(np.float64), lineno.astype(np.int64))
+    return names[order], unique[order], pairs, weight.astype(np.float64), lineno.astype(np.int64)
 
 
 def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

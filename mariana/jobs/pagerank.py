@@ -31,7 +31,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
                                summarize=summarize, fmt=fmt_float)
         g.master_compute = loaded_pagerank_master(config["tol"])
     else:
-        edges = load_edges(config["graph"])
+        edges = load_edges(config["graph"], config.get("vertices"))
         g = build_graph("pagerank", edges, bctx, config["mode"],
                         lambda vid, adj: PageRankVertex(vid, adj, d, it, l1), None)  # type: ignore[arg-type]
         g.master_compute = pagerank_master(config["tol"])

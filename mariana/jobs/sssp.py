@@ -42,7 +42,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
 
 
 def _vertex_graph(config: dict[str, Any], bctx: BuildContext, source: str) -> Graph:
-    edges = load_edges(config["graph"])
+    edges = load_edges(config["graph"], config.get("vertices"))
     negative = np.flatnonzero(edges.weight < 0)
     if negative.size:
         e = int(negative[0])

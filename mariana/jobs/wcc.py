@@ -26,7 +26,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     if config["mode"] == "block":
         g = build_loaded_graph("wcc", config, bctx, WCCLoaded, undirected=True, summarize=_summarize)
     else:
-        edges = load_edges(config["graph"]).undirected()
+        edges = load_edges(config["graph"], config.get("vertices")).undirected()
         g = build_graph("wcc", edges, bctx, config["mode"], WCCVertex, None)  # type: ignore[arg-type]
     g.add_combiner("min")
     g.add_aggregator("updated", "sum")

@@ -114,6 +114,8 @@ def read_text_split(split: Split) -> bytes:
                 if nl < 0:
                     return b""
                 data = data[nl + 1:]
+                if not data:  # the next line starts at ``end``: the next split's
+                    return b""
             if not data.endswith(b"\n"):  # finish the last line, which may run into the next split
                 tail = [data]
                 while True:

@@ -180,8 +180,10 @@ class GraphLoader:
     def _table_chunk(self, split: Split) -> _Chunk:
         t = read_table_split(split)
         src, dst = t["src"], t["dst"]
-        if src.dtype.kind not in "iu" or dst.dtype.kind not in "iu":
-            raise UsageError(f"{split.url}: 'src' and 'dst' must be integer arrays, found {src.dtype} and {dst.dtype}")
+        for a in (src, dst):  # a (rows, 3) float table holds its ids as floats: whole numbers only
+            if a.dtype.kind not in "iuf" or (a.dtype.kind == "f" and not (
+                    np.isfinite(a).all() and (a == np.floor(a)).all() and (np.abs(a) < 2.0 ** 53).all())):
+                raise UsageError(f"{split.url}: vertex ids must be integers, found {a.dtype} values that are not")
         ids = np.stack([src.astype(np.int64), dst.astype(np.int64)], axis=1)
         unique, inverse = np.unique(ids.reshape(-1), return_inverse=True)
         names = unique.astype(str)

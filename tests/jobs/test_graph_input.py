@@ -232,3 +232,31 @@ def test_each_block_holds_only_its_own_vertices_and_edges(tmp_path):
         assert b.g is not None and not hasattr(b, "sub")
         assert len(b.g.indptr) == len(b.g.own) + 1
         assert b.g.own.dtype == np.int64
+
+
+# ----------------------------------------------------------------------------------------------
+# binary edge tables
+# ----------------------------------------------------------------------------------------------
+def test_npy_and_npz_edge_tables_give_the_text_results(capsys, tmp_path):
+    rnd = np.random.default_rng(9)
+    src, dst = rnd.integers(0, 400, 3000), rnd.integers(0, 450, 3000)
+    weight = rnd.integers(1, 20, 3000) / 4
+    (tmp_path / "g.e").write_text("".join(f"{a} {b} {w!r}\n" for a, b, w in zip(src.tolist(), dst.tolist(), weight.tolist())))
+    np.save(tmp_path / "g.npy", np.stack([src, dst, weight], axis=1))  # one float table
+    np.savez(tmp_path / "g.npz", src=src.astype(np.int32), dst=dst, weight=weight)
+    np.savez_compressed(tmp_path / "gc.npz", src=src, dst=dst, weight=weight)
+    source = str(src[0])
+    for job, sets in (("sssp", (f"source={source}",)), ("wcc", ()), ("pagerank", ("iterations=20", "tol=0"))):
+        outs = {}
+        for name in ("g.e", "g.npy", "g.npz", "gc.npz"):
+            out = tmp_path / f"{job}-{name}.tsv"
+            rc, err = run(capsys, job, tmp_path / name, out, *sets, "split_mb=0.004", workers=3)
+            assert rc == 0, err
+            outs[name] = out.read_text()
+        assert len({*outs.values()}) == 1, job
+
+
+def test_a_table_with_fractional_ids_is_refused(capsys, tmp_path):
+    np.save(tmp_path / "g.npy", np.array([[1.0, 2.0, 1.0], [2.5, 3.0, 1.0]]))
+    rc, err = run(capsys, "wcc", tmp_path / "g.npy", tmp_path / "o.tsv", workers=2)
+    assert rc == 2 and "g.npy: vertex ids must be integers" in err

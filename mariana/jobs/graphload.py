@@ -105,6 +105,18 @@ class _Chunk:
     weight: np.ndarray | None
 
 
+def _sorted_unique(a: np.ndarray, presorted: bool = False) -> np.ndarray:
+    """The distinct values of ``a``, sorted (by sorting: numpy's hash-based ``unique`` is slower here)."""
+    if not presorted:
+        a = np.sort(a)
+    if a.size == 0:
+        return a
+    keep = np.empty(a.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 class GraphLoader:
     """Loads one worker's part of a graph in ``LOAD_STEPS`` supersteps; writes its results."""
 
@@ -285,14 +297,18 @@ class GraphLoader:
         src, dst = cat("src", True), cat("dst", True)
         dblk = cat("do", dtype=np.int16)
         weight = cat("w", dtype=np.float64) if self.spec.weights else None
-        own = np.unique(np.concatenate([src, cat("ann", True)]))
-        order = np.lexsort((weight, dst, src) if weight is not None else (dst, src))
+        # rows by source; the order inside a row changes no result (every algorithm re-sorts or
+        # takes minima), so one unstable sort does (sorting is deterministic: same input, same order)
+        order = np.argsort(src)
         src, dst, dblk = src[order], dst[order], dblk[order]
         if weight is not None:
             weight = weight[order]
+        del order
+        own = _sorted_unique(np.concatenate([_sorted_unique(src, presorted=True), cat("ann", True)]))
         indptr = np.append(np.searchsorted(src, own), len(src)).astype(np.int64)
+        del src
         ctx.aggregate("load_vertices", len(own))
-        ctx.aggregate("load_edges", len(src))
+        ctx.aggregate("load_edges", len(dst))
         return LocalGraph(own, indptr, dst, dblk, weight, self.blocks)
 
     def step(self, ctx: Context, messages: list[Message]) -> LocalGraph | None:
@@ -314,9 +330,9 @@ class GraphLoader:
         if not self.spec.output:
             return {"ids": ids.tolist(), "values": vals.tolist() if labels else vals}
         url = part_url(self.spec.output, self.index)
-        fmt = self.fmt
+        line = "{}\t{!r}\n" if vals.dtype.kind == "f" else "{}\t{}\n"  # repr(float): as fmt_float
         try:
-            write_text(url, "".join([f"{i}\t{fmt(v)}\n" for i, v in zip(ids.tolist(), vals.tolist())]))
+            write_text(url, "".join(map(line.format, ids.tolist(), vals.tolist())))
         except StorageError as exc:  # reported by the job's finish, with every other part discarded
             return {"part": url, "error": str(exc)}
         return {"part": url, "rows": len(ids), "summary": self.summarize(ids, vals)}

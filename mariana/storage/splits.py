@@ -60,6 +60,8 @@ def list_inputs(url: str) -> list[tuple[str, int]]:
         raise UsageError(f"cannot read graph input {url}: {exc}") from None
     if not files:
         raise UsageError(f"graph input {url} has no files")
+    if len(paths) == 1 and paths[0] == path:  # one file: keep the user's spelling (messages name it)
+        return [(url, files[0][1])]
     return [(_unstrip(proto, fs, p), size) for p, size in files]
 
 

@@ -102,6 +102,14 @@ def _concat(messages: list[Message], key: str, dtype: Any = None, keys: bool = F
     return np.concatenate(parts)
 
 
+def _in_order(dst: np.ndarray, src: np.ndarray) -> bool:
+    """Whether (dst, src) pairs are sorted already."""
+    if dst.size < 2:
+        return True
+    up, same = dst[1:] > dst[:-1], dst[1:] == dst[:-1]
+    return bool(np.all(up | (same & (src[1:] >= src[:-1]))))
+
+
 def group_min(rows: np.ndarray, vals: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Lower ``current[r]`` to the smallest of ``vals`` sent to row ``r``; the rows that went down."""
     if rows.size == 0:
@@ -211,12 +219,16 @@ class PageRankLoaded(LoadedBlock):
         assert g is not None
         self.value = np.zeros(len(g.own))
         self.outdeg = np.diff(g.indptr)
-        rows = g.src_rows()
-        for b in np.unique(g.dst_block).tolist():
-            sel = np.flatnonzero(g.dst_block == b)
-            dst, src = g.dst[sel], g.own[rows[sel]]
-            order = np.lexsort((src, dst))  # in the receiver's summation order already
-            self.routes.append((g.blocks[b], rows[sel[order]], pack_keys(dst[order]), pack_keys(src[order])))
+        rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
+        single = len(g.blocks) == 1
+        for b in range(len(g.blocks)):
+            sel = np.arange(len(g.dst)) if single else np.flatnonzero(g.dst_block == b)
+            if not sel.size:
+                continue
+            dst = g.dst[sel]
+            order = np.argsort(dst, kind="stable")  # by (dst, src): the receiver's summation order
+            rows_b = rows[sel[order]]
+            self.routes.append((g.blocks[b], rows_b, pack_keys(dst[order]), pack_keys(g.own[rows_b])))
         # the structure travels once (step 0); then only values: drop the edge arrays
         g.dst, g.dst_block, g.weight = g.dst[:0], g.dst_block[:0], None
 
@@ -233,9 +245,11 @@ class PageRankLoaded(LoadedBlock):
             if self.dpos is None:  # the first contributions carry the structure: fix the sum order once
                 dst = _concat(messages, "dst", keys=True)
                 src = _concat(messages, "src", keys=True)
-                perm = np.lexsort((src, dst))
-                self.dpos = g.local(dst[perm])
-                self.perm = None if np.array_equal(perm, np.arange(perm.size)) else perm
+                if _in_order(dst, src):  # one sending block (or runs that happen to merge in place)
+                    self.perm, self.dpos = None, g.local(dst)
+                else:
+                    perm = np.lexsort((src, dst))
+                    self.perm, self.dpos = perm, g.local(dst[perm])
             vals = _concat(messages, "val", np.float64)
             if self.perm is not None:
                 vals = vals[self.perm]

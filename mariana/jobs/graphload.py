@@ -35,6 +35,8 @@ from ..storage.parts import part_url
 
 __all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
 
+#: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
+PIECE = 8 << 20
 #: Integer ids up to this many characters (with the sign) are coded as int64 keys.
 MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
@@ -137,7 +139,7 @@ class GraphLoader:
         split_bytes = min(int(spec.split_mb * (1 << 20)), max(math.ceil(text_bytes / w), 1))
         splits = make_splits(files, split_bytes)
         for _, split in assigned(splits, self.index, w):
-            self.chunks.append(self._parse_split(split))
+            self.chunks.extend(self._parse_split(split))
         if spec.vertices:
             vsplits = make_splits(list_inputs(spec.vertices), int(spec.split_mb * (1 << 20)))
             for _, split in assigned(vsplits, self.index, w):
@@ -156,25 +158,44 @@ class GraphLoader:
             ctx.aggregate("load_lo", int(min(v.min() for v in vals)))
             ctx.aggregate("load_hi", int(max(v.max() for v in vals)))
 
-    def _parse_split(self, split: Split) -> _Chunk:
-        spec = self.spec
+    def _parse_split(self, split: Split) -> list[_Chunk]:
+        """The edges of one split, parsed in pieces of at most ``PIECE`` bytes (cut at line ends),
+        so the parser's temporaries stay small whatever the split size."""
         if split.kind in ("npy", "npz"):
-            return self._table_chunk(split)
+            return [self._table_chunk(split)]
         raw = read_text_split(split)
+        chunks, at = [], 0
+        while at < len(raw):
+            stop = raw.rfind(b"\n", at, at + PIECE) + 1 if at + PIECE < len(raw) else len(raw)
+            if stop <= at:  # one line longer than a piece
+                stop = raw.find(b"\n", at + PIECE) + 1 or len(raw)
+            chunks.append(self._parse_piece(split, raw, at, stop))
+            at = stop
+        return chunks
+
+    def _parse_piece(self, split: Split, raw: bytes, start: int, stop: int) -> _Chunk:
+        spec = self.spec
+
+        def lines_above() -> int:  # only to name a line: how many lines of the file come before
+            return lines_before(split) + raw.count(b"\n", 0, start)
+
+        piece = raw[start:stop]
         try:
-            text = raw.decode("utf-8")
+            text = piece.decode("utf-8")
         except UnicodeDecodeError as exc:
-            line = lines_before(split) + raw[:exc.start].count(b"\n") + 1
+            line = lines_above() + piece[:exc.start].count(b"\n") + 1
             raise UsageError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})") from None
+        del piece
         table = numeric_table(text)
         if table is not None:
             names, values, pairs, weight, lineno = table
-            chunk = _Chunk(split, names, values, pairs, weight)
+            small = pairs.astype(np.int32) if len(names) < 2 ** 31 else pairs
+            chunk = _Chunk(split, names, values, small, weight)
         else:
             try:
                 el = _parse_lines(text, split.url)
             except UsageError:  # name the line by its number in the whole file
-                _parse_lines("\n" * lines_before(split) + text, split.url)
+                _parse_lines("\n" * lines_above() + text, split.url)
                 raise
             names = np.array(el.ids, dtype=str) if el.ids else np.empty(0, dtype="U1")
             chunk = _Chunk(split, names, None, np.stack([el.src, el.dst], axis=1), el.weight)
@@ -183,7 +204,7 @@ class GraphLoader:
             bad = np.flatnonzero(chunk.weight < 0)
             if bad.size:
                 e = int(bad[0])
-                line = lines_before(split) + int(lineno[e])
+                line = lines_above() + int(lineno[e])
                 raise UsageError(f"{split.url}:{line}: negative weight {chunk.weight[e]:g} (sssp needs weights >= 0)")
         if not spec.weights:
             chunk.weight = None

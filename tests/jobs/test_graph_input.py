@@ -260,3 +260,22 @@ def test_a_table_with_fractional_ids_is_refused(capsys, tmp_path):
     np.save(tmp_path / "g.npy", np.array([[1.0, 2.0, 1.0], [2.5, 3.0, 1.0]]))
     rc, err = run(capsys, "wcc", tmp_path / "g.npy", tmp_path / "o.tsv", workers=2)
     assert rc == 2 and "g.npy: vertex ids must be integers" in err
+
+
+def test_splits_parsed_in_small_pieces_give_the_same_bytes_and_line_numbers(capsys, tmp_path, monkeypatch):
+    import mariana.jobs.graphload as graphload
+
+    rg = RandomGraph(45, 200, 3)
+    (tmp_path / "g.e").write_text(rg.text)
+    want = tmp_path / "want.tsv"
+    assert run(capsys, "wcc", tmp_path / "g.e", want, "mode=vertex")[0] == 0
+    monkeypatch.setattr(graphload, "PIECE", 50)  # a few lines per piece (and lines longer than one)
+    got = tmp_path / "got.tsv"
+    assert run(capsys, "wcc", tmp_path / "g.e", got, "split_mb=0.001", workers=2)[0] == 0
+    assert got.read_text() == want.read_text()
+    lines = rg.text.splitlines()
+    bad = len(lines) - 7
+    lines[bad] = "a b c d"
+    (tmp_path / "bad.e").write_text("\n".join(lines) + "\n")
+    rc, err = run(capsys, "wcc", tmp_path / "bad.e", got, "split_mb=0.001", workers=2)
+    assert rc == 2 and f"bad.e:{bad + 1}: expected" in err

@@ -8,6 +8,7 @@ single-file, one-worker and vertex-mode results byte for byte.
 from __future__ import annotations
 
 import gzip
+import time
 import io
 import random
 import uuid
@@ -279,3 +280,40 @@ def test_splits_parsed_in_small_pieces_give_the_same_bytes_and_line_numbers(caps
     (tmp_path / "bad.e").write_text("\n".join(lines) + "\n")
     rc, err = run(capsys, "wcc", tmp_path / "bad.e", got, "split_mb=0.001", workers=2)
     assert rc == 2 and f"bad.e:{bad + 1}: expected" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# long loads and the failure detector
+# ----------------------------------------------------------------------------------------------
+def test_the_master_reads_no_graph_to_build_the_job(tmp_path, monkeypatch):
+    import mariana.jobs.graphload as graphload
+
+    (tmp_path / "g.e").write_text("1 2\n2 3\n")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the build read the graph")
+
+    for name in ("read_text_split", "read_table_split", "numeric_table", "_parse_lines"):
+        monkeypatch.setattr(graphload, name, refuse)
+    for job in ("pagerank", "wcc", "sssp"):
+        j = get_job(job)
+        sets = [f"graph={tmp_path / 'g.e'}"] + (["source=1"] if job == "sssp" else [])
+        g = j.build(resolve_config(j, None, sets), BuildContext(workers=3))
+        assert len(g) == 3  # one lazy block per worker, nothing loaded
+
+
+@pytest.mark.slow
+def test_a_load_longer_than_worker_timeout_is_not_a_lost_worker(tmp_path):
+    from mariana.jobs.launch import run_job
+    import slow_graph_input
+
+    rg = RandomGraph(46, 150, 2)
+    (tmp_path / "g.e").write_text(rg.text)
+    sets = ["iterations=3", "tol=0"]
+    want = run_job("pagerank", sets=[f"graph={tmp_path / 'g.e'}", *sets], workers=2, runtime="local")
+    t0 = time.monotonic()
+    got = run_job("slow_graph_input:JOB", sets=[f"graph=slowfile://{tmp_path / 'g.e'}", *sets], workers=2,
+                  runtime="cluster", worker_timeout=1.0, heartbeat_interval=0.1)
+    assert time.monotonic() - t0 > slow_graph_input.SLEEP_S  # the load did outlast worker_timeout
+    assert {k: v["values"].tolist() for k, v in got.values.items()} == \
+        {k: v["values"].tolist() for k, v in want.values.items()}

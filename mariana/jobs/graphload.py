@@ -36,7 +36,7 @@ from ..storage.parts import part_url
 __all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
-PIECE = 8 << 20
+PIECE = 4 << 20
 #: Integer ids up to this many characters (with the sign) are coded as int64 keys.
 MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)

@@ -130,6 +130,7 @@ class GraphLoader:
         self.chunks: list[_Chunk] = []
         self.numeric = True
         self.width = 1
+        self.parsed = False
 
     # -- superstep 0 ---------------------------------------------------------------------------
     def _parse(self, ctx: Context) -> None:
@@ -334,7 +335,11 @@ class GraphLoader:
 
     def step(self, ctx: Context, messages: list[Message]) -> LocalGraph | None:
         s = ctx.superstep
+        if s > 0 and not self.parsed:
+            raise UsageError(f"cannot resume {ctx.vertex_id} from a checkpoint taken while it was loading its graph "
+                             f"(superstep {s - 1} < {LOAD_STEPS}): run the job again from the start")
         if s == 0:
+            self.parsed = True
             self._parse(ctx)
         elif s == 1:
             self._route(ctx)

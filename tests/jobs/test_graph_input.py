@@ -317,3 +317,15 @@ def test_a_load_longer_than_worker_timeout_is_not_a_lost_worker(tmp_path):
     assert time.monotonic() - t0 > slow_graph_input.SLEEP_S  # the load did outlast worker_timeout
     assert {k: v["values"].tolist() for k, v in got.values.items()} == \
         {k: v["values"].tolist() for k, v in want.values.items()}
+
+
+def test_resuming_from_a_checkpoint_taken_while_loading_says_so(capsys, tmp_path):
+    (tmp_path / "g.e").write_text("1 2\n2 3\n3 1\n")
+    run_dir = tmp_path / "run"
+    argv = ["run", "pagerank", "--set", f"graph={tmp_path / 'g.e'}", "--set", "checkpoint_every=1",
+            "--set", "iterations=3", "--set", "tol=0", "--run-dir", str(run_dir), "--max-supersteps", "2"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint taken while it was loading" in err and "Traceback" not in err

@@ -329,9 +329,18 @@ class GraphLoader:
         own = _sorted_unique(np.concatenate([_sorted_unique(src, presorted=True), cat("ann", True)]))
         indptr = np.append(np.searchsorted(src, own), len(src)).astype(np.int64)
         del src
+        # destinations: int32 slots into the distinct destination keys (8 + 2 bytes per target, not per edge)
+        by_dst = np.argsort(dst, kind="stable")
+        ds = dst[by_dst]
+        new = np.ones(ds.size, dtype=bool)
+        new[1:] = ds[1:] != ds[:-1]
+        targets, target_block = ds[new], dblk[by_dst][new]
+        slot = np.empty(ds.size, dtype=np.int32 if targets.size < 2 ** 31 else np.int64)
+        slot[by_dst] = np.cumsum(new) - 1
+        del ds, by_dst, dblk
         ctx.aggregate("load_vertices", len(own))
         ctx.aggregate("load_edges", len(dst))
-        return LocalGraph(own, indptr, dst, dblk, weight, self.blocks)
+        return LocalGraph(own, indptr, slot, targets, target_block, weight, self.blocks)
 
     def step(self, ctx: Context, messages: list[Message]) -> LocalGraph | None:
         s = ctx.superstep

@@ -34,14 +34,16 @@ INF = float("inf")
 
 @dataclass
 class LocalGraph:
-    """One block's vertices (``own``: sorted keys), their out-edges in CSR form (``dst`` keys,
-    ``dst_block``: the block owning each destination, ``weight`` or None) and ``blocks``, the
-    engine vertex id of every block. ``n`` (all vertices of the graph) is known one step later."""
+    """One block's vertices (``own``: sorted keys) and their out-edges in CSR form: each edge's
+    destination as an int32 ``slot`` into ``targets`` (the distinct destination keys, sorted) and
+    ``target_block`` (the block owning each), ``weight`` per edge or None; ``blocks``: the engine
+    vertex id of every block. ``n`` (all vertices of the graph) is known one step later."""
 
     own: np.ndarray
     indptr: np.ndarray
-    dst: np.ndarray
-    dst_block: np.ndarray
+    slot: np.ndarray
+    targets: np.ndarray
+    target_block: np.ndarray
     weight: np.ndarray | None
     blocks: list[str]
     n: int = -1
@@ -64,7 +66,8 @@ class LocalGraph:
         return offsets + np.arange(total)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.own, self.indptr, self.dst, self.dst_block, self.weight) if a is not None)
+        arrays = (self.own, self.indptr, self.slot, self.targets, self.target_block, self.weight)
+        return sum(a.nbytes for a in arrays if a is not None)
 
 
 class GraphIO(Protocol):
@@ -102,6 +105,11 @@ def _concat(messages: list[Message], key: str, dtype: Any = None, keys: bool = F
     return np.concatenate(parts)
 
 
+def _int32(a: np.ndarray) -> np.ndarray:
+    """``a`` as int32 where its values fit (index arrays held for the whole job: half the bytes)."""
+    return a.astype(np.int32) if a.size and a.max() < 2 ** 31 else a
+
+
 def _in_order(dst: np.ndarray, src: np.ndarray) -> bool:
     """Whether (dst, src) pairs are sorted already."""
     if dst.size < 2:
@@ -114,6 +122,12 @@ def group_min(rows: np.ndarray, vals: np.ndarray, current: np.ndarray) -> np.nda
     """Lower ``current[r]`` to the smallest of ``vals`` sent to row ``r``; the rows that went down."""
     if rows.size == 0:
         return rows
+    if vals.dtype.kind in "iuf":  # numbers: one unbuffered minimum, no sort
+        best = current.copy()
+        np.minimum.at(best, rows, vals)
+        r = np.flatnonzero(best < current)
+        current[r] = best[r]
+        return r
     order = np.lexsort((vals, rows))
     r, v = rows[order], vals[order]
     first = np.ones(r.size, dtype=bool)
@@ -125,19 +139,26 @@ def group_min(rows: np.ndarray, vals: np.ndarray, current: np.ndarray) -> np.nda
     return r
 
 
-def _send_min(ctx: Context, g: LocalGraph, e: np.ndarray, val: np.ndarray, key: str) -> None:
-    """Send, per destination block, the smallest value for each destination of edges ``e``."""
-    if e.size == 0:
+def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, key: str) -> None:
+    """Send, per destination block, the smallest value for each destination (``slots`` of edges)."""
+    if slots.size == 0:
         return
-    dst = g.dst[e]
-    order = np.lexsort((val, dst))
-    d, v, blk = dst[order], val[order], g.dst_block[e][order]
-    first = np.ones(d.size, dtype=bool)
-    first[1:] = d[1:] != d[:-1]
-    d, v, blk = d[first], v[first], blk[first]
+    if val.dtype.kind in "iuf":  # numbers: one unbuffered minimum per distinct destination, no sort
+        init = np.inf if val.dtype.kind == "f" else np.iinfo(val.dtype).max
+        best = np.full(len(g.targets), init, dtype=val.dtype)
+        np.minimum.at(best, slots, val)
+        t = np.flatnonzero(best < init)
+        d, v, blk = g.targets[t], best[t], g.target_block[t]
+    else:  # byte-string labels: sort by (destination, value), first of each run
+        order = np.lexsort((val, slots))
+        s, v = slots[order], val[order]
+        first = np.ones(s.size, dtype=bool)
+        first[1:] = s[1:] != s[:-1]
+        s, v = s[first], v[first]
+        d, blk = g.targets[s], g.target_block[s]
     wire_vals = pack_keys(v)
     wire_dst = pack_keys(d)
-    for b in np.unique(blk).tolist():
+    for b in np.flatnonzero(np.bincount(blk, minlength=len(g.blocks))).tolist():
         sel = blk == b
         ctx.send(g.blocks[b], {"dst": wire_dst[sel], key: wire_vals[sel]}, tag=BLOCK_TAG)
 
@@ -182,7 +203,8 @@ class LoadedBlock(Vertex):
         state = default_state(self)
         g = self.g
         if g is not None:
-            state["__graph__"] = {"own": g.own, "indptr": g.indptr, "dst": g.dst, "dst_block": g.dst_block,
+            state["__graph__"] = {"own": g.own, "indptr": g.indptr, "slot": g.slot, "targets": g.targets,
+                                  "target_block": g.target_block,
                                   "weight": g.weight, "blocks": g.blocks, "n": g.n}
         return state
 
@@ -220,17 +242,17 @@ class PageRankLoaded(LoadedBlock):
         self.value = np.zeros(len(g.own))
         self.outdeg = np.diff(g.indptr)
         rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
-        single = len(g.blocks) == 1
+        edge_block = None if len(g.blocks) == 1 else g.target_block[g.slot]
         for b in range(len(g.blocks)):
-            sel = np.arange(len(g.dst)) if single else np.flatnonzero(g.dst_block == b)
-            if not sel.size:
+            sel = None if edge_block is None else np.flatnonzero(edge_block == b)
+            slot = g.slot if sel is None else g.slot[sel]
+            if not slot.size:
                 continue
-            dst = g.dst[sel]
-            order = np.argsort(dst, kind="stable")  # by (dst, src): the receiver's summation order
-            rows_b = rows[sel[order]]
-            self.routes.append((g.blocks[b], rows_b, pack_keys(dst[order]), pack_keys(g.own[rows_b])))
+            order = np.argsort(slot, kind="stable")  # by (dst, src): the receiver's summation order
+            rows_b = rows[order] if sel is None else rows[sel[order]]
+            self.routes.append((g.blocks[b], rows_b, pack_keys(g.targets[slot[order]]), pack_keys(g.own[rows_b])))
         # the structure travels once (step 0); then only values: drop the edge arrays
-        g.dst, g.dst_block, g.weight = g.dst[:0], g.dst_block[:0], None
+        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g
@@ -246,10 +268,10 @@ class PageRankLoaded(LoadedBlock):
                 dst = _concat(messages, "dst", keys=True)
                 src = _concat(messages, "src", keys=True)
                 if _in_order(dst, src):  # one sending block (or runs that happen to merge in place)
-                    self.perm, self.dpos = None, g.local(dst)
+                    self.perm, self.dpos = None, _int32(g.local(dst))
                 else:
                     perm = np.lexsort((src, dst))
-                    self.perm, self.dpos = perm, g.local(dst[perm])
+                    self.perm, self.dpos = _int32(perm), _int32(g.local(dst[perm]))
             vals = _concat(messages, "val", np.float64)
             if self.perm is not None:
                 vals = vals[self.perm]
@@ -318,7 +340,7 @@ class SSSPLoaded(LoadedBlock):
         if e.size:
             src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
             w = g.weight[e] if g.weight is not None else 1.0
-            _send_min(ctx, g, e, dist[src_rows] + w, "d")
+            _send_min(ctx, g, g.slot[e], dist[src_rows] + w, "d")
         ctx.vote_to_halt()
 
 
@@ -342,7 +364,7 @@ class WCCLoaded(LoadedBlock):
         e = g.edges_of(rows)
         if e.size:
             src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
-            _send_min(ctx, g, e, label[src_rows], "label")
+            _send_min(ctx, g, g.slot[e], label[src_rows], "label")
         ctx.vote_to_halt()
 
     def result(self) -> dict[str, Any]:

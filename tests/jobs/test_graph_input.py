@@ -329,3 +329,30 @@ def test_resuming_from_a_checkpoint_taken_while_loading_says_so(capsys, tmp_path
     assert main(["run", "--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert "checkpoint taken while it was loading" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------------------------
+# S3: range reads of part files, parts written back
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.timeout(180)
+def test_graph_parts_on_s3_in_and_out(capsys, tmp_path, s3_url):
+    rg = RandomGraph(47, 200, 3)
+    fs, _ = fsspec.core.url_to_fs(s3_url)
+    lines = rg.text.splitlines(keepends=True)
+    for i in range(3):
+        fs.pipe(f"{s3_url}/graph/part-{i:05d}.e".split("://", 1)[1], "".join(lines[i::3]).encode())
+    local = tmp_path / "g.e"
+    local.write_text(rg.text)
+    want = tmp_path / "want.tsv"
+    assert run(capsys, "wcc", local, want, "mode=vertex")[0] == 0
+    for runtime, workers, out in [("local", 3, f"{s3_url}/out/labels.tsv"), ("cluster", 2, f"{s3_url}/parts/")]:
+        rc, err = run(capsys, "wcc", f"{s3_url}/graph/", out, TINY, workers=workers, runtime=runtime)
+        assert rc == 0, err
+        if out.endswith("/"):
+            names = sorted(fs.ls(out.split("://", 1)[1]))
+            assert [n.rsplit("/", 1)[1] for n in names] == ["part-00000.tsv", "part-00001.tsv"]
+            got = sorted(line for n in names for line in fs.cat(n).decode().splitlines(keepends=True))
+            assert "".join(got) == want.read_text()
+        else:
+            assert fs.cat(out.split("://", 1)[1]).decode() == want.read_text()
+    assert not [k for k in fs.find(s3_url.split("://", 1)[1]) if "tmp-parts" in k]

@@ -175,6 +175,21 @@ def run_mariana(job: str, graph: Path, workers: int, tmp: Path, source: str) -> 
     return r
 
 
+def run_before(repo: Path, job: str, graph: Path, workers: int, tmp: Path, source: str) -> dict[str, Any]:
+    """The same job with another checkout's mariana (``--before``: e.g. the code before issue 23,
+    which reads the whole graph in every process and writes one file)."""
+    out = tmp / f"before-{job}-{workers}.tsv"
+    cmd = [sys.executable, "-m", "mariana", "run", job, "--set", f"graph={graph}", "--set", f"output={out}",
+           "--set", "top=0", "--workers", str(workers), "--run-dir", str(tmp / f"before-run-{time.time_ns()}")]
+    if job == "pagerank":
+        cmd += ["--set", f"iterations={ITERATIONS}", "--set", "tol=0"]
+    if job == "sssp":
+        cmd += ["--set", f"source={source}"]
+    r = measure(cmd, env=dict(os.environ, PYTHONPATH=str(repo)))
+    r.pop("stdout", None)
+    return r
+
+
 # ------------------------------------------------------------------------------------------------
 # peers (run in a child: ``--peer NAME``)
 # ------------------------------------------------------------------------------------------------
@@ -280,6 +295,7 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "mariana-graph-scale")
     ap.add_argument("--quick", action="store_true", help="scale 12, workers 1 2: a smoke test in seconds")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--before", type=Path, help="also run another checkout's mariana (PYTHONPATH=BEFORE), 1 and 2 workers")
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
@@ -311,17 +327,21 @@ def main() -> int:
                 for w in args.workers:
                     log(f"scale {scale} {job}: mariana {w} worker(s)")
                     row[f"mariana-{w}"] = run_mariana(job, graph, w, tmp, source)
+                if args.before:
+                    for w in (1, 2):
+                        log(f"scale {scale} {job}: before ({args.before}) {w} worker(s)")
+                        row[f"before-{w}"] = run_before(args.before, job, graph, w, tmp, source)
                 for p in available:
                     log(f"scale {scale} {job}: {p}")
                     row[p] = run_peer(p, job, graph, tmp, source)
                 results.append(row)
-                report_row(row, args.workers, available)
+                report_row(row, args.workers, available, bool(args.before))
     if args.json:
         print(json.dumps(results, indent=1))
     return 0
 
 
-def report_row(row: dict[str, Any], workers: list[int], peers: list[str]) -> None:
+def report_row(row: dict[str, Any], workers: list[int], peers: list[str], before: bool = False) -> None:
     one = row.get("mariana-1")
     head = f"scale {row['scale']} ({row['edges'] / 1e6:.1f}M edges, {row['mb']:.0f} MB) {row['job']}"
     print(head, flush=True)
@@ -331,6 +351,13 @@ def report_row(row: dict[str, Any], workers: list[int], peers: list[str]) -> Non
                 f"({(r['load_mb_s_per_worker'] or 0):5.1f} MB/s/worker)  supersteps {r['supersteps_s']:6.2f} s")
         if one and w != 1:
             line += f"  time x{r['wall_s'] / one['wall_s']:.2f}  memory x{r['peak_mb'] / one['peak_mb']:.2f} of 1w"
+        print(line, flush=True)
+    for w in (1, 2) if before else ():
+        r = row[f"before-{w}"]
+        line = f"  before {w}w    {r['wall_s']:7.2f} s  peak {r['peak_mb']:7.0f} MB"
+        if one:
+            line += f"  now / before: time x{row[f'mariana-{w}']['wall_s'] / r['wall_s']:.2f}" \
+                    f"  memory x{row[f'mariana-{w}']['peak_mb'] / r['peak_mb']:.2f}" if f"mariana-{w}" in row else ""
         print(line, flush=True)
     for p in peers:
         r = row[p]

@@ -136,8 +136,8 @@ class GraphLoader:
     def _parse(self, ctx: Context) -> None:
         spec, w = self.spec, self.workers
         files = list_inputs(spec.graph)
-        text_bytes = sum(size for url, size in files if not url.endswith((".gz", ".npy", ".npz")))
-        split_bytes = min(int(spec.split_mb * (1 << 20)), max(math.ceil(text_bytes / w), 1))
+        cuttable = sum(size for url, size in files if not url.endswith(".gz"))  # text and tables
+        split_bytes = min(int(spec.split_mb * (1 << 20)), max(math.ceil(cuttable / w), 1))
         splits = make_splits(files, split_bytes)
         for _, split in assigned(splits, self.index, w):
             self.chunks.extend(self._parse_split(split))

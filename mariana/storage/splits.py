@@ -88,7 +88,8 @@ def make_splits(files: list[tuple[str, int]], split_bytes: int) -> list[Split]:
             out.append(Split(url, 0, -1, "gz"))
         elif url.endswith(TABLE_EXTS):
             rows, row_bytes = table_rows(url)
-            step = max(split_bytes // max(row_bytes, 1), 1)
+            # a compressed .npz member cannot be entered in the middle (like .gz): one split
+            step = max(split_bytes // max(row_bytes, 1), 1) if not _compressed(url) else max(rows, 1)
             out.extend(Split(url, a, min(a + step, rows), url[-3:]) for a in range(0, rows, step))
         else:
             out.extend(Split(url, a, min(a + split_bytes, size)) for a in range(0, size, split_bytes))
@@ -171,6 +172,18 @@ def _npy_header(f: Any) -> tuple[np.dtype, tuple[int, ...], int]:
 def _npz_members(f: Any) -> dict[str, Any]:
     z = zipfile.ZipFile(f)
     return {name[:-4] if name.endswith(".npy") else name: z for name in z.namelist()}
+
+
+def _compressed(url: str) -> bool:
+    """Whether ``url`` is an .npz whose arrays are deflated (``np.savez_compressed``)."""
+    if not url.endswith(".npz"):
+        return False
+    fs, path = _input_fs(url)
+    try:
+        with fs.open(path, "rb") as f:
+            return any(i.compress_type != zipfile.ZIP_STORED for i in zipfile.ZipFile(f).infolist())
+    except (ValueError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{url}: not a readable edge table: {exc}") from None
 
 
 def table_rows(url: str) -> tuple[int, int]:

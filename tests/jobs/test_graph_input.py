@@ -246,6 +246,10 @@ def test_npy_and_npz_edge_tables_give_the_text_results(capsys, tmp_path):
     np.save(tmp_path / "g.npy", np.stack([src, dst, weight], axis=1))  # one float table
     np.savez(tmp_path / "g.npz", src=src.astype(np.int32), dst=dst, weight=weight)
     np.savez_compressed(tmp_path / "gc.npz", src=src, dst=dst, weight=weight)
+    for name, want in (("g.npy", 30), ("g.npz", 30), ("gc.npz", 1)):  # 100 rows of 24 / 20 bytes
+        p = tmp_path / name
+        n = len(make_splits([(str(p), p.stat().st_size)], 2000 if name != "g.npy" else 2400))
+        assert n == want, (name, n)  # row ranges; a compressed .npz is one split (like .gz)
     source = str(src[0])
     for job, sets in (("sssp", (f"source={source}",)), ("wcc", ()), ("pagerank", ("iterations=20", "tol=0"))):
         outs = {}

@@ -119,10 +119,11 @@ def _hwm(pid: int) -> int:
     return 0
 
 
-def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800) -> dict[str, Any]:
+def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800,
+            cwd: Path = ROOT) -> dict[str, Any]:
     """Run ``cmd``; wall time, exit code, and the peak memory of the largest process of its tree."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
     peaks: dict[int, int] = {}
     done = threading.Event()
 
@@ -185,7 +186,7 @@ def run_before(repo: Path, job: str, graph: Path, workers: int, tmp: Path, sourc
         cmd += ["--set", f"iterations={ITERATIONS}", "--set", "tol=0"]
     if job == "sssp":
         cmd += ["--set", f"source={source}"]
-    r = measure(cmd, env=dict(os.environ, PYTHONPATH=str(repo)))
+    r = measure(cmd, env=dict(os.environ, PYTHONPATH=str(repo)), cwd=repo)  # `-m` imports from the cwd first
     r.pop("stdout", None)
     return r
 

@@ -107,6 +107,11 @@ class _Chunk:
     weight: np.ndarray | None
 
 
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` that does not copy a single array."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def _sorted_unique(a: np.ndarray, presorted: bool = False) -> np.ndarray:
     """The distinct values of ``a``, sorted (by sorting: numpy's hash-based ``unique`` is slower here)."""
     if not presorted:
@@ -276,7 +281,8 @@ class GraphLoader:
         self.width = int(ctx.aggregated("load_width", 1))
         lo, hi = int(ctx.aggregated("load_lo", 0)), int(ctx.aggregated("load_hi", 0))
         out: dict[int, dict[str, list[np.ndarray]]] = {}
-        for c in self.chunks:
+        while self.chunks:  # each parsed piece is let go as soon as it is routed
+            c = self.chunks.pop()
             keys = self._keys(c)
             owner = self._owners(c, keys, lo, hi)
             s, d = c.pairs[:, 0], c.pairs[:, 1]
@@ -300,10 +306,10 @@ class GraphLoader:
                         box.setdefault("w", []).append(wt[sel])
             for blk in np.unique(owner).tolist():  # every id seen exists at its owner
                 out.setdefault(blk, {}).setdefault("ann", []).append(keys[owner == blk])
-        self.chunks = []
         for blk in sorted(out):
-            payload = {k: (pack_keys(np.concatenate(v)) if k in ("src", "dst", "ann") else np.concatenate(v))
-                       for k, v in out[blk].items()}
+            box = out.pop(blk)
+            payload = {k: (pack_keys(_cat(box.pop(k))) if k in ("src", "dst", "ann") else _cat(box.pop(k)))
+                       for k in list(box)}
             ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
 
     # -- superstep 2 ---------------------------------------------------------------------------
@@ -314,7 +320,7 @@ class GraphLoader:
             parts = [unpack_keys(m.payload[key]) if keys else m.payload[key] for m in messages if key in m.payload]
             if not parts:
                 return empty if keys else np.empty(0, dtype)
-            return np.concatenate(parts)
+            return _cat(parts)
 
         src, dst = cat("src", True), cat("dst", True)
         dblk = cat("do", dtype=np.int16)

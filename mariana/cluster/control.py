@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from .. import __version__
-from ..errors import MarianaError, ProtocolError, VertexError
+from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import wire
 from ..messages.kinds import Kind
 from ..messages.wire import DropCounter
@@ -320,6 +320,8 @@ class MasterState:
         return [Send(identity, wire.Refuse(reason))]
 
     def _worker_error(self, w: WorkerInfo, h: wire.Error) -> MarianaError:
+        if h.where == "input":  # bad input found while loading (a malformed line of a split): the user's
+            return UsageError(h.message)
         if h.where == "compute":
             return VertexError(str(h.vertex), self.current if h.ss is None else h.ss,
                                f"{h.message} (on {w.describe()})", h.traceback)

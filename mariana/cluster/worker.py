@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from .. import __version__
 from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl, WriteCheckpoint
-from ..errors import MarianaError, ProtocolError, VertexError
+from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import codec, wire
 from ..messages.message import Message
 from ..messages.wire import DropCounter
@@ -370,6 +370,9 @@ class Worker:
             self._send_ctl(wire.Error("compute", exc.detail, vertex=exc.vertex_id, ss=exc.superstep,
                                       traceback=exc.traceback_text))
             return 1
+        except UsageError as exc:  # bad input (a graph's malformed line): the master reports it as is
+            self._send_ctl(wire.Error("input", str(exc), ss=s))
+            return 2
         for p in self.peers:
             self._send_part(p, batches[p], last=True)
         out = self._out

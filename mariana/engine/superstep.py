@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MarianaError, VertexError
+from ..errors import MarianaError, UsageError, VertexError
 from . import tracing
 from .graph import Graph, MasterContext
 from .state import load_vertex_state, plain, vertex_state
@@ -184,6 +184,8 @@ class Partition:
             t0 = clock()
             try:
                 vertices[vid].compute(ctx, msgs)
+            except UsageError:  # bad input found while loading it: one clear line, exit 2
+                raise
             except Exception as exc:  # noqa: BLE001 - re-raised with the vertex and superstep named
                 raise VertexError(vid, s, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
             timings.append((clock() - t0, vid))

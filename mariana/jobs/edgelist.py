@@ -92,6 +92,19 @@ def _parse_numeric(text: str, url: str) -> EdgeList | None:
     on every line that is not blank. 10x faster than ``_parse_lines``, with the same result;
     None for anything else (string ids, a bad line, ...): ``_parse_lines`` handles it, and
     names the line of any error."""
+    table = numeric_table(text)
+    if table is None:
+        return None
+    names, _, pairs, weight, lineno = table
+    return EdgeList(url, names.tolist(), pairs[:, 0].copy(), pairs[:, 1].copy(), weight, lineno)
+
+
+NumericTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def numeric_table(text: str) -> NumericTable | None:
+    """``_parse_numeric`` as arrays: (ids as str in string order, the same ids as int64, edges as
+    (m, 2) ranks into them, weights, line numbers); None where the line parser must decide."""
     if not text.isascii():
         return None
     if "#" in text:
@@ -145,8 +158,7 @@ def _parse_numeric(text: str, url: str) -> EdgeList | None:
     rank[order] = np.arange(len(order))
     pairs = rank[inverse].reshape(-1, 2)
     lineno = np.flatnonzero(per_line) + 1
-    return EdgeList(url, names[order].tolist(), pairs[:, 0].copy(), pairs[:, 1].copy(),
-                    weight.astype(np.float64), lineno.astype(np.int64))
+    return names[order], unique[order], pairs, weight.astype(np.float64), lineno.astype(np.int64)
 
 
 def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,16 +222,63 @@ def example_graph_url() -> str:
     return str(files("mariana.jobs") / "data" / "example.e")
 
 
-def load_edges(url: str | None) -> EdgeList:
-    """Read and parse the edge list at ``url`` (path or fsspec URL); None: the shipped example."""
+def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
+    """Read and parse the whole graph input at ``url`` (path or fsspec URL of a file, directory or
+    glob; None: the shipped example) in this process, plus the ids of a ``vertices`` file.
+
+    This is what ``mode=vertex`` reads; block mode loads in parts (jobs/graphload.py).
+    """
+    from ..storage.splits import Split, list_inputs, read_table_split, read_text_split
+
     if url == "":
         raise UsageError("config key 'graph' is empty: give an edge-list path or URL, or leave it out for the example")
     url = url or example_graph_url()
-    try:
-        text = read_text(url)
-    except StorageError as exc:
-        raise UsageError(f"cannot read graph file: {exc}") from None
-    return parse_edges(text, url)
+    files = list_inputs(url)
+    if len(files) == 1 and files[0][0] == url and not url.endswith((".gz", ".npy", ".npz")):
+        try:
+            text = read_text(url)
+        except StorageError as exc:
+            raise UsageError(f"cannot read graph file: {exc}") from None
+        parts = [parse_edges(text, url)]
+    else:
+        parts = []
+        for f, size in files:
+            if f.endswith((".npy", ".npz")):
+                from ..storage.splits import table_rows
+
+                t = read_table_split(Split(f, 0, table_rows(f)[0], f[-3:]))
+                lines = [f"{a} {b} {w!r}" for a, b, w in zip(t["src"].tolist(), t["dst"].tolist(),
+                                                            t.get("weight", np.ones(len(t["src"]))).tolist())]
+                parts.append(parse_edges("\n".join(lines) + "\n", f))
+                continue
+            raw = read_text_split(Split(f, 0, -1, "gz") if f.endswith(".gz") else Split(f, 0, size))
+            try:
+                parts.append(parse_edges(raw.decode("utf-8"), f))
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    extra: list[str] = []
+    if vertices:
+        for f, size in list_inputs(vertices):
+            raw = read_text_split(Split(f, 0, -1, "gz") if f.endswith(".gz") else Split(f, 0, size))
+            extra += [t for t in (line.split("#", 1)[0].strip() for line in raw.decode("utf-8").splitlines()) if t]
+    return _combine(parts, url, extra)
+
+
+def _combine(parts: list[EdgeList], url: str, extra: list[str]) -> EdgeList:
+    """One edge list of several (their ids merged) plus isolated vertices ``extra``."""
+    if len(parts) == 1 and not extra:
+        return parts[0]
+    ids = sorted(set().union(*(p.ids for p in parts), extra))
+    index = np.array(ids, dtype=object)
+    src, dst = [], []
+    for p in parts:
+        remap = np.searchsorted(index, np.array(p.ids, dtype=object)) if p.ids else np.zeros(0, np.int64)
+        src.append(remap[p.src].astype(np.int64))
+        dst.append(remap[p.dst].astype(np.int64))
+    cat = np.concatenate
+    return EdgeList(url, ids, cat(src) if src else np.zeros(0, np.int64), cat(dst) if dst else np.zeros(0, np.int64),
+                    cat([p.weight for p in parts]) if parts else np.zeros(0),
+                    cat([p.lineno for p in parts]) if parts else np.zeros(0, np.int64))
 
 
 def block_subgraphs(edges: EdgeList, workers: int, placement: str | None, prefix: str) -> list[Subgraph]:

@@ -95,6 +95,15 @@ def follow(edges: EdgeList, config: dict[str, Any]) -> EdgeList:
     return edges if config.get("directed", True) else edges.undirected()
 
 
+def loads_in_parts(config: dict[str, Any], follows_direction: bool = True) -> bool:
+    """Whether a job reads the graph in parts, each worker its own splits (block mode, issue 23's
+    loading supersteps), or whole in every process (vertex mode, and what the partitioned path does
+    not do yet: Graphalytics' output order and, for a job that follows edge direction,
+    ``directed=false``)."""
+    undirected_input = follows_direction and not config.get("directed", True)
+    return config["mode"] == "block" and not undirected_input and output_format(config) == "mariana"
+
+
 def output_format(config: dict[str, Any]) -> str:
     fmt = config.get("format", "auto")
     if fmt == "auto":

@@ -7,14 +7,17 @@ from typing import Any, Callable
 
 from ..engine import Graph, RunResult, Vertex
 from ..errors import StorageError, UsageError
-from ..partitioner import ExplicitStrategy
+from ..partitioner import ExplicitStrategy, RangeStrategy
 from ..storage import write_text
+from ..storage.parts import commit_parts, discard_parts
+from ..storage.splits import list_inputs
 from ..vertices.graph_algos import Subgraph
-from .edgelist import EdgeList, block_subgraphs
+from .edgelist import EdgeList, block_subgraphs, example_graph_url
 from .graphalytics import GRAPHALYTICS_KEYS
+from .graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec
 from .registry import BuildContext, Key
 
-__all__ = ["GRAPH_KEYS", "build_graph", "collect", "write_output"]
+__all__ = ["GRAPH_KEYS", "build_graph", "build_loaded_graph", "collect", "write_output", "parted_results"]
 
 GRAPH_KEYS = (
     Key("graph", None, "str", "edge list (path or fsspec URL): 'src dst [weight]' per line; default: shipped example"),
@@ -22,6 +25,7 @@ GRAPH_KEYS = (
     Key("mode", "block", "str", "block: one numpy block vertex per worker (fast); vertex: one vertex per graph vertex",
         choices=("block", "vertex")),
     Key("top", 10, "int", "how many results to print"),
+    Key("split_mb", 64.0, "float", "block mode: cut the graph input into splits of at most this many MB"),
 ) + GRAPHALYTICS_KEYS
 
 
@@ -50,7 +54,8 @@ def collect(result: RunResult) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
     for vid, value in result.values.items():
         if isinstance(value, dict) and "ids" in value:
-            rows.extend(zip(value["ids"], value["values"].tolist()))
+            vals = value["values"]
+            rows.extend(zip(value["ids"], vals.tolist() if hasattr(vals, "tolist") else vals))
         else:
             rows.append((vid, value))
     rows.sort(key=lambda r: r[0])
@@ -76,3 +81,52 @@ def check_range(config: dict[str, Any], key: str, lo: float | None = None, hi: f
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         bounds = f">= {lo}" if hi is None else f"between {lo} and {hi}"
         raise UsageError(f"config key '{key}' must be {bounds}, got {v!r}")
+
+
+def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
+                       make_block: Callable[[str, GraphLoader], Vertex], *, undirected: bool = False,
+                       weights: bool = False, nonnegative: bool = False,
+                       summarize: Callable[[Any, Any], dict[str, Any]] = lambda ids, vals: {},
+                       fmt: Callable[[Any], str] = str) -> Graph:
+    """One block vertex per worker that loads its own share of ``config['graph']`` in loading
+    supersteps (jobs/graphload.py) and writes its own part of ``config['output']``.
+
+    Nothing is read here but the input's file listing (a missing input fails before any worker
+    starts); ``make_block(block id, loader)`` makes the job's ``LoadedBlock``.
+    """
+    if config["graph"] == "":
+        raise UsageError("config key 'graph' is empty: give an edge-list path or URL, or leave it out for the example")
+    check_range(config, "split_mb", 1e-6)
+    placement = bctx.placement
+    range_ = placement == "range" or isinstance(placement, RangeStrategy)
+    spec = LoadSpec(graph=config["graph"] or example_graph_url(), vertices=config.get("vertices"),
+                    undirected=undirected, weights=weights, nonnegative=nonnegative, split_mb=config["split_mb"],
+                    placement="range" if range_ else "hash", output=config["output"] or None)
+    list_inputs(spec.graph)
+    if spec.vertices:
+        list_inputs(spec.vertices)
+    g = Graph(name=name)
+    blocks = [f"{name}-block-{b:04d}" for b in range(bctx.workers)]
+    for b, bid in enumerate(blocks):
+        g.add_lazy(bid, lambda b=b, bid=bid: make_block(bid, GraphLoader(spec, bctx.workers, blocks, b, summarize, fmt)))
+    g.placement = ExplicitStrategy(lambda vid: int(vid.rsplit("-", 1)[1]), name="range" if range_ else "hash")
+    for agg, spec_name in LOAD_AGGREGATORS.items():
+        g.add_aggregator(agg, spec_name)
+    return g
+
+
+def parted_results(result: RunResult, config: dict[str, Any]) -> tuple[int, list[dict[str, Any]]] | None:
+    """Commit the parts the blocks wrote (``OUT/part-NNNNN.tsv`` or one merged ``OUT``): (rows,
+    each block's summary); None when the blocks returned their results instead."""
+    blocks = [v for _, v in sorted(result.values.items()) if isinstance(v, dict) and "part" in v]
+    if not blocks:
+        return None
+    errors = [b["error"] for b in blocks if "error" in b]
+    try:
+        if errors:
+            raise StorageError(errors[0])
+        commit_parts(config["output"], [b["part"] for b in blocks])
+    except StorageError as exc:
+        discard_parts(config["output"])
+        raise UsageError(f"cannot write output: {exc}") from None
+    return sum(int(b["rows"]) for b in blocks), [b["summary"] for b in blocks]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..engine import Graph, RunResult
 from ..vertices.graph_algos import PageRankBlock, PageRankVertex, pagerank_master
-from .graphalytics import follow, load_graph, write_result
-from .graphjob import GRAPH_KEYS, build_graph, check_range, collect
+from ..vertices.graph_blocks import LOAD_STEPS, PageRankLoaded, loaded_pagerank_master
+from .graphalytics import follow, load_graph, loads_in_parts, write_result
+from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, fmt_float, parted_results
 from .registry import BuildContext, Job, Key
 
 
@@ -16,26 +19,44 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     check_range(config, "iterations", 0)
     check_range(config, "tol", 0.0)
     d, it, l1 = config["damping"], config["iterations"], config["tol"] > 0
-    edges = follow(load_graph(config), config)
-    g = build_graph("pagerank", edges, bctx, config["mode"],
-                    lambda vid, adj: PageRankVertex(vid, adj, d, it, l1),
-                    lambda bid, sub: PageRankBlock(bid, sub, d, it, l1))
+    if loads_in_parts(config):
+        top = config["top"]
+
+        def summarize(ids: np.ndarray, ranks: np.ndarray) -> dict[str, Any]:
+            best = np.lexsort((ids, -ranks))[:top]
+            return {"top": [[ids[i], float(ranks[i])] for i in best.tolist()]}
+
+        g = build_loaded_graph("pagerank", config, bctx, lambda bid, io: PageRankLoaded(bid, io, d, it, l1),
+                               summarize=summarize, fmt=fmt_float)
+        g.master_compute = loaded_pagerank_master(config["tol"])
+    else:
+        edges = follow(load_graph(config), config)
+        g = build_graph("pagerank", edges, bctx, config["mode"],
+                        lambda vid, adj: PageRankVertex(vid, adj, d, it, l1),
+                        lambda bid, sub: PageRankBlock(bid, sub, d, it, l1))
+        g.master_compute = pagerank_master(config["tol"])
     g.add_aggregator("dangling", "fsum")
     g.add_aggregator("l1", "fsum")
-    g.master_compute = pagerank_master(config["tol"])
     return g
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    rows = collect(result)
-    write_result(config, rows, "float")
-    top = sorted(rows, key=lambda r: (-r[1], r[0]))[: config["top"]]
-    updates = max(result.supersteps - 1, 0)
-    lines = [f"pagerank: {len(rows)} vertices, {updates} update(s) ({result.halt_reason})"]
+    parted = parted_results(result, config)
+    if parted is not None:
+        count = parted[0]
+        top = sorted((tuple(r) for s in parted[1] for r in s["top"]), key=lambda r: (-r[1], r[0]))[: config["top"]]
+    else:
+        rows = collect(result)
+        write_result(config, rows, "float")
+        count = len(rows)
+        top = sorted(rows, key=lambda r: (-r[1], r[0]))[: config["top"]]
+    loading = LOAD_STEPS if loads_in_parts(config) else 0
+    updates = max(result.supersteps - 1 - loading, 0)
+    lines = [f"pagerank: {count} vertices, {updates} update(s) ({result.halt_reason})"]
     lines += [f"{i + 1:>4}  {vid:<24} {rank:.10f}" for i, (vid, rank) in enumerate(top)]
     if config["output"]:
-        lines.append(f"wrote {len(rows)} ranks to {config['output']}")
-    return "\n".join(lines), {"vertices": len(rows), "updates": updates, "top": top}
+        lines.append(f"wrote {count} ranks to {config['output']}")
+    return "\n".join(lines), {"vertices": count, "updates": updates, "top": top}
 
 
 JOB = Job(

@@ -10,20 +10,40 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..vertices.graph_algos import SSSPBlock, SSSPVertex
-from .graphalytics import follow, load_graph, write_result
-from .graphjob import GRAPH_KEYS, build_graph, collect
+from ..vertices.graph_blocks import SSSPLoaded
+from .graphalytics import follow, load_graph, loads_in_parts, write_result
+from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, fmt_float, parted_results
 from .registry import BuildContext, Job, Key
 
 EXAMPLE_SOURCE = "amsterdam"
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
-    edges = follow(load_graph(config), config)
     source = config["source"]
     if source is None:
         if config["graph"] is not None:
             raise UsageError("sssp needs a source vertex: --set source=VERTEX")
         source = EXAMPLE_SOURCE
+    if loads_in_parts(config):
+        top = config["top"]
+
+        def summarize(ids: np.ndarray, dist: np.ndarray) -> dict[str, Any]:
+            reached = np.flatnonzero(dist != np.inf)
+            best = reached[np.lexsort((ids[reached], dist[reached]))[:top]]
+            return {"reached": int(reached.size), "nearest": [[ids[i], float(dist[i])] for i in best.tolist()]}
+
+        g = build_loaded_graph("sssp", config, bctx, lambda bid, io: SSSPLoaded(bid, io, source),
+                               weights=True, nonnegative=True, summarize=summarize, fmt=fmt_float)
+    else:
+        g = _whole_graph(config, bctx, source)
+    g.add_combiner("min")
+    g.add_aggregator("updated", "sum")
+    return g
+
+
+def _whole_graph(config: dict[str, Any], bctx: BuildContext, source: str) -> Graph:
+    """The graph read whole in every process (vertex mode, Graphalytics conventions)."""
+    edges = follow(load_graph(config), config)
     negative = np.flatnonzero(edges.weight < 0)
     if negative.size:
         e = int(negative[0])
@@ -34,12 +54,8 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         sample = ", ".join(edges.ids[:3])
         raise UsageError(f"source vertex '{source}' is not in {edges.url} "
                          f"({edges.n} vertices, e.g. {sample})") from None
-    g = build_graph("sssp", edges, bctx, config["mode"],
-                    lambda vid, adj: SSSPVertex(vid, adj, vid == source),
-                    lambda bid, sub: SSSPBlock(bid, sub, src_index))
-    g.add_combiner("min")
-    g.add_aggregator("updated", "sum")
-    return g
+    return build_graph("sssp", edges, bctx, config["mode"], lambda vid, adj: SSSPVertex(vid, adj, vid == source),
+                       lambda bid, sub: SSSPBlock(bid, sub, src_index))
 
 
 def _bisect(ids: list[str], v: str) -> int:
@@ -51,15 +67,24 @@ def _bisect(ids: list[str], v: str) -> int:
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    rows = collect(result)
-    write_result(config, rows, "float")
-    reached = sorted((r for r in rows if r[1] != float("inf")), key=lambda r: (r[1], r[0]))
     source = config["source"] or EXAMPLE_SOURCE
-    lines = [f"sssp from {source}: {len(reached)} of {len(rows)} vertices reachable, {result.supersteps} supersteps"]
-    lines += [f"{vid:<24} {dist:g}" for vid, dist in reached[: config["top"]]]
+    parted = parted_results(result, config)
+    if parted is not None:
+        count = parted[0]
+        reached_n = sum(s["reached"] for s in parted[1])
+        nearest = sorted((tuple(r) for s in parted[1] for r in s["nearest"]), key=lambda r: (r[1], r[0]))
+    else:
+        rows = collect(result)
+        write_result(config, rows, "float")
+        count = len(rows)
+        reached = sorted((r for r in rows if r[1] != float("inf")), key=lambda r: (r[1], r[0]))
+        reached_n, nearest = len(reached), reached
+    nearest = nearest[: config["top"]]
+    lines = [f"sssp from {source}: {reached_n} of {count} vertices reachable, {result.supersteps} supersteps"]
+    lines += [f"{vid:<24} {dist:g}" for vid, dist in nearest]
     if config["output"]:
-        lines.append(f"wrote {len(rows)} distances to {config['output']}")
-    return "\n".join(lines), {"vertices": len(rows), "reachable": len(reached), "nearest": reached[: config["top"]]}
+        lines.append(f"wrote {count} distances to {config['output']}")
+    return "\n".join(lines), {"vertices": count, "reachable": reached_n, "nearest": nearest}
 
 
 JOB = Job(

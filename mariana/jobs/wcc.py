@@ -5,34 +5,56 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from ..engine import Graph, RunResult
 from ..vertices.graph_algos import WCCBlock, WCCVertex
-from .graphalytics import load_graph, write_result
-from .graphjob import GRAPH_KEYS, build_graph, collect
+from ..vertices.graph_blocks import WCCLoaded
+from .graphalytics import load_graph, loads_in_parts, write_result
+from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job
 
 
+def _summarize(ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    if not len(labels):
+        return {"labels": [], "counts": []}
+    names, counts = np.unique(labels, return_counts=True)
+    return {"labels": names.tolist(), "counts": counts.tolist()}
+
+
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
-    edges = load_graph(config).undirected()
-    g = build_graph("wcc", edges, bctx, config["mode"], WCCVertex, WCCBlock)
+    if loads_in_parts(config, follows_direction=False):
+        g = build_loaded_graph("wcc", config, bctx, WCCLoaded, undirected=True, summarize=_summarize)
+    else:
+        edges = load_graph(config).undirected()
+        g = build_graph("wcc", edges, bctx, config["mode"], WCCVertex, WCCBlock)
     g.add_combiner("min")
     g.add_aggregator("updated", "sum")
     return g
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    rows = collect(result)
-    if rows and not isinstance(rows[0][1], str):  # block mode labels are global indices
-        ids = [vid for vid, _ in rows]
-        rows = [(vid, ids[label]) for vid, label in rows]
-    write_result(config, rows, "component")
-    sizes = Counter(label for _, label in rows).most_common()
+    parted = parted_results(result, config)
+    sizes_counter: Counter[str] = Counter()
+    if parted is not None:
+        count = parted[0]
+        for s in parted[1]:
+            sizes_counter.update(dict(zip((str(x) for x in s["labels"]), s["counts"])))
+    else:
+        rows = collect(result)
+        if rows and not isinstance(rows[0][1], str):  # block labels are global indices
+            ids = [vid for vid, _ in rows]
+            rows = [(vid, ids[label]) for vid, label in rows]
+        write_result(config, rows, "component")
+        count = len(rows)
+        sizes_counter.update(label for _, label in rows)
+    sizes = sizes_counter.most_common()
     largest = sorted(sizes, key=lambda c: (-c[1], c[0]))[: config["top"]]
-    lines = [f"wcc: {len(sizes)} component(s) over {len(rows)} vertices, {result.supersteps} supersteps"]
+    lines = [f"wcc: {len(sizes)} component(s) over {count} vertices, {result.supersteps} supersteps"]
     lines += [f"{label:<24} {size} vertices" for label, size in largest]
     if config["output"]:
-        lines.append(f"wrote {len(rows)} labels to {config['output']}")
-    return "\n".join(lines), {"vertices": len(rows), "components": len(sizes), "largest": largest}
+        lines.append(f"wrote {count} labels to {config['output']}")
+    return "\n".join(lines), {"vertices": count, "components": len(sizes), "largest": largest}
 
 
 JOB = Job(

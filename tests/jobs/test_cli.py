@@ -24,6 +24,7 @@ import mariana
 from mariana.jobs import BUILTIN_JOBS, get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.registry import parse_set
+from mariana.vertices.graph_blocks import LOAD_STEPS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -250,9 +251,13 @@ def test_bad_config_files(capsys, tmp_path):
 
 
 def test_output_that_cannot_be_written(capsys, tmp_path, graph):
-    rc, out, err = run_main(capsys, "run", "wcc", "--set", f"graph={graph}", "--set", f"output={tmp_path}",
-                            "--run-dir", memory_run_dir())
-    assert_usage_error(rc, out, err, "output")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a file where the output's directory would be
+    for mode in ("block", "vertex"):
+        rc, out, err = run_main(capsys, "run", "wcc", "--set", f"graph={graph}", "--set", f"output={blocker}/out.tsv",
+                                "--set", f"mode={mode}", "--run-dir", memory_run_dir())
+        assert_usage_error(rc, out, err, "output")
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith("a-file")][1:]  # nothing left behind
 
 
 @pytest.mark.parametrize("job", ["pagerank", "sssp", "wcc"])
@@ -279,21 +284,21 @@ def test_graph_without_edges_is_the_same_in_both_modes_and_never_a_traceback(cap
 
 @pytest.mark.parametrize("job", ["pagerank", "sssp", "wcc"])
 def test_max_supersteps_zero_is_not_a_crash(capsys, graph, job):
-    """``--max-supersteps 0`` is accepted (only < 0 is refused); both modes must finish cleanly
-    and agree."""
+    """``--max-supersteps 0`` is accepted (only < 0 is refused); both modes must finish cleanly,
+    and agree once block mode has loaded its graph (its first LOAD_STEPS supersteps)."""
     outputs = {}
-    for mode in ("vertex", "block"):
-        out_file = graph.parent / f"out-{job}-{mode}.tsv"
+    for mode, steps in (("vertex", 0), ("block", 0), ("block", LOAD_STEPS)):
+        out_file = graph.parent / f"out-{job}-{mode}-{steps}.tsv"
         extra = ["--set", "source=1"] if job == "sssp" else []
         rc, out, err = run_main(capsys, "run", job, "--set", f"graph={graph}", "--set", f"mode={mode}",
-                                "--set", f"output={out_file}", "--max-supersteps", "0",
+                                "--set", f"output={out_file}", "--max-supersteps", str(steps),
                                 "--run-dir", memory_run_dir(), *extra)
         assert "Traceback" not in err, f"mode={mode}: {err}"
         assert rc == 0, f"mode={mode}: exit {rc}: {err}"
         text = out_file.read_text()
-        assert [line.split("\t")[0] for line in text.splitlines()] == GRAPH_IDS
-        outputs[mode] = text
-    assert outputs["block"] == outputs["vertex"]
+        assert [line.split("\t")[0] for line in text.splitlines()] == (GRAPH_IDS if steps or mode == "vertex" else [])
+        outputs[mode, steps] = text
+    assert outputs["block", LOAD_STEPS] == outputs["vertex", 0]
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -311,7 +316,11 @@ def test_bad_input_end_to_end(tmp_path, args, needle):
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("mariana: error: ") and needle in lines[0], proc.stderr
     assert proc.stdout == ""
-    assert not (tmp_path / "runs").exists()
+    runs = list((tmp_path / "runs").glob("*/job.json")) if (tmp_path / "runs").exists() else []
+    if args[1] == "sssp":  # the source is looked up while loading (no process reads the whole graph first)
+        assert [json.loads(r.read_text())["status"] for r in runs] == ["failed"]
+    else:
+        assert not (tmp_path / "runs").exists()
 
 
 def test_malformed_line_end_to_end(tmp_path):
@@ -422,8 +431,8 @@ def test_explain_placement_prints_the_table_and_does_not_run(capsys, tmp_path, g
         per_mode[mode] = rows
     # vertex mode: one engine vertex per graph vertex
     assert [int(r[1]) for r in per_mode["vertex"]] == want_counts
-    # block mode: one block per worker holding that worker's graph vertices
-    assert [int(r[2]) for r in per_mode["block"]] == want_counts
+    # block mode: one block per worker; its graph vertices are known only once the workers loaded
+    # their splits (nothing reads the graph before the job runs)
     assert [int(r[1]) for r in per_mode["block"]] == [1] * workers
 
 
@@ -450,14 +459,16 @@ def test_run_dir_local_path(capsys, tmp_path, graph, mode):
     cfg = resolve_config(get_job("pagerank"), None, [f"graph={graph}", "iterations=4", "tol=0", f"mode={mode}"])
     assert info["config"] == cfg
     assert info["status"] == "finished"
-    assert info["supersteps"] == 5
+    loading = LOAD_STEPS if mode == "block" else 0  # block mode loads its graph in supersteps first
+    assert info["supersteps"] == 5 + loading
     assert info["workers"] == 3
     assert info["placement"]["num_workers"] == 3
-    assert sum(info["placement"]["items_per_worker"]) == len(GRAPH_IDS)
+    if mode == "vertex":  # block mode: the master never reads the graph, so it cannot count it
+        assert sum(info["placement"]["items_per_worker"]) == len(GRAPH_IDS)
     assert info["versions"]["mariana"] == mariana.__version__
     assert info["versions"]["python"].count(".") == 2 and "numpy" in info["versions"]
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    check_metrics(lines, 5)
+    check_metrics(lines, 5 + loading)
 
 
 @pytest.mark.parametrize("mode", ["block", "vertex"])
@@ -519,7 +530,8 @@ def test_set_values_reach_the_config(graph):
                                      'output="out.tsv"', "top=3"])
     assert cfg == {"graph": str(graph), "damping": 0.5, "iterations": 7, "tol": 0.0, "mode": "vertex",
                    "output": "out.tsv", "top": 3, "checkpoint_every": 0, "keep_checkpoints": 3,
-                   "checkpoint_background": True, "vertices": None, "directed": True, "format": "auto"}
+                   "checkpoint_background": True, "vertices": None, "directed": True, "format": "auto",
+                   "split_mb": 64.0}
     assert isinstance(cfg["tol"], float)  # an int given for a float key becomes a float
     cfg = resolve_config(job, None, ["damping=1", "mode='block'", "iterations=2", "iterations=5"])
     assert cfg["damping"] == 1.0 and isinstance(cfg["damping"], float)

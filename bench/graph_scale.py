@@ -1,0 +1,372 @@
+#!/usr/bin/env python
+"""Whole-process graph jobs on R-MAT graphs: mariana with 1, 2, 4 workers vs networkit, igraph
+and a scipy.sparse loop, same graph file, same run (project issue 23).
+
+    python bench/graph_scale.py                       # scales 16 17 18, pagerank wcc sssp, workers 1 2 4
+    python bench/graph_scale.py --scales 19 --jobs pagerank --workers 1 2
+    python bench/graph_scale.py --quick               # scale 12, seconds
+    python bench/graph_scale.py --json
+
+Graph: R-MAT with the Graph500 parameters (A=0.57, B=C=0.19, D=0.05), 16 edges per vertex,
+seeded (``--seed``), vertex ids permuted (as Graph500 does), written once as a text edge list
+``src dst`` (cached under ``--cache``). Every measurement is one whole process (or process tree):
+read the file, run, write every vertex's value. PageRank runs 10 iterations; SSSP starts at the
+source of the first edge (unit weights); WCC reads edges as undirected.
+
+- mariana: ``mariana run JOB --workers W`` (1 worker: LocalRuntime in one process; more: the
+  cluster runtime, one process per worker plus the master), output as parts (``OUT/``). From
+  its run directory: the loading supersteps (load time, MB/s per worker) and the algorithm's
+  supersteps.
+- networkit (one thread), igraph, and a scipy.sparse loop (``scipy.sparse.csgraph`` for WCC and
+  SSSP, a CSR power iteration for PageRank): the same file, the same output format.
+- Peak memory: the largest VmHWM of any process of the tree, sampled every 20 ms.
+
+Ratios printed against peers measured in the same run (the machine is shared: absolute times
+move, ratios less). Targets at scale 19 (issue 23): 2 workers <= 0.65x one worker's time and
+<= 0.6x its peak memory per process; 1 worker <= 1.0x networkit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+A, B, C = 0.57, 0.19, 0.19
+EDGE_FACTOR = 16
+PEERS = ("networkit", "igraph", "scipy")
+JOBS = ("pagerank", "wcc", "sssp")
+ITERATIONS = 10
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def log(msg: str) -> None:
+    print(f"[graph_scale] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# the graph
+# ------------------------------------------------------------------------------------------------
+def rmat(scale: int, seed: int, edge_factor: int = EDGE_FACTOR) -> tuple[np.ndarray, np.ndarray]:
+    """R-MAT edges (Graph500 parameters), ids permuted by a seeded permutation."""
+    rng = np.random.default_rng(seed)
+    m = edge_factor << scale
+    src = np.zeros(m, np.int64)
+    dst = np.zeros(m, np.int64)
+    for bit in range(scale):
+        r = rng.random(m)
+        down = r >= A + B  # quadrants c, d
+        right = ((r >= A) & (r < A + B)) | (r >= A + B + C)  # quadrants b, d
+        src |= down.astype(np.int64) << bit
+        dst |= right.astype(np.int64) << bit
+    perm = rng.permutation(1 << scale)
+    return perm[src], perm[dst]
+
+
+def graph_file(scale: int, seed: int, cache: Path) -> Path:
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"rmat-{scale}-seed{seed}.e"
+    if not path.exists():
+        t = time.perf_counter()
+        src, dst = rmat(scale, seed)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            step = 1 << 20
+            for a in range(0, len(src), step):
+                s, d = src[a:a + step].astype(str), dst[a:a + step].astype(str)
+                f.write("\n".join(np.char.add(np.char.add(s, " "), d).tolist()) + "\n")
+        tmp.rename(path)
+        log(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f}s")
+    return path
+
+
+def first_source(path: Path) -> str:
+    with open(path) as f:
+        return f.readline().split()[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# measuring a process tree
+# ------------------------------------------------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _hwm(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800,
+            cwd: Path = ROOT) -> dict[str, Any]:
+    """Run ``cmd``; wall time, exit code, and the peak memory of the largest process of its tree."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    peaks: dict[int, int] = {}
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            todo = [proc.pid]
+            while todo:
+                pid = todo.pop()
+                peaks[pid] = max(peaks.get(pid, 0), _hwm(pid))
+                todo += _children(pid)
+            done.wait(0.02)
+
+    th = threading.Thread(target=poll, daemon=True)
+    th.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        done.set()
+        th.join()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        log(f"FAILED ({proc.returncode}): {' '.join(cmd)}\n{err[-2000:]}")
+    return {"wall_s": wall, "rc": proc.returncode, "peak_mb": max(peaks.values(), default=0) / 1e6,
+            "processes": len(peaks), "stdout": out}
+
+
+# ------------------------------------------------------------------------------------------------
+# mariana
+# ------------------------------------------------------------------------------------------------
+def run_mariana(job: str, graph: Path, workers: int, tmp: Path, source: str) -> dict[str, Any]:
+    from mariana.vertices.graph_blocks import LOAD_STEPS
+
+    run_dir = tmp / f"run-{job}-{workers}-{time.time_ns()}"
+    out = tmp / f"out-{job}-{workers}/"
+    cmd = [sys.executable, "-m", "mariana", "run", job, "--set", f"graph={graph}", "--set", f"output={out}",
+           "--set", "top=0", "--workers", str(workers), "--run-dir", str(run_dir)]
+    if job == "pagerank":
+        cmd += ["--set", f"iterations={ITERATIONS}", "--set", "tol=0"]
+    if job == "sssp":
+        cmd += ["--set", f"source={source}"]
+    r = measure(cmd)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] \
+        if (run_dir / "metrics.jsonl").exists() else []
+    load = sum(m["wall_s"] for m in metrics[:LOAD_STEPS])
+    steps = sum(m["wall_s"] for m in metrics[LOAD_STEPS:])
+    mb = graph.stat().st_size / 1e6
+    r.update(load_s=load, supersteps_s=steps, supersteps=len(metrics),
+             load_mb_s_per_worker=(mb / workers / load) if load else None)
+    r.pop("stdout", None)
+    return r
+
+
+def run_before(repo: Path, job: str, graph: Path, workers: int, tmp: Path, source: str) -> dict[str, Any]:
+    """The same job with another checkout's mariana (``--before``: e.g. the code before issue 23,
+    which reads the whole graph in every process and writes one file)."""
+    out = tmp / f"before-{job}-{workers}.tsv"
+    cmd = [sys.executable, "-m", "mariana", "run", job, "--set", f"graph={graph}", "--set", f"output={out}",
+           "--set", "top=0", "--workers", str(workers), "--run-dir", str(tmp / f"before-run-{time.time_ns()}")]
+    if job == "pagerank":
+        cmd += ["--set", f"iterations={ITERATIONS}", "--set", "tol=0"]
+    if job == "sssp":
+        cmd += ["--set", f"source={source}"]
+    r = measure(cmd, env=dict(os.environ, PYTHONPATH=str(repo)), cwd=repo)  # `-m` imports from the cwd first
+    r.pop("stdout", None)
+    return r
+
+
+# ------------------------------------------------------------------------------------------------
+# peers (run in a child: ``--peer NAME``)
+# ------------------------------------------------------------------------------------------------
+def read_edges(path: str) -> tuple[np.ndarray, np.ndarray]:
+    with open(path, "rb") as f:
+        data = f.read()
+    a = np.array(data.split(), dtype=np.int64)  # bytes tokens -> ints
+    return a[0::2], a[1::2]
+
+
+def write_rows(path: str, ids: np.ndarray, values: np.ndarray) -> None:
+    with open(path, "w") as f:
+        f.write("".join(f"{i}\t{v!r}\n" for i, v in zip(ids.tolist(), values.tolist())))
+
+
+def peer_scipy(job: str, graph: str, out: str, source: str) -> None:
+    import scipy.sparse as sp
+    from scipy.sparse import csgraph
+
+    src, dst = read_edges(graph)
+    ids, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    n, m = len(ids), len(src)
+    s, d = inv[:m], inv[m:]
+    if job == "pagerank":
+        outdeg = np.bincount(s, minlength=n).astype(float)
+        mat = sp.csr_matrix((np.ones(m), (d, s)), shape=(n, n))
+        x = np.full(n, 1.0 / n)
+        dangling = outdeg == 0
+        for _ in range(ITERATIONS):
+            x = (1 - 0.85) / n + 0.85 * (mat @ (x / np.maximum(outdeg, 1)) + x[dangling].sum() / n)
+        vals = x
+    elif job == "wcc":
+        mat = sp.csr_matrix((np.ones(m), (s, d)), shape=(n, n))
+        _, labels = csgraph.connected_components(mat, directed=True, connection="weak")
+        vals = labels
+    else:
+        mat = sp.csr_matrix((np.ones(m), (s, d)), shape=(n, n))
+        vals = csgraph.dijkstra(mat, indices=int(np.searchsorted(ids, int(source))), unweighted=True)
+    write_rows(out, ids, vals)
+
+
+def peer_networkit(job: str, graph: str, out: str, source: str) -> None:
+    import networkit as nk
+
+    nk.setNumberOfThreads(1)
+    reader = nk.graphio.EdgeListReader(" ", 0, directed=True, continuous=False)
+    g = reader.read(graph)
+    ids_map = reader.getNodeMap()  # original id (str) -> node
+    ids = np.array([int(k) for k in ids_map.keys()])
+    nodes = np.array(list(ids_map.values()))
+    if job == "pagerank":
+        pr = nk.centrality.PageRank(g, damp=0.85, tol=0.0)
+        pr.maxIterations = ITERATIONS
+        pr.norm = nk.centrality.Norm.L1_NORM
+        pr.run()
+        vals = np.asarray(pr.scores())[nodes]
+    elif job == "wcc":
+        cc = nk.components.WeaklyConnectedComponents(g)
+        cc.run()
+        vals = np.asarray(cc.getPartition().getVector())[nodes]
+    else:
+        bfs = nk.distance.BFS(g, ids_map[source], storePaths=False)
+        bfs.run()
+        vals = np.asarray(bfs.getDistances())[nodes]
+    write_rows(out, ids, vals)
+
+
+def peer_igraph(job: str, graph: str, out: str, source: str) -> None:
+    import igraph as ig
+
+    src, dst = read_edges(graph)
+    ids, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    m = len(src)
+    g = ig.Graph(n=len(ids), edges=np.stack([inv[:m], inv[m:]], axis=1), directed=True)
+    if job == "pagerank":
+        vals = np.asarray(g.pagerank(damping=0.85))  # PRPACK: solved exactly, not 10 iterations
+    elif job == "wcc":
+        vals = np.asarray(g.connected_components(mode="weak").membership)
+    else:
+        vals = np.asarray(g.distances(source=[int(np.searchsorted(ids, int(source)))], mode="out")[0], dtype=float)
+    write_rows(out, ids, vals)
+
+
+def run_peer(peer: str, job: str, graph: Path, tmp: Path, source: str) -> dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, __file__, "--peer", peer, "--job", job, "--graph", str(graph),
+           "--out", str(tmp / f"{peer}-{job}.tsv"), "--source", source]
+    r = measure(cmd, env=env)
+    r.pop("stdout", None)
+    return r
+
+
+# ------------------------------------------------------------------------------------------------
+# main
+# ------------------------------------------------------------------------------------------------
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scales", type=int, nargs="+", default=[16, 17, 18])
+    ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "mariana-graph-scale")
+    ap.add_argument("--quick", action="store_true", help="scale 12, workers 1 2: a smoke test in seconds")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--before", type=Path, help="also run another checkout's mariana (PYTHONPATH=BEFORE), 1 and 2 workers")
+    ap.add_argument("--peer", help=argparse.SUPPRESS)
+    ap.add_argument("--job", help=argparse.SUPPRESS)
+    ap.add_argument("--graph", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--source", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.peer:
+        {"scipy": peer_scipy, "networkit": peer_networkit, "igraph": peer_igraph}[args.peer](
+            args.job, args.graph, args.out, args.source)
+        return 0
+    if args.quick:
+        args.scales, args.workers = [12], [1, 2]
+    available = []
+    for p in args.peers:
+        try:
+            __import__({"scipy": "scipy", "networkit": "networkit", "igraph": "igraph"}[p])
+            available.append(p)
+        except ImportError:
+            log(f"peer {p} is not installed (pip install 'mariana-bsp[bench]'): skipped")
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="mariana-graph-scale-") as t:
+        tmp = Path(t)
+        for scale in args.scales:
+            graph = graph_file(scale, args.seed, args.cache)
+            source = first_source(graph)
+            mb = graph.stat().st_size / 1e6
+            for job in args.jobs:
+                row: dict[str, Any] = {"scale": scale, "edges": EDGE_FACTOR << scale, "mb": mb, "job": job}
+                for w in args.workers:
+                    log(f"scale {scale} {job}: mariana {w} worker(s)")
+                    row[f"mariana-{w}"] = run_mariana(job, graph, w, tmp, source)
+                if args.before:
+                    for w in (1, 2):
+                        log(f"scale {scale} {job}: before ({args.before}) {w} worker(s)")
+                        row[f"before-{w}"] = run_before(args.before, job, graph, w, tmp, source)
+                for p in available:
+                    log(f"scale {scale} {job}: {p}")
+                    row[p] = run_peer(p, job, graph, tmp, source)
+                results.append(row)
+                report_row(row, args.workers, available, bool(args.before))
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 0
+
+
+def report_row(row: dict[str, Any], workers: list[int], peers: list[str], before: bool = False) -> None:
+    one = row.get("mariana-1")
+    head = f"scale {row['scale']} ({row['edges'] / 1e6:.1f}M edges, {row['mb']:.0f} MB) {row['job']}"
+    print(head, flush=True)
+    for w in workers:
+        r = row[f"mariana-{w}"]
+        line = (f"  mariana {w}w   {r['wall_s']:7.2f} s  peak {r['peak_mb']:7.0f} MB  load {r['load_s']:6.2f} s "
+                f"({(r['load_mb_s_per_worker'] or 0):5.1f} MB/s/worker)  supersteps {r['supersteps_s']:6.2f} s")
+        if one and w != 1:
+            line += f"  time x{r['wall_s'] / one['wall_s']:.2f}  memory x{r['peak_mb'] / one['peak_mb']:.2f} of 1w"
+        print(line, flush=True)
+    for w in (1, 2) if before else ():
+        r = row[f"before-{w}"]
+        line = f"  before {w}w    {r['wall_s']:7.2f} s  peak {r['peak_mb']:7.0f} MB"
+        if one:
+            line += f"  now / before: time x{row[f'mariana-{w}']['wall_s'] / r['wall_s']:.2f}" \
+                    f"  memory x{row[f'mariana-{w}']['peak_mb'] / r['peak_mb']:.2f}" if f"mariana-{w}" in row else ""
+        print(line, flush=True)
+    for p in peers:
+        r = row[p]
+        line = f"  {p:<12}{r['wall_s']:7.2f} s  peak {r['peak_mb']:7.0f} MB"
+        if one:
+            line += f"  mariana 1w / {p}: time x{one['wall_s'] / r['wall_s']:.2f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

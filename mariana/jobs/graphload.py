@@ -1,0 +1,379 @@
+"""Partitioned graph loading, as Pregel and Giraph load graphs: every worker reads only its own
+input splits and sends each edge to the block that owns its source vertex, in loading supersteps.
+
+``GraphLoader`` is the ``GraphIO`` of ``vertices.graph_blocks.LoadedBlock``:
+
+- superstep 0: list the input, cut it into splits (``storage.splits``), parse this worker's
+  splits (the numeric fast path of ``edgelist``; the line parser names any bad line as
+  ``file:line`` with its line number in the whole file), and aggregate what every worker must
+  agree on (are all ids integers, their range, the longest id);
+- superstep 1: turn ids into keys, send each edge to the owner of its source (an undirected
+  graph: of both ends) and every id seen to its owner (a vertex seen only as a destination, or
+  listed in the ``vertices=`` file, still exists);
+- superstep 2: build the block: sorted own keys, CSR out-edges; aggregate the vertex count.
+
+The owner of a vertex follows from its id alone: a hash of its key, or (``placement=range``,
+integer ids) its position in [smallest id, largest id]. No process holds a whole-graph array.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..engine import Context, Message
+from ..errors import StorageError, UsageError
+from ..storage import write_text
+from ..storage.splits import (Split, assigned, lines_before, list_inputs, make_splits, read_table_split,
+                              read_text_split)
+from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
+from .edgelist import _parse_lines, numeric_table
+from ..storage.parts import part_url
+
+__all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
+
+#: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
+PIECE = 4 << 20
+#: Integer ids up to this many characters (with the sign) are coded as int64 keys.
+MAX_DIGITS = 17
+_POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
+LOAD_AGGREGATORS = {"load_numeric": "min", "load_lo": "min", "load_hi": "max", "load_width": "max",
+                    "load_vertices": "sum", "load_edges": "sum", "source_found": "sum"}
+
+
+def strkeys(names: np.ndarray) -> np.ndarray:
+    """int64 codes of decimal id strings (at most 17 characters) that sort as the strings do.
+
+    Each character is a base-12 digit (end = 0, '-' = 1, '0'..'9' = 2..11), so "10" < "9" as keys.
+    """
+    if names.size == 0:
+        return np.empty(0, np.int64)
+    u = np.ascontiguousarray(names, dtype=f"U{MAX_DIGITS}").view(np.uint32).reshape(-1, MAX_DIGITS).astype(np.int64)
+    sym = np.where(u == 0, 0, np.where(u == 45, 1, u - 46))
+    return sym @ _POW12
+
+
+def decode_keys(keys: np.ndarray) -> np.ndarray:
+    """Ids (a ``U`` array) of keys: int64 codes or UTF-8 bytes."""
+    if keys.dtype.kind == "S":
+        return np.char.decode(keys, "utf-8")
+    sym = (keys[:, None] // _POW12) % 12
+    chars = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46)).astype(np.uint32)
+    return np.ascontiguousarray(chars).view(f"U{MAX_DIGITS}").reshape(len(keys))
+
+
+def _hash_owner(keys: np.ndarray, workers: int) -> np.ndarray:
+    """A well-mixed hash of keys (int64 or bytes), mod ``workers``."""
+    if keys.dtype.kind == "S":
+        width = keys.dtype.itemsize
+        cols = np.ascontiguousarray(keys).view(np.uint8).reshape(len(keys), width)
+        h = np.full(len(keys), 14695981039346656037, dtype=np.uint64)
+        for c in range(width):
+            h = (h ^ cols[:, c].astype(np.uint64)) * np.uint64(1099511628211)
+    else:
+        h = keys.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(31))) * np.uint64(0x9E3779B97F4A7C15)
+        h = h ^ (h >> np.uint64(29))
+    return (h % np.uint64(workers)).astype(np.int16)
+
+
+@dataclass
+class LoadSpec:
+    """What to load: ``graph`` (file, directory or glob URL), ``vertices`` (a ``.v`` file of ids),
+    whether edges count in both directions, whether weights are kept and must be >= 0."""
+
+    graph: str
+    vertices: str | None = None
+    undirected: bool = False
+    weights: bool = False
+    nonnegative: bool = False
+    split_mb: float = 64.0
+    placement: str | None = None
+    output: str | None = None
+
+
+@dataclass
+class _Chunk:
+    """One parsed split: ids (``U``, string order), their ints (numeric only), edges as ranks."""
+
+    split: Split
+    names: np.ndarray
+    values: np.ndarray | None
+    pairs: np.ndarray
+    weight: np.ndarray | None
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` that does not copy a single array."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _sorted_unique(a: np.ndarray, presorted: bool = False) -> np.ndarray:
+    """The distinct values of ``a``, sorted (by sorting: numpy's hash-based ``unique`` is slower here)."""
+    if not presorted:
+        a = np.sort(a)
+    if a.size == 0:
+        return a
+    keep = np.empty(a.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
+class GraphLoader:
+    """Loads one worker's part of a graph in ``LOAD_STEPS`` supersteps; writes its results."""
+
+    def __init__(self, spec: LoadSpec, workers: int, blocks: list[str], index: int,
+                 summarize: Callable[[np.ndarray, np.ndarray], dict[str, Any]], fmt: Callable[[Any], str]) -> None:
+        self.spec, self.workers, self.blocks, self.index = spec, workers, blocks, index
+        self.summarize, self.fmt = summarize, fmt
+        self.url = spec.graph
+        self.chunks: list[_Chunk] = []
+        self.numeric = True
+        self.width = 1
+        self.parsed = False
+
+    # -- superstep 0 ---------------------------------------------------------------------------
+    def _parse(self, ctx: Context) -> None:
+        spec, w = self.spec, self.workers
+        files = list_inputs(spec.graph)
+        cuttable = sum(size for url, size in files if not url.endswith(".gz"))  # text and tables
+        split_bytes = min(int(spec.split_mb * (1 << 20)), max(math.ceil(cuttable / w), 1))
+        splits = make_splits(files, split_bytes)
+        for _, split in assigned(splits, self.index, w):
+            self.chunks.extend(self._parse_split(split))
+        if spec.vertices:
+            vsplits = make_splits(list_inputs(spec.vertices), int(spec.split_mb * (1 << 20)))
+            for _, split in assigned(vsplits, self.index, w):
+                self.chunks.append(self._parse_vertices(split))
+        numeric = all(c.values is not None or c.names.size == 0 for c in self.chunks)
+        width = max((int(np.char.str_len(c.names).max()) for c in self.chunks if c.names.size), default=1)
+        if numeric and width > MAX_DIGITS:
+            numeric = False
+        ctx.aggregate("load_numeric", int(numeric))
+        if not numeric:  # bytes, not characters, size the keys
+            width = max((max(len(s.encode()) for s in c.names.tolist()) for c in self.chunks if c.names.size),
+                        default=1)
+        ctx.aggregate("load_width", width)
+        vals = [c.values for c in self.chunks if c.values is not None and c.values.size]
+        if vals:
+            ctx.aggregate("load_lo", int(min(v.min() for v in vals)))
+            ctx.aggregate("load_hi", int(max(v.max() for v in vals)))
+
+    def _parse_split(self, split: Split) -> list[_Chunk]:
+        """The edges of one split, parsed in pieces of at most ``PIECE`` bytes (cut at line ends),
+        so the parser's temporaries stay small whatever the split size."""
+        if split.kind in ("npy", "npz"):
+            return [self._table_chunk(split)]
+        raw = read_text_split(split)
+        chunks, at = [], 0
+        while at < len(raw):
+            stop = raw.rfind(b"\n", at, at + PIECE) + 1 if at + PIECE < len(raw) else len(raw)
+            if stop <= at:  # one line longer than a piece
+                stop = raw.find(b"\n", at + PIECE) + 1 or len(raw)
+            chunks.append(self._parse_piece(split, raw, at, stop))
+            at = stop
+        return chunks
+
+    def _parse_piece(self, split: Split, raw: bytes, start: int, stop: int) -> _Chunk:
+        spec = self.spec
+
+        def lines_above() -> int:  # only to name a line: how many lines of the file come before
+            return lines_before(split) + raw.count(b"\n", 0, start)
+
+        piece = raw[start:stop]
+        try:
+            text = piece.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = lines_above() + piece[:exc.start].count(b"\n") + 1
+            raise UsageError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})") from None
+        del piece
+        table = numeric_table(text)
+        if table is not None:
+            names, values, pairs, weight, lineno = table
+            small = pairs.astype(np.int32) if len(names) < 2 ** 31 else pairs
+            chunk = _Chunk(split, names, values, small, weight)
+        else:
+            try:
+                el = _parse_lines(text, split.url)
+            except UsageError:  # name the line by its number in the whole file
+                _parse_lines("\n" * lines_above() + text, split.url)
+                raise
+            names = np.array(el.ids, dtype=str) if el.ids else np.empty(0, dtype="U1")
+            chunk = _Chunk(split, names, None, np.stack([el.src, el.dst], axis=1), el.weight)
+            lineno = el.lineno
+        if spec.nonnegative and chunk.weight is not None:
+            bad = np.flatnonzero(chunk.weight < 0)
+            if bad.size:
+                e = int(bad[0])
+                line = lines_above() + int(lineno[e])
+                raise UsageError(f"{split.url}:{line}: negative weight {chunk.weight[e]:g} (sssp needs weights >= 0)")
+        if not spec.weights:
+            chunk.weight = None
+        return chunk
+
+    def _table_chunk(self, split: Split) -> _Chunk:
+        t = read_table_split(split)
+        src, dst = t["src"], t["dst"]
+        for a in (src, dst):  # a (rows, 3) float table holds its ids as floats: whole numbers only
+            if a.dtype.kind not in "iuf" or (a.dtype.kind == "f" and not (
+                    np.isfinite(a).all() and (a == np.floor(a)).all() and (np.abs(a) < 2.0 ** 53).all())):
+                raise UsageError(f"{split.url}: vertex ids must be integers, found {a.dtype} values that are not")
+        ids = np.stack([src.astype(np.int64), dst.astype(np.int64)], axis=1)
+        unique, inverse = np.unique(ids.reshape(-1), return_inverse=True)
+        names = unique.astype(str)
+        order = np.argsort(names, kind="stable")
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(src))
+        if not np.isfinite(weight).all():
+            row = split.start + int(np.flatnonzero(~np.isfinite(weight))[0])
+            raise UsageError(f"{split.url}: row {row}: weight must be a finite number")
+        if self.spec.nonnegative and (weight < 0).any():
+            row = int(np.flatnonzero(weight < 0)[0])
+            raise UsageError(f"{split.url}: row {split.start + row}: negative weight {weight[row]:g} "
+                             f"(sssp needs weights >= 0)")
+        return _Chunk(split, names[order], unique[order], rank[inverse].reshape(-1, 2),
+                      weight if self.spec.weights else None)
+
+    def _parse_vertices(self, split: Split) -> _Chunk:
+        text = read_text_split(split).decode("utf-8", errors="strict")
+        tokens = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        ids = sorted({t for t in tokens if t})
+        names = np.array(ids, dtype=str) if ids else np.empty(0, dtype="U1")
+        values = None
+        try:
+            ints = np.array([int(t) for t in ids], dtype=np.int64)
+            if all(str(v) == t for v, t in zip(ints.tolist(), ids)):
+                values = ints
+        except (ValueError, OverflowError):
+            pass
+        return _Chunk(split, names, values, np.empty((0, 2), np.int64), None)
+
+    # -- superstep 1 ---------------------------------------------------------------------------
+    def key_of(self, name: str) -> Any:
+        """The key of id ``name`` (one that matches no vertex if it cannot be an id here)."""
+        if self.numeric:
+            ok = name.lstrip("-").isdigit() and str(int(name)) == name and len(name) <= MAX_DIGITS
+            return int(strkeys(np.array([name]))[0]) if ok else -1
+        raw = name.encode()
+        return np.bytes_(raw) if len(raw) <= self.width and raw else np.bytes_(b"\xff" * (self.width + 1))
+
+    def _keys(self, c: _Chunk) -> np.ndarray:
+        if self.numeric:
+            return strkeys(c.names)
+        return np.char.encode(c.names, "utf-8").astype(f"S{self.width}") if c.names.size else \
+            np.empty(0, f"S{self.width}")
+
+    def _owners(self, c: _Chunk, keys: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        w = self.workers
+        if self.spec.placement == "range" and self.numeric and c.values is not None:
+            span = max(hi - lo + 1, 1)
+            return np.minimum(((c.values - lo) / span * w).astype(np.int64), w - 1).astype(np.int16)
+        return _hash_owner(keys, w)
+
+    def _route(self, ctx: Context) -> None:
+        self.numeric = bool(ctx.aggregated("load_numeric", 1))
+        self.width = int(ctx.aggregated("load_width", 1))
+        lo, hi = int(ctx.aggregated("load_lo", 0)), int(ctx.aggregated("load_hi", 0))
+        out: dict[int, dict[str, list[np.ndarray]]] = {}
+        while self.chunks:  # each parsed piece is let go as soon as it is routed
+            c = self.chunks.pop()
+            keys = self._keys(c)
+            owner = self._owners(c, keys, lo, hi)
+            s, d = c.pairs[:, 0], c.pairs[:, 1]
+            ends = [(s, d, c.weight)]
+            if self.spec.undirected:
+                keep = s != d
+                ends.append((d[keep], s[keep], c.weight[keep] if c.weight is not None else None))
+            for a, b, wt in ends:
+                osrc = owner[a]
+                order = np.argsort(osrc, kind="stable")
+                bounds = np.searchsorted(osrc[order], np.arange(self.workers + 1))
+                for blk in range(self.workers):
+                    sel = order[bounds[blk]:bounds[blk + 1]]
+                    if not sel.size:
+                        continue
+                    box = out.setdefault(blk, {})
+                    box.setdefault("src", []).append(keys[a[sel]])
+                    box.setdefault("dst", []).append(keys[b[sel]])
+                    box.setdefault("do", []).append(owner[b[sel]])
+                    if wt is not None:
+                        box.setdefault("w", []).append(wt[sel])
+            for blk in np.unique(owner).tolist():  # every id seen exists at its owner
+                out.setdefault(blk, {}).setdefault("ann", []).append(keys[owner == blk])
+        for blk in sorted(out):
+            box = out.pop(blk)
+            payload = {k: (pack_keys(_cat(box.pop(k))) if k in ("src", "dst", "ann") else _cat(box.pop(k)))
+                       for k in list(box)}
+            ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
+
+    # -- superstep 2 ---------------------------------------------------------------------------
+    def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:
+        empty = np.empty(0, np.int64) if self.numeric else np.empty(0, f"S{self.width}")
+
+        def cat(key: str, keys: bool = False, dtype: Any = None) -> np.ndarray:
+            parts = [unpack_keys(m.payload[key]) if keys else m.payload[key] for m in messages if key in m.payload]
+            if not parts:
+                return empty if keys else np.empty(0, dtype)
+            return _cat(parts)
+
+        src, dst = cat("src", True), cat("dst", True)
+        dblk = cat("do", dtype=np.int16)
+        weight = cat("w", dtype=np.float64) if self.spec.weights else None
+        # rows by source; the order inside a row changes no result (every algorithm re-sorts or
+        # takes minima), so one unstable sort does (sorting is deterministic: same input, same order)
+        order = np.argsort(src)
+        src, dst, dblk = src[order], dst[order], dblk[order]
+        if weight is not None:
+            weight = weight[order]
+        del order
+        own = _sorted_unique(np.concatenate([_sorted_unique(src, presorted=True), cat("ann", True)]))
+        indptr = np.append(np.searchsorted(src, own), len(src)).astype(np.int64)
+        del src
+        # destinations: int32 slots into the distinct destination keys (8 + 2 bytes per target, not per edge)
+        by_dst = np.argsort(dst, kind="stable")
+        ds = dst[by_dst]
+        new = np.ones(ds.size, dtype=bool)
+        new[1:] = ds[1:] != ds[:-1]
+        targets, target_block = ds[new], dblk[by_dst][new]
+        slot = np.empty(ds.size, dtype=np.int32 if targets.size < 2 ** 31 else np.int64)
+        slot[by_dst] = np.cumsum(new) - 1
+        del ds, by_dst, dblk
+        ctx.aggregate("load_vertices", len(own))
+        ctx.aggregate("load_edges", len(dst))
+        return LocalGraph(own, indptr, slot, targets, target_block, weight, self.blocks)
+
+    def step(self, ctx: Context, messages: list[Message]) -> LocalGraph | None:
+        s = ctx.superstep
+        if s > 0 and not self.parsed:
+            raise UsageError(f"cannot resume {ctx.vertex_id} from a checkpoint taken while it was loading its graph "
+                             f"(superstep {s - 1} < {LOAD_STEPS}): run the job again from the start")
+        if s == 0:
+            self.parsed = True
+            self._parse(ctx)
+        elif s == 1:
+            self._route(ctx)
+        elif s == LOAD_STEPS - 1:
+            return self._build(ctx, messages)
+        return None
+
+    # -- results -------------------------------------------------------------------------------
+    def result(self, own: np.ndarray, values: np.ndarray, labels: bool) -> dict[str, Any]:
+        """This block's results: written as a part of ``output`` (returning where, and a summary),
+        or returned whole (``ids``, ``values``) when there is no output."""
+        ids = decode_keys(own)
+        vals: Any = decode_keys(values) if labels else values
+        if not self.spec.output:
+            return {"ids": ids.tolist(), "values": vals.tolist() if labels else vals}
+        url = part_url(self.spec.output, self.index)
+        line = "{}\t{!r}\n" if vals.dtype.kind == "f" else "{}\t{}\n"  # repr(float): as fmt_float
+        try:
+            write_text(url, "".join(map(line.format, ids.tolist(), vals.tolist())))
+        except StorageError as exc:  # reported by the job's finish, with every other part discarded
+            return {"part": url, "error": str(exc)}
+        return {"part": url, "rows": len(ids), "summary": self.summarize(ids, vals)}

@@ -1,0 +1,251 @@
+"""Input splits: a graph input cut into pieces that workers read in parallel, as Hadoop, Giraph
+and Pregel read their inputs.
+
+An input is one file, a directory of part files (names starting with ``_`` or ``.`` skipped, as
+Hadoop's ``_SUCCESS``) or a glob, at any fsspec URL. A text file is cut into byte ranges; a split
+owns every line that *starts* inside its range, so reading a split means one range read plus the
+rest of its last line (``read_text_split``). A ``.gz`` file cannot be entered in the middle: it
+is one split. A ``.npy``/``.npz`` edge table is cut into row ranges. Nothing here reads more
+than its own split, except to count the lines before a split when a malformed line must be named.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import StorageError, UsageError
+from .rundir import _FS_ERRORS, _fs
+
+__all__ = ["Split", "list_inputs", "make_splits", "read_text_split", "read_table_split", "lines_before",
+           "assigned"]
+
+_CHUNK = 1 << 20
+TABLE_EXTS = (".npy", ".npz")
+
+
+@dataclass(frozen=True)
+class Split:
+    """``url`` [``start``, ``end``): bytes of a text file, rows of a table (``kind`` ``npy``/``npz``),
+    or a whole compressed file (``kind`` ``gz``, ``end`` = -1)."""
+
+    url: str
+    start: int
+    end: int
+    kind: str = "text"
+
+
+def list_inputs(url: str) -> list[tuple[str, int]]:
+    """(url, size in bytes) of every file of the input ``url``: a file, a directory or a glob."""
+    fs, path = _input_fs(url)
+    proto = url.split("://", 1)[0] + "://" if "://" in url else ""
+    try:
+        if any(c in path for c in "*?["):
+            paths = sorted(fs.glob(path))
+        elif fs.isdir(path):
+            paths = sorted(p for p in fs.find(path) if not posixpath.basename(p).startswith(("_", ".")))
+        elif fs.exists(path):
+            paths = [path]
+        else:
+            raise UsageError(f"cannot read graph input: {url}: no such file or directory")
+        files = [(p, int(fs.size(p))) for p in paths if not fs.isdir(p)]
+    except (UsageError, StorageError):
+        raise
+    except _FS_ERRORS as exc:
+        raise UsageError(f"cannot read graph input {url}: {exc}") from None
+    if not files:
+        raise UsageError(f"graph input {url} has no files")
+    if len(paths) == 1 and paths[0] == path:  # one file: keep the user's spelling (messages name it)
+        return [(url, files[0][1])]
+    return [(_unstrip(proto, fs, p), size) for p, size in files]
+
+
+def _input_fs(url: str) -> tuple[Any, str]:
+    try:
+        return _fs(url)
+    except StorageError as exc:
+        raise UsageError(f"cannot read graph input: {exc}") from None
+
+
+def _unstrip(proto: str, fs: Any, path: str) -> str:
+    """A path fsspec returned, as a URL again (local paths stay paths)."""
+    if not proto or proto == "file://":
+        return path
+    return fs.unstrip_protocol(path)
+
+
+def make_splits(files: list[tuple[str, int]], split_bytes: int) -> list[Split]:
+    """Cut ``files`` into splits of about ``split_bytes`` (text) or as many rows (tables)."""
+    split_bytes = max(int(split_bytes), 1)
+    out: list[Split] = []
+    for url, size in files:
+        if url.endswith(".gz"):
+            out.append(Split(url, 0, -1, "gz"))
+        elif url.endswith(TABLE_EXTS):
+            rows, row_bytes = table_rows(url)
+            # a compressed .npz member cannot be entered in the middle (like .gz): one split
+            step = max(split_bytes // max(row_bytes, 1), 1) if not _compressed(url) else max(rows, 1)
+            out.extend(Split(url, a, min(a + step, rows), url[-3:]) for a in range(0, rows, step))
+        else:
+            out.extend(Split(url, a, min(a + split_bytes, size)) for a in range(0, size, split_bytes))
+    return out
+
+
+def assigned(splits: list[Split], worker: int, workers: int) -> list[tuple[int, Split]]:
+    """The splits worker ``worker`` of ``workers`` reads: every ``workers``-th, from its index."""
+    return [(i, s) for i, s in enumerate(splits) if i % workers == worker]
+
+
+def read_text_split(split: Split) -> bytes:
+    """The lines of a text split: those starting in [start, end), each with its newline."""
+    fs, path = _input_fs(split.url)
+    try:
+        if split.kind == "gz":
+            with fs.open(path, "rb", compression="gzip") as f:
+                return f.read()
+        with fs.open(path, "rb") as f:
+            lo = max(split.start - 1, 0)
+            f.seek(lo)
+            data = f.read(split.end - lo)
+            if split.start > 0:  # the line that started before this split belongs to the previous one
+                nl = data.find(b"\n")
+                if nl < 0:
+                    return b""
+                data = data[nl + 1:]
+                if not data:  # the next line starts at ``end``: the next split's
+                    return b""
+            if not data.endswith(b"\n"):  # finish the last line, which may run into the next split
+                tail = [data]
+                while True:
+                    more = f.read(_CHUNK)
+                    if not more:
+                        break
+                    nl = more.find(b"\n")
+                    if nl >= 0:
+                        tail.append(more[:nl + 1])
+                        break
+                    tail.append(more)
+                data = b"".join(tail)
+            return data
+    except _FS_ERRORS as exc:
+        raise UsageError(f"cannot read graph input {split.url}: {exc}") from None
+
+
+def lines_before(split: Split) -> int:
+    """How many lines of the file come before the first line of ``split`` (to name a bad line)."""
+    if split.start == 0 or split.kind != "text":
+        return 0
+    fs, path = _input_fs(split.url)
+    count, left = 0, split.start - 1  # the line through byte start-1 is the previous split's
+    with fs.open(path, "rb") as f:
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            left -= len(chunk)
+        nl = b""
+        while nl != b"\n":  # the rest of the line that started before this split
+            nl = f.read(1)
+            if not nl:
+                break
+        return count + 1 if nl else count
+
+
+# ------------------------------------------------------------------------------------------------
+# .npy / .npz edge tables
+# ------------------------------------------------------------------------------------------------
+def _npy_header(f: Any) -> tuple[np.dtype, tuple[int, ...], int]:
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    if fortran:
+        raise UsageError("fortran-ordered .npy edge tables are not supported: save with np.ascontiguousarray")
+    return dtype, shape, f.tell()
+
+
+def _npz_members(f: Any) -> dict[str, Any]:
+    z = zipfile.ZipFile(f)
+    return {name[:-4] if name.endswith(".npy") else name: z for name in z.namelist()}
+
+
+def _compressed(url: str) -> bool:
+    """Whether ``url`` is an .npz whose arrays are deflated (``np.savez_compressed``)."""
+    if not url.endswith(".npz"):
+        return False
+    fs, path = _input_fs(url)
+    try:
+        with fs.open(path, "rb") as f:
+            return any(i.compress_type != zipfile.ZIP_STORED for i in zipfile.ZipFile(f).infolist())
+    except (ValueError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{url}: not a readable edge table: {exc}") from None
+
+
+def table_rows(url: str) -> tuple[int, int]:
+    """(rows, bytes per row) of an edge table."""
+    fs, path = _input_fs(url)
+    try:
+        with fs.open(path, "rb") as f:
+            if url.endswith(".npy"):
+                dtype, shape, _ = _npy_header(f)
+                if len(shape) != 2 or shape[1] not in (2, 3):
+                    raise UsageError(f"{url}: a .npy edge table is a (rows, 2 or 3) array, found shape {shape}")
+                return shape[0], dtype.itemsize * shape[1]
+            z = zipfile.ZipFile(f)
+            names = {n[:-4] for n in z.namelist() if n.endswith(".npy")}
+            if not {"src", "dst"} <= names:
+                raise UsageError(f"{url}: a .npz edge table holds arrays 'src', 'dst' and optionally 'weight', "
+                                 f"found {sorted(names)}")
+            rows, width = -1, 0
+            for name in ("src", "dst", "weight"):
+                if name not in names:
+                    continue
+                with z.open(name + ".npy") as m:
+                    dtype, shape, _ = _npy_header(m)
+                if len(shape) != 1 or (rows >= 0 and shape[0] != rows):
+                    raise UsageError(f"{url}: '{name}' must be a 1-D array as long as 'src', found shape {shape}")
+                rows, width = shape[0], width + dtype.itemsize
+            return rows, width
+    except (UsageError, StorageError):
+        raise
+    except (ValueError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{url}: not a readable edge table: {exc}") from None
+    except _FS_ERRORS as exc:
+        raise UsageError(f"cannot read graph input {url}: {exc}") from None
+
+
+def read_table_split(split: Split) -> dict[str, np.ndarray]:
+    """Rows [start, end) of an edge table as ``src``, ``dst`` and (if present) ``weight`` arrays."""
+    fs, path = _input_fs(split.url)
+    a, b = split.start, split.end
+    out: dict[str, np.ndarray] = {}
+    try:
+        with fs.open(path, "rb") as f:
+            if split.kind == "npy":
+                dtype, shape, offset = _npy_header(f)
+                width = shape[1]
+                f.seek(offset + a * width * dtype.itemsize)
+                table = np.frombuffer(f.read((b - a) * width * dtype.itemsize), dtype=dtype).reshape(b - a, width)
+                out["src"], out["dst"] = table[:, 0], table[:, 1]
+                if width == 3:
+                    out["weight"] = table[:, 2]
+                return out
+            z = zipfile.ZipFile(f)
+            for name in ("src", "dst", "weight"):
+                if name + ".npy" not in z.namelist():
+                    continue
+                with z.open(name + ".npy") as m:
+                    dtype, _, offset = _npy_header(m)
+                    m.seek(offset + a * dtype.itemsize)  # a stored member seeks; a deflated one reads through
+                    out[name] = np.frombuffer(m.read((b - a) * dtype.itemsize), dtype=dtype)
+            return out
+    except (ValueError, zipfile.BadZipFile, io.UnsupportedOperation) as exc:
+        raise UsageError(f"{split.url}: not a readable edge table: {exc}") from None
+    except _FS_ERRORS as exc:
+        raise UsageError(f"cannot read graph input {split.url}: {exc}") from None
+

@@ -1,0 +1,383 @@
+"""Block vertices over a graph that was loaded in parts: each worker holds only its own vertices.
+
+A ``LoadedBlock`` spends its first ``LOAD_STEPS`` supersteps loading (the ``io`` object of the
+job layer reads this worker's input splits, sends every edge to the block owning its source and
+builds a ``LocalGraph``), then runs its algorithm; ``step = superstep - LOAD_STEPS``.
+
+Vertices are named by *keys*: int64 codes of the ids that sort like the id strings (for integer
+ids) or the UTF-8 bytes of the ids (``S`` arrays, sent as ``uint8`` matrices). Keys sort in string
+order of the ids, so sums run in ascending source id order (PageRank is bit-identical to
+``PageRankVertex`` whatever the worker count) and the smallest key is the smallest id (WCC).
+No array here is as long as the whole graph: a block holds its own vertices, their out-edges
+(destination keys, destination blocks) and, for PageRank, the order of its in-edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..engine import Context, Message, Vertex
+from ..engine.state import default_state, load_default_state
+from ..errors import UsageError
+
+__all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded", "WCCLoaded",
+           "pack_keys", "unpack_keys", "loaded_pagerank_master", "BLOCK_TAG"]
+
+#: Supersteps spent loading: parse the splits, route edges to their owners, build the blocks.
+LOAD_STEPS = 3
+BLOCK_TAG = "block"
+INF = float("inf")
+
+
+@dataclass
+class LocalGraph:
+    """One block's vertices (``own``: sorted keys) and their out-edges in CSR form: each edge's
+    destination as an int32 ``slot`` into ``targets`` (the distinct destination keys, sorted) and
+    ``target_block`` (the block owning each), ``weight`` per edge or None; ``blocks``: the engine
+    vertex id of every block. ``n`` (all vertices of the graph) is known one step later."""
+
+    own: np.ndarray
+    indptr: np.ndarray
+    slot: np.ndarray
+    targets: np.ndarray
+    target_block: np.ndarray
+    weight: np.ndarray | None
+    blocks: list[str]
+    n: int = -1
+
+    def local(self, keys: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.own, keys)
+
+    def src_rows(self) -> np.ndarray:
+        """The local row of every edge (int32)."""
+        return np.repeat(np.arange(len(self.own), dtype=np.int32), np.diff(self.indptr))
+
+    def edges_of(self, rows: np.ndarray) -> np.ndarray:
+        """Indices into ``dst`` of the out-edges of local rows ``rows``."""
+        starts = self.indptr[rows]
+        counts = self.indptr[rows + 1] - starts
+        total = int(counts.sum())
+        if total == 0:
+            return np.empty(0, dtype=np.int64)
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        return offsets + np.arange(total)
+
+    def nbytes(self) -> int:
+        arrays = (self.own, self.indptr, self.slot, self.targets, self.target_block, self.weight)
+        return sum(a.nbytes for a in arrays if a is not None)
+
+
+class GraphIO(Protocol):
+    """What the job layer gives a block: loading steps, and writing or returning its results."""
+
+    def step(self, ctx: Context, messages: list[Message]) -> LocalGraph | None: ...
+
+    def result(self, own: np.ndarray, values: np.ndarray, labels: bool) -> dict[str, Any]: ...
+
+    url: str
+
+    def key_of(self, name: str) -> Any: ...
+
+
+def pack_keys(keys: np.ndarray) -> np.ndarray:
+    """Keys as a wire-safe array: int64 as is, ``S`` strings as a (n, width) uint8 matrix."""
+    if keys.dtype.kind == "S":
+        width = max(keys.dtype.itemsize, 1)
+        return np.ascontiguousarray(keys, dtype=f"S{width}").view(np.uint8).reshape(len(keys), width)
+    return keys
+
+
+def unpack_keys(a: np.ndarray) -> np.ndarray:
+    if a.ndim == 2:
+        return np.ascontiguousarray(a).view(f"S{a.shape[1]}").reshape(a.shape[0])
+    return a
+
+
+def _concat(messages: list[Message], key: str, dtype: Any = None, keys: bool = False) -> np.ndarray:
+    parts = [m.payload[key] for m in messages if key in m.payload]
+    if keys:
+        parts = [unpack_keys(p) for p in parts]
+    if not parts:
+        return np.empty(0, dtype=dtype or np.int64)
+    return np.concatenate(parts)
+
+
+def _int32(a: np.ndarray) -> np.ndarray:
+    """``a`` as int32 where its values fit (index arrays held for the whole job: half the bytes)."""
+    return a.astype(np.int32) if a.size and a.max() < 2 ** 31 else a
+
+
+def _in_order(dst: np.ndarray, src: np.ndarray) -> bool:
+    """Whether (dst, src) pairs are sorted already."""
+    if dst.size < 2:
+        return True
+    up, same = dst[1:] > dst[:-1], dst[1:] == dst[:-1]
+    return bool(np.all(up | (same & (src[1:] >= src[:-1]))))
+
+
+def group_min(rows: np.ndarray, vals: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """Lower ``current[r]`` to the smallest of ``vals`` sent to row ``r``; the rows that went down."""
+    if rows.size == 0:
+        return rows
+    if vals.dtype.kind in "iuf":  # numbers: one unbuffered minimum, no sort
+        best = current.copy()
+        np.minimum.at(best, rows, vals)
+        r = np.flatnonzero(best < current)
+        current[r] = best[r]
+        return r
+    order = np.lexsort((vals, rows))
+    r, v = rows[order], vals[order]
+    first = np.ones(r.size, dtype=bool)
+    first[1:] = r[1:] != r[:-1]
+    r, v = r[first], v[first]
+    better = v < current[r]
+    r = r[better]
+    current[r] = v[better]
+    return r
+
+
+def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, key: str) -> None:
+    """Send, per destination block, the smallest value for each destination (``slots`` of edges)."""
+    if slots.size == 0:
+        return
+    if val.dtype.kind in "iuf":  # numbers: one unbuffered minimum per distinct destination, no sort
+        init = np.inf if val.dtype.kind == "f" else np.iinfo(val.dtype).max
+        best = np.full(len(g.targets), init, dtype=val.dtype)
+        np.minimum.at(best, slots, val)
+        t = np.flatnonzero(best < init)
+        d, v, blk = g.targets[t], best[t], g.target_block[t]
+    else:  # byte-string labels: sort by (destination, value), first of each run
+        order = np.lexsort((val, slots))
+        s, v = slots[order], val[order]
+        first = np.ones(s.size, dtype=bool)
+        first[1:] = s[1:] != s[:-1]
+        s, v = s[first], v[first]
+        d, blk = g.targets[s], g.target_block[s]
+    wire_vals = pack_keys(v)
+    wire_dst = pack_keys(d)
+    for b in np.flatnonzero(np.bincount(blk, minlength=len(g.blocks))).tolist():
+        sel = blk == b
+        ctx.send(g.blocks[b], {"dst": wire_dst[sel], key: wire_vals[sel]}, tag=BLOCK_TAG)
+
+
+class LoadedBlock(Vertex):
+    """Loads its part of the graph in supersteps 0..LOAD_STEPS-1, then runs ``run(ctx, messages, step)``."""
+
+    #: the value; the loaded part of the graph goes into checkpoints through ``state_dict``
+    state_fields = Vertex.state_fields
+
+    def __init__(self, id: str, io: GraphIO) -> None:
+        super().__init__(id, None)
+        self.io: GraphIO | None = io
+        self.out: GraphIO = io
+        self.g: LocalGraph | None = None
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        if ctx.superstep < LOAD_STEPS:
+            assert self.io is not None
+            g = self.io.step(ctx, messages)
+            if g is not None:
+                self.g = g
+                self.loaded(ctx)
+                self.io = None
+            return
+        g = self.g
+        assert g is not None
+        if g.n < 0:
+            g.n = int(ctx.aggregated("load_vertices", 0))
+        self.run(ctx, messages, ctx.superstep - LOAD_STEPS)
+
+    def loaded(self, ctx: Context) -> None:
+        """Called in the last loading superstep, once ``self.g`` holds this block's part."""
+        assert self.g is not None
+        self.value = np.zeros(len(self.g.own))
+
+    def run(self, ctx: Context, messages: list[Message], step: int) -> None:
+        ctx.vote_to_halt()
+
+    def size_hint(self) -> int:
+        return len(self.g.own) if self.g is not None else 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpoints hold this block's part of the graph too (it was loaded, not built)."""
+        state = default_state(self)
+        g = self.g
+        if g is not None:
+            state["__graph__"] = {"own": g.own, "indptr": g.indptr, "slot": g.slot, "targets": g.targets,
+                                  "target_block": g.target_block,
+                                  "weight": g.weight, "blocks": g.blocks, "n": g.n}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        graph = state.pop("__graph__", None)
+        if graph is not None:
+            arrays: dict[str, Any] = {k: np.array(v) if isinstance(v, np.ndarray) else v for k, v in graph.items()}
+            self.g = LocalGraph(**arrays)
+            self.io = None
+        load_default_state(self, state)
+
+    def result(self) -> dict[str, Any]:
+        g = self.g
+        if g is None:
+            return {"ids": [], "values": np.zeros(0)}
+        return self.out.result(g.own, self.value, labels=False)
+
+
+class PageRankLoaded(LoadedBlock):
+    """PageRank for a whole partition; bit-identical to ``PageRankVertex`` (contributions summed in
+    ascending source id order, dangling mass and L1 change with the exact ``fsum``)."""
+
+    state_fields = (*LoadedBlock.state_fields, "damping", "dpos", "iterations", "outdeg", "perm", "routes", "track_l1")
+
+    def __init__(self, id: str, io: GraphIO, damping: float = 0.85, iterations: int = 100,
+                 track_l1: bool = True) -> None:
+        super().__init__(id, io)
+        self.damping, self.iterations, self.track_l1 = damping, iterations, track_l1
+        self.routes: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+        self.perm: np.ndarray | None = None
+        self.dpos: np.ndarray | None = None
+
+    def loaded(self, ctx: Context) -> None:
+        g = self.g
+        assert g is not None
+        self.value = np.zeros(len(g.own))
+        self.outdeg = np.diff(g.indptr)
+        rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
+        edge_block = None if len(g.blocks) == 1 else g.target_block[g.slot]
+        for b in range(len(g.blocks)):
+            sel = None if edge_block is None else np.flatnonzero(edge_block == b)
+            slot = g.slot if sel is None else g.slot[sel]
+            if not slot.size:
+                continue
+            order = np.argsort(slot, kind="stable")  # by (dst, src): the receiver's summation order
+            rows_b = rows[order] if sel is None else rows[sel[order]]
+            self.routes.append((g.blocks[b], rows_b, pack_keys(g.targets[slot[order]]), pack_keys(g.own[rows_b])))
+        # the structure travels once (step 0); then only values: drop the edge arrays
+        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+
+    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
+        g = self.g
+        assert g is not None
+        n = g.n
+        if n == 0:
+            ctx.vote_to_halt()
+            return
+        if s == 0:
+            self.value = np.full(len(g.own), 1.0 / n)
+        else:
+            if self.dpos is None:  # the first contributions carry the structure: fix the sum order once
+                dst = _concat(messages, "dst", keys=True)
+                src = _concat(messages, "src", keys=True)
+                if _in_order(dst, src):  # one sending block (or runs that happen to merge in place)
+                    self.perm, self.dpos = None, _int32(g.local(dst))
+                else:
+                    perm = np.lexsort((src, dst))
+                    self.perm, self.dpos = _int32(perm), _int32(g.local(dst[perm]))
+            vals = _concat(messages, "val", np.float64)
+            if self.perm is not None:
+                vals = vals[self.perm]
+            incoming = np.bincount(self.dpos, weights=vals, minlength=len(g.own))
+            dangling = ctx.aggregated("dangling", 0.0)
+            d = self.damping
+            new = (1.0 - d) / n + d * (incoming + dangling / n)
+            if self.track_l1:
+                ctx.aggregate("l1", np.abs(new - self.value))
+            self.value = new
+        if s >= self.iterations:
+            ctx.vote_to_halt()
+            return
+        dangling_mask = self.outdeg == 0
+        if dangling_mask.any():
+            ctx.aggregate("dangling", self.value[dangling_mask])
+        share = self.value / np.maximum(self.outdeg, 1)
+        for i, (block, rows, dst, src) in enumerate(self.routes):
+            payload: dict[str, Any] = {"val": share[rows]}
+            if s == 0:
+                payload["dst"], payload["src"] = dst, src
+                self.routes[i] = (block, rows, None, None)  # sent once; not kept
+            ctx.send(block, payload, tag=BLOCK_TAG)
+
+
+def loaded_pagerank_master(tol: float):
+    """Master compute: stop once the L1 change of the last update falls below ``tol``."""
+
+    def master(mctx) -> None:
+        l1 = mctx.aggregates.get("l1")
+        if mctx.superstep >= LOAD_STEPS + 2 and l1 is not None and l1 < tol:
+            mctx.halt(f"converged: L1 change {l1:.3g} < tol {tol:g}")
+
+    return master
+
+
+class SSSPLoaded(LoadedBlock):
+    """Bellman-Ford for a whole partition; bit-identical to ``SSSPVertex``. ``source``: its key."""
+
+    state_fields = (*LoadedBlock.state_fields, "source_name", "source_row")
+
+    def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
+        super().__init__(id, io)
+        self.source_name = source_name
+
+    def loaded(self, ctx: Context) -> None:
+        g = self.g
+        assert g is not None
+        self.value = np.full(len(g.own), INF)
+        source = self.out.key_of(self.source_name)
+        i = int(g.local(np.asarray([source], dtype=g.own.dtype))[0]) if len(g.own) else 0
+        self.source_row = i if i < len(g.own) and g.own[i] == source else -1
+        ctx.aggregate("source_found", int(self.source_row >= 0))
+
+    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
+        g, dist = self.g, self.value
+        assert g is not None
+        if s == 0:
+            if not ctx.aggregated("source_found", 0):
+                raise UsageError(f"source vertex '{self.source_name}' is not in {self.out.url} ({g.n} vertices)")
+            rows = np.array([self.source_row] if self.source_row >= 0 else [], dtype=np.int64)
+            dist[rows] = 0.0
+        else:
+            rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "d", np.float64), dist)
+            if rows.size:
+                ctx.aggregate("updated", int(rows.size))
+        e = g.edges_of(rows)
+        if e.size:
+            src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
+            w = g.weight[e] if g.weight is not None else 1.0
+            _send_min(ctx, g, g.slot[e], dist[src_rows] + w, "d")
+        ctx.vote_to_halt()
+
+
+class WCCLoaded(LoadedBlock):
+    """HashMin over edges loaded in both directions; the label is the smallest key (= id)."""
+
+    state_fields = LoadedBlock.state_fields
+
+    def loaded(self, ctx: Context) -> None:
+        assert self.g is not None
+        self.value = self.g.own.copy()
+
+    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
+        g, label = self.g, self.value
+        assert g is not None
+        if s == 0:
+            rows = np.arange(len(g.own))
+        else:
+            rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "label", keys=True),
+                             label)
+            if rows.size:
+                ctx.aggregate("updated", int(rows.size))
+        e = g.edges_of(rows)
+        if e.size:
+            src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
+            _send_min(ctx, g, g.slot[e], label[src_rows], "label")
+        ctx.vote_to_halt()
+
+    def result(self) -> dict[str, Any]:
+        g = self.g
+        if g is None:
+            return {"ids": [], "values": np.zeros(0)}
+        return self.out.result(g.own, self.value, labels=True)

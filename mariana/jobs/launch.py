@@ -63,7 +63,8 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
 
     ``name``: how the job is referred to (a built-in name or ``package.module:JOB``: the cluster
     workers build it from that). ``finish``: also run the job's ``finish`` (write outputs, summary).
-    ``RUN/job.json`` says ``running`` before the first superstep, then ``finished`` or ``failed``;
+    ``RUN/job.json`` says ``running`` before the first superstep, then ``finished``, ``failed`` or
+    ``interrupted`` (Ctrl-C, SIGTERM);
     ``options.run_dir`` may be a URL, created once the graph is built (a job that cannot build
     leaves nothing behind).
     """
@@ -105,6 +106,11 @@ def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, fi
     except MarianaError as exc:
         if info is not None:
             info.update(status="failed", error=str(exc))
+            run_dir.write_json("job.json", info)  # type: ignore[union-attr]
+        raise
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (the command turns it into KeyboardInterrupt)
+        if info is not None:
+            info.update(status="interrupted", error="stopped by a signal (Ctrl-C or SIGTERM)")
             run_dir.write_json("job.json", info)  # type: ignore[union-attr]
         raise
     if info is not None:

@@ -1,0 +1,54 @@
+"""What a newcomer tripped on (issue 20): interrupted runs, config tables, job modules in the
+current directory, where the report goes, and the messages of bad training keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mariana.cli import main
+
+TESTS = Path(__file__).resolve().parent.parent
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS / "engine"), *sys.path])
+    return env
+
+
+def _wait(cond, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize(("sig", "workers", "code"), [(signal.SIGTERM, "1", 143), (signal.SIGINT, "2", 130)],
+                         ids=["sigterm-local", "ctrl-c-cluster"])
+def test_a_stopped_run_records_interrupted(tmp_path, sig, workers, code):
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "mariana", "run", "contract_jobs:forever", "--set",
+                             "max_supersteps=100000000", "--workers", workers, "--run-dir", str(run)],
+                            env=_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").stat().st_size > 0, 60, "supersteps")
+        assert json.loads((run / "job.json").read_text())["status"] == "running"
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == code, proc.stderr.read()
+        info = json.loads((run / "job.json").read_text())
+        assert info["status"] == "interrupted", info
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -103,6 +105,8 @@ def get_job(name: str) -> Job:
         extra = f" (did you mean '{hint[0]}'?)" if hint else ""
         raise UsageError(f"unknown job '{name}'{extra}; jobs: {', '.join(BUILTIN_JOBS)}, or package.module:attribute")
     module_name, _, attr = (target or name).partition(":")
+    if target is None and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # `mariana run mymod:JOB` finds mymod.py here, as `python -m` would
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -128,12 +132,19 @@ def parse_set(item: str) -> tuple[str, Any, str]:
 
 def resolve_config(job: Job, file_config: dict[str, Any] | None = None, sets: Sequence[str] = (),
                    file_name: str = "") -> dict[str, Any]:
-    """Defaults, then the TOML file (top level or a ``[JOB]`` table), then ``--set`` items."""
+    """Defaults, then the TOML file's top-level keys, then its ``[JOB]`` table (which wins over the
+    top level; other jobs' tables are skipped), then ``--set`` items."""
     config = job.defaults()
     items: list[tuple[str, Any, str | None, str]] = []
     if file_config:
-        table = file_config.get(job.name, file_config) if isinstance(file_config.get(job.name), dict) else file_config
-        items += [(k, v, None, f"{file_name}: ") for k, v in table.items()]
+        table = file_config.get(job.name)
+        if isinstance(table, dict) and job.name not in job.key_index:
+            top = {k: v for k, v in file_config.items()
+                   if k != job.name and (not isinstance(v, dict) or k in job.key_index)}
+            items += [(k, v, None, f"{file_name}: ") for k, v in top.items()]
+            items += [(k, v, None, f"{file_name} [{job.name}]: ") for k, v in table.items()]
+        else:
+            items += [(k, v, None, f"{file_name}: ") for k, v in file_config.items()]
     items += [(*parse_set(s)[:2], parse_set(s)[2], "--set: ") for s in sets]
     for name, value, raw, where in items:
         key = job.key_index.get(name)

@@ -52,3 +52,46 @@ def test_a_stopped_run_records_interrupted(tmp_path, sig, workers, code):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_config_file_top_level_keys_apply_beside_a_job_table(tmp_path):
+    import tomllib
+
+    from mariana.jobs import get_job, resolve_config
+
+    doc = tomllib.loads('epochs = 2\nlr = 0.5\n[dnn-dp]\nreplicas = 2\nlr = 0.1\n[cnn-hybrid]\ngroups = 2\n')
+    config = resolve_config(get_job("dnn-dp"), doc, ["batch_size=32"], "f.toml")
+    assert (config["epochs"], config["replicas"], config["lr"], config["batch_size"]) == (2, 2, 0.1, 32)
+
+
+MYMOD = '''
+import mariana
+from mariana.jobs import Job, Key
+
+
+class Once(mariana.Vertex):
+    def compute(self, ctx, messages):
+        self.value = ctx.superstep
+        ctx.vote_to_halt()
+
+
+def build(config, bctx):
+    g = mariana.Graph("once")
+    g.add_vertex(Once("only", 0))
+    return g
+
+
+def finish(result, config, run_dir):
+    return f"ran {result.supersteps} superstep(s) with greeting {config['greeting']}", {}
+
+
+JOB = Job("once", "a job from the current directory", (Key("greeting", "hi", "str", "what to say"),), build, finish)
+'''
+
+
+def test_a_job_module_in_the_current_directory_is_found(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mymod_newcomer.py").write_text(MYMOD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["run", "mymod_newcomer:JOB", "--set", "greeting=hello", "--run-dir", str(tmp_path / "run")]) == 0
+    assert "greeting hello" in capsys.readouterr().out

@@ -31,9 +31,9 @@ DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
 def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     """Everything the graph and the finisher need, validated (one UsageError per mistake)."""
     ds = dataset_of(config)
+    if config["replicas"] < 0:
+        raise UsageError(f"config key 'replicas' must be >= 0 (0: one per worker), got {config['replicas']}")
     replicas = config["replicas"] or bctx.workers
-    if replicas < 1:
-        raise UsageError(f"config key 'replicas' must be >= 1, got {replicas}")
     spe, total = schedule(config, len(ds.x_train), replicas, "replicas")
     with shapes_only():  # sizes for the shards; the weights are drawn where vertices are built
         num_params = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).num_params

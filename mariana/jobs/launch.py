@@ -20,13 +20,13 @@ from ..engine import RunResult
 from ..engine.graph import Graph
 from ..engine.options import RUNTIMES, RunOptions
 from ..engine.runner import run_local
-from ..errors import MarianaError
+from ..errors import MarianaError, UsageError
 from ..storage import RunDir
-from .registry import BuildContext, Job, get_job, resolve_config
+from .registry import LOCAL_JOBS, BuildContext, Job, get_job, resolve_config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_job", "launch", "Launched", "build_graph", "explain_placement", "RUNTIMES"]
+__all__ = ["run_job", "run_graph", "launch", "Launched", "build_graph", "explain_placement", "RUNTIMES"]
 
 
 def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence[str] = (), *,
@@ -45,6 +45,37 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
     resolved = resolve_config(job, config, list(sets))
     run_options = RunOptions.from_config(resolved, workers=workers, runtime=runtime, **options)
     return launch(job, resolved, run_options, name=name).result
+
+
+def run_graph(graph: Graph, *, workers: int = 1, runtime: str = "local", **options: Any) -> RunResult:
+    """``mariana.run``: run a ``Graph`` object on the local runtime, or with ``runtime="cluster"`` on
+    ``workers`` worker processes forked from this one (they inherit the graph; nothing executable
+    travels). Where this process cannot fork safely (threads running, a zmq context open, no
+    ``os.fork``), write the graph as a ``Job`` and run it by name (``run_job("module:JOB", ...)``)."""
+    if runtime == "local":
+        from ..engine.runner import run
+
+        return run(graph, workers=workers, runtime=runtime, **options)
+    if runtime != "cluster":
+        raise UsageError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
+    from ..engine.forking import fork_is_safe
+
+    why = fork_is_safe() if options.get("fork", True) else "fork=False"
+    if why is not None:
+        raise UsageError(f"runtime='cluster' runs a Graph object on workers forked from this process, which it cannot "
+                         f"do now ({why}); write the graph as a mariana.jobs.Job and run it by name: "
+                         f"run_job('module:JOB', workers={workers}) or `mariana run module:JOB --workers {workers}`")
+    name = f"graph:{graph.name}:{os.getpid()}:{id(graph)}"
+    job = Job(name, "a Graph object given to mariana.run", (), lambda config, bctx: graph)
+    config: dict[str, Any] = {k: options.pop(k) for k in ("checkpoint_every", "keep_checkpoints", "checkpoint_background")
+              if k in options}
+    resolved = resolve_config(job, config)
+    LOCAL_JOBS[name] = job
+    try:
+        return launch(job, resolved, RunOptions.from_config(resolved, workers=workers, runtime="cluster", **options),
+                      name=name).result
+    finally:
+        del LOCAL_JOBS[name]
 
 
 @dataclass

@@ -76,8 +76,22 @@ class BuildContext:
 
 @dataclass
 class Job:
-    """``build(config, ctx) -> Graph``; ``finish(result, config, run_dir) -> (text, summary)`` writes
-    the job's outputs (files, the run directory's ``params/``) and returns what to print."""
+    """A job for ``mariana run`` (built-in, or ``package.module:ATTR`` of your own).
+
+    - ``name``, ``description``: what ``mariana jobs`` shows.
+    - ``keys``: its typed config keys (``Key``); every job also takes the engine's
+      ``checkpoint_every``, ``keep_checkpoints`` and ``checkpoint_background``.
+    - ``build(config, ctx) -> Graph``: the graph for a resolved config and a ``BuildContext``
+      (worker count, placement strategy); runs in every process, so it must be deterministic.
+    - ``finish(result, config, run_dir) -> (text, summary)``: writes the job's outputs (files,
+      ``RUN/params/`` through ``mariana.storage.save_params``) and returns what to print and the
+      ``--json`` summary's fields.
+    - ``progress_metric``: the aggregate shown in the progress line.
+    - ``export(vertex_states, config) -> [(name, array)]``: the model held in checkpointed vertex
+      states (``{vertex id: state}``), for ``mariana params export RUN [--checkpoint S]`` while
+      the job runs or from an earlier superstep; without it every array of every vertex state is
+      exported, named by its path (``VERTEX/attribute/key``).
+    """
 
     name: str
     description: str
@@ -97,8 +111,14 @@ class Job:
         return {k.name: k.default for k in self.keys}
 
 
+#: Jobs made in this process for ``mariana.run(graph, runtime="cluster")``: forked workers inherit them.
+LOCAL_JOBS: dict[str, Job] = {}
+
+
 def get_job(name: str) -> Job:
     """A built-in job by name, or ``package.module:attribute`` (a ``Job``)."""
+    if name in LOCAL_JOBS:
+        return LOCAL_JOBS[name]
     target = BUILTIN_JOBS.get(name)
     if target is None and ":" not in name:
         hint = difflib.get_close_matches(name, BUILTIN_JOBS, n=1)

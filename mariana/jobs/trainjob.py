@@ -86,7 +86,9 @@ def optimizer_of(config: dict[str, Any]) -> Optimizer:
 def schedule(config: dict[str, Any], train_size: int, shares: int, what: str) -> tuple[int, int]:
     """(steps per epoch, total steps); the global batch must split into ``shares`` equal ``what``."""
     B = config["batch_size"]
-    if B < 1 or B % shares:
+    if B < 1:
+        raise UsageError(f"config key 'batch_size' must be >= 1, got {B}")
+    if B % shares:
         raise UsageError(f"batch_size {B} is not divisible by {what} {shares}: each needs an equal share")
     if B > train_size:
         raise UsageError(f"batch_size {B} is larger than the training set ({train_size} samples)")
@@ -137,13 +139,19 @@ def partition_sizes(config: dict[str, Any], ds: Any, parts: int, what: str) -> l
 
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,
                     params: list[tuple[str, np.ndarray]], step_prefix: str, layout: str,
-                    extra: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """Save the model to ``RUN/params/`` and say how training went (text and the --json summary).
+                    extra: dict[str, Any] | None = None, images: bool = False) -> tuple[str, dict[str, Any]]:
+    """Save the model to ``RUN/params/`` (with its spec and shapes, for ``mariana.load_model``) and
+    say how training went (text and the --json summary).
 
     ``step_prefix``: the id prefix of the vertices whose results carry ``step``; ``layout``: how
-    the job ran (replicas, groups x partitions, ...); ``extra``: more summary keys (counters)."""
+    the job ran (replicas, groups x partitions, ...); ``extra``: more summary keys (counters);
+    ``images``: the job reads the data as images (``dataset_of``)."""
     if run_dir is not None:
-        save_params(run_dir, params, job=job, supersteps=result.supersteps)
+        from .export import model_info
+
+        ds = dataset_of(config, images=images)
+        save_params(run_dir, params, job=job, supersteps=result.supersteps,
+                    model=model_info(config, ds.input_shape, ds.classes))
     evals = [m for m in result.metrics if "test_accuracy" in m]
     last = evals[-1] if evals else {}
     steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith(step_prefix)), default=0)

@@ -95,3 +95,75 @@ def test_a_job_module_in_the_current_directory_is_found(tmp_path, monkeypatch, c
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert main(["run", "mymod_newcomer:JOB", "--set", "greeting=hello", "--run-dir", str(tmp_path / "run")]) == 0
     assert "greeting hello" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("job", "sets", "needle"), [
+    ("dnn-dp", ["batch_size=0"], "'batch_size' must be >= 1, got 0"),
+    ("cnn-hybrid", ["batch_size=0"], "'batch_size' must be >= 1, got 0"),
+    ("cpu-cluster", ["batch_size=-4"], "'batch_size' must be >= 1, got -4"),
+    ("dnn-dp", ["replicas=-2"], "'replicas' must be >= 0 (0: one per worker), got -2"),
+])
+def test_bad_sizes_say_what_is_wrong(tmp_path, capsys, job, sets, needle):
+    assert main(["run", job, "--run-dir", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err, err
+
+
+def test_load_model_gives_the_accuracy_of_the_run(tmp_path, capsys):
+    import numpy as np
+
+    import mariana
+    from mariana.jobs import get_job, resolve_config
+    from mariana.jobs.trainjob import dataset_of
+
+    run = tmp_path / "run"
+    assert main(["run", "dnn-dp", "--set", "epochs=2", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    acc = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]["test_accuracy"]
+    ds = dataset_of(resolve_config(get_job("dnn-dp"), {}))
+    model = mariana.load_model(str(run))
+    assert (model.predict(ds.x_test).argmax(1) == ds.y_test).mean() == acc
+    npz = tmp_path / "p.npz"
+    assert main(["params", "export", str(run), "--to", str(npz)]) == 0
+    same = mariana.load_model(str(npz), model=["dense:256:relu", "dense:256:relu", "dense:10"], input_shape=(64,))
+    assert np.array_equal(same.predict(ds.x_test), model.predict(ds.x_test))
+    with pytest.raises(mariana.UsageError, match="pass model="):
+        mariana.load_model(str(npz))
+
+
+CUSTOM = '''
+import numpy as np
+import mariana
+from mariana.jobs import Job, Key
+
+
+class Counter(mariana.Vertex):
+    def compute(self, ctx, messages):
+        if self.value is None:
+            self.value = {"w": np.zeros(3, np.float32)}
+        self.value["w"] += 1
+        if ctx.superstep >= 9:
+            ctx.vote_to_halt()
+
+
+def build(config, bctx):
+    g = mariana.Graph("counter")
+    g.add_vertex(Counter("c0", None))
+    return g
+
+
+JOB = Job("counter", "a custom job without an export hook", (), build)
+'''
+
+
+def test_params_export_of_a_custom_job_without_an_export_hook(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    (tmp_path / "custom_newcomer.py").write_text(CUSTOM)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    run = tmp_path / "run"
+    assert main(["run", "custom_newcomer:JOB", "--set", "checkpoint_every=4", "--run-dir", str(run)]) == 0
+    assert main(["params", "export", str(run), "--to", str(tmp_path / "p.npz")]) == 0
+    with np.load(tmp_path / "p.npz") as npz:
+        assert npz.files == ["c0/value/w"] and np.array_equal(npz["c0/value/w"], np.full(3, 8, np.float32))

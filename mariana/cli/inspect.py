@@ -56,6 +56,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``mariana report RUN --out FILE.html``."""
     from ..report import write_report
 
+    if args.out is None:  # beside the run it describes, not in the current directory
+        args.out = RunDir(args.run, create=False).url.rstrip("/") + "/report.html"
     doc = write_report(args.run, args.out)
     if args.json:
         print(json.dumps(doc))

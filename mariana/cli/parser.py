@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="one self-contained HTML file about a run: curves, timeline, stragglers, ...")
     rp.add_argument("run", metavar="RUN", help="run directory (any fsspec URL; a run still going is fine)")
-    rp.add_argument("--out", default="report.html", metavar="FILE.html", help="where to write it (default report.html)")
+    rp.add_argument("--out", default=None, metavar="FILE.html", help="where to write it (default RUN/report.html)")
     rp.add_argument("--json", action="store_true", help="print what was written as JSON on stdout")
     ui = sub.add_parser("ui", help="serve the job page of a run directory (running or finished) until Ctrl-C")
     ui.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")

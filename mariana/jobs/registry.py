@@ -13,7 +13,7 @@ import os
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from ..engine import Graph, RunResult
 from ..errors import UsageError
@@ -35,13 +35,14 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "st
 
 @dataclass(frozen=True)
 class Key:
-    """One config key: name, default, type name (int, float, str, bool, list), help, choices."""
+    """One config key: name, default, type name (int, float, str, bool, list), help, choices (a
+    tuple, or a registry such as ``mariana.vertices.optim.OPTIMIZERS``, read when checked)."""
 
     name: str
     default: Any
     type: str
     help: str
-    choices: tuple[Any, ...] | None = None
+    choices: Collection[Any] | None = None
 
     def check(self, value: Any, where: str) -> Any:
         """The value converted to this key's type, or a ``UsageError``."""

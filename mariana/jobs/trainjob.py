@@ -17,19 +17,22 @@ from ..vertices.data import Dataset, load_dataset
 from ..vertices.layers import Layer, shapes_only
 from ..vertices.model import build_model
 from ..vertices.partition import PartitionPlan, plan_partition
-from ..vertices.optim import OPTIMIZERS, Optimizer, make_optimizer
+from ..vertices.optim import OPTIMIZERS, Optimizer
 from .registry import Key
 
 __all__ = ["OPTIMIZER_KEYS", "schedule_keys", "dataset_of", "devices", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
            "partition_maker", "partition_sizes", "finish_training"]
 
 OPTIMIZER_KEYS = (
-    Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
+    # the choices are the registry itself: an optimizer registered later is valid too
+    Key("optimizer", "momentum", "str", "optimizer (mariana.vertices.optim registry)", choices=OPTIMIZERS),
     Key("lr", 0.05, "float", "learning rate"),
     Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
-    Key("weight_decay", 0.0, "float", "L2 weight decay"),
-    Key("eps", 1e-8, "float", "AdaGrad epsilon"),
+    Key("weight_decay", 0.0, "float", "weight decay: L2 on the gradient, decoupled for adamw"),
+    Key("eps", 1e-8, "float", "AdaGrad and Adam epsilon"),
     Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
+    Key("beta1", 0.9, "float", "Adam's first-moment decay (optimizer=adam|adamw)"),
+    Key("beta2", 0.999, "float", "Adam's second-moment decay (optimizer=adam|adamw)"),
 )
 
 
@@ -79,8 +82,11 @@ def devices(kind: str, count: int, of: Any = None) -> list[str]:
 
 
 def optimizer_of(config: dict[str, Any]) -> Optimizer:
-    return make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
-                          config["eps"], config["adagrad_block"])
+    """The config's optimizer, made by its registry entry from the whole config."""
+    name = config["optimizer"]
+    if name not in OPTIMIZERS:
+        raise UsageError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name].make(config)
 
 
 def schedule(config: dict[str, Any], train_size: int, shares: int, what: str) -> tuple[int, int]:

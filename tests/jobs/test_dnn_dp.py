@@ -31,8 +31,9 @@ train = trainer("dnn-dp", final_params)
 SUMMATION_TOL = 1e-6
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad"])
-@pytest.mark.parametrize("exchange", ["linear", "tree", "ps"])
+@pytest.mark.parametrize(("exchange", "optimizer"), [(ex, opt) for ex in ("linear", "tree", "ps")
+                                                    for opt in ("sgd", "momentum", "adagrad")]
+                         + [("linear", "adam"), ("allreduce", "adamw")])
 def test_four_replicas_equal_one_replica_with_the_same_global_batch(exchange, optimizer):
     one, _ = train(SMALL + [f"optimizer={optimizer}", "replicas=1"])
     four, _ = train(SMALL + [f"optimizer={optimizer}", "replicas=4", f"exchange={exchange}", "ps_shards=3"])
@@ -50,7 +51,7 @@ def test_per_replica_adagrad_variants_agree_across_topologies(optimizer):
     assert max_diff(runs[0], runs[1]) < SUMMATION_TOL and max_diff(runs[0], runs[2]) < SUMMATION_TOL
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad", "adagrad_dp", "adagrad_approx"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad", "adagrad_dp", "adagrad_approx", "adam", "adamw"])
 @pytest.mark.parametrize("replicas", [1, 2, 4])
 def test_allreduce_gives_the_parameters_of_linear_bit_for_bit_in_one_superstep_per_step(replicas, optimizer):
     """Each replica sums the same slices in the same (replica) order as a linear shard and runs
@@ -124,7 +125,7 @@ def _npz(tmp_path, **arrays):
     (["model=[\"conv:4:3\", \"dense:10\"]"], "needs NCHW input"),
     (["model=[\"dense:32:relu\", \"dense:5\"]"], "10 classes"),
     (["batch_size=30", "replicas=4"], "not divisible by replicas"),
-    (["optimizer=adam"], "must be one of"),
+    (["optimizer=lamb"], "must be one of"),
     (["data=/nonexistent/data.npz"], "cannot read data"),
 ])
 def test_bad_configuration_is_one_clear_line_and_exit_2(tmp_path, capsys, case, needle):

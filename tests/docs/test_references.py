@@ -83,3 +83,10 @@ def test_run_a_graph_object_on_the_cluster_runtime(tmp_path):
     script.write_text(SCRIPT)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
+def test_the_dev_extra_is_light_and_ci_installs_the_torch_reference():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not any(dep.startswith("torch") for dep in extras["dev"])
+    assert any(dep.startswith("torch==") for dep in extras["torch-ref"])
+    assert "pip install -e '.[torch-ref]'" in (ROOT / ".ci" / "run").read_text()

@@ -123,9 +123,11 @@ JOB = Job(
         Key("model", DEFAULT_MODEL, "list", "layers: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], maxpool:K, "
                                             "flatten, dropout:P, relu|tanh|sigmoid; softmax cross-entropy is appended"),
         Key("replicas", 0, "int", "model replicas (0: one per worker)"),
-        Key("exchange", "linear", "str", "gradient exchange: linear (shard beside each replica), tree, ps (servers on "
-                                         "worker 0), allreduce (no shards: every replica updates its own copy, one "
-                                         "superstep per step)", choices=("linear", "tree", "ps", "allreduce")),
+        # allreduce is the default: the same parameters as linear, bit for bit, in one superstep per step
+        Key("exchange", "allreduce", "str", "gradient exchange: allreduce (no shards: every replica updates its own "
+                                            "copy, one superstep per step; bit-identical to linear), linear (shard "
+                                            "beside each replica), tree, ps (servers on worker 0)",
+            choices=("allreduce", "linear", "tree", "ps")),
         Key("ps_shards", 1, "int", "parameter-server vertices for exchange=ps (all on worker 0)"),
         *OPTIMIZER_KEYS,
         *schedule_keys(20, "replicas"),

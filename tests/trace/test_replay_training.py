@@ -10,13 +10,14 @@ import pytest
 from mariana.cli import main
 
 CASES = [
-    ("dnn-dp", ["--set", "replicas=2"], ["replica-001", "shard-000"]),
+    ("dnn-dp", ["--set", "replicas=2"], ["replica-001"]),  # allreduce: replicas only
+    ("dnn-dp", ["--set", "replicas=2", "--set", "exchange=linear"], ["replica-001", "shard-000"]),
     ("cpu-cluster", ["--set", "groups=1", "--set", "workers_per_group=2"], ["w-g00-k01", "ps-000"]),
     ("cnn-hybrid", ["--set", "partitions=2", "--set", "model=[\"dense:32:relu\", \"dense:10\"]"], ["part-g00-p01"]),
 ]
 
 
-@pytest.mark.parametrize(("job", "sets", "vertices"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("job", "sets", "vertices"), CASES, ids=["dnn-dp", "dnn-dp-linear", "cpu-cluster", "cnn-hybrid"])
 def test_replay_reruns_training_vertices_identically(tmp_path, capsys, job, sets, vertices):
     run = tmp_path / "run"
     assert main(["run", job, *sets, "--set", "epochs=1", "--set", "checkpoint_every=6", "--capture", "*",

@@ -134,9 +134,10 @@ def _timeline(trace: Trace, t0: float) -> dict[str, Any]:
     return {"rows": rows, "truncated": truncated, "resumed_at": int(recs[0]["superstep"]) if session > 0 and recs else None}
 
 
-#: A pause between supersteps longer than this many seconds (and than 20 median supersteps) starts a
-#: new session: the run was resumed from a checkpoint (``mariana run --resume``).
+#: A pause between supersteps longer than this many seconds (and than SESSION_GAP_SUPERSTEPS median
+#: supersteps) starts a new session: the run was resumed from a checkpoint (``mariana run --resume``).
 SESSION_GAP_S = 2.0
+SESSION_GAP_SUPERSTEPS = 20
 
 
 def _session_start(recs: list[dict[str, Any]]) -> float:
@@ -146,7 +147,7 @@ def _session_start(recs: list[dict[str, Any]]) -> float:
     if len(ends) != len(recs) or len(recs) < 2:
         return 0.0
     walls = sorted(e - float(r["start"]) for r, e in zip(recs, ends))
-    gap_limit = max(SESSION_GAP_S, 20 * walls[len(walls) // 2])
+    gap_limit = max(SESSION_GAP_S, SESSION_GAP_SUPERSTEPS * walls[len(walls) // 2])
     latest_end, start = ends[0], 0.0
     for r, end in zip(recs[1:], ends[1:]):
         if float(r["start"]) - latest_end > gap_limit:

@@ -23,7 +23,8 @@ def test_titles_sit_left_of_the_toolbar(dnn_run: Path):
 def test_the_timeline_of_a_resumed_run_shows_its_last_session(tmp_path: Path, monkeypatch):
     import mariana.report.data
 
-    monkeypatch.setattr(mariana.report.data, "SESSION_GAP_S", 0.5)
+    monkeypatch.setattr(mariana.report.data, "SESSION_GAP_S", 0.5)  # the test's pause is 1 s, on a loaded machine
+    monkeypatch.setattr(mariana.report.data, "SESSION_GAP_SUPERSTEPS", 0)
     run = tmp_path / "run"
     assert run_cli("run", "dnn-dp", "--set", "epochs=1", "--set", "checkpoint_every=10", "--max-supersteps", "25",
                    "--run-dir", str(run)) == 0

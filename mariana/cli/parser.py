@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--secure", action="store_true", help="use --keys on loopback too")
     m.add_argument("--insecure", action="store_true",
                    help="allow a plaintext master off loopback (only on a network you trust)")
-    m.add_argument("--master-file", metavar="FILE", help="where to write endpoint + public key (default DIR/master.json)")
+    m.add_argument("--master-file", metavar="FILE", help="where to write the endpoint (+ public key with --keys; default DIR/master.json)")
     _from_env_args(m, master=True)
 
     w = sub.add_parser("worker", help="join a master as one worker")

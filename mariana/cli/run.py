@@ -165,6 +165,9 @@ def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
             how = f"mariana worker --master-file {master_file} --key {os.path.join(args.keys, 'NAME.key_secret')}"
         else:
             how = f"mariana worker --master {endpoint}"
+            if args.master_file:  # endpoint only: the workers speak plaintext
+                with open(args.master_file, "w") as f:
+                    json.dump({"endpoint": endpoint, "job": master.job_name}, f)
         print(f"mariana master: waiting for {master.workers} worker(s) at {endpoint}{where}; on each worker host "
               f"run:\n    {how}", file=sys.stderr, flush=True)
 

@@ -4,6 +4,7 @@ allow-list exits 2 at once, saying so, instead of waiting forever."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -12,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from mariana.cli import main
-from test_cluster import GRAPH, worker_hint
+from test_cluster import GRAPH
 
 pytestmark = pytest.mark.timeout(90)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
-    while not path.exists():
+    while not (path.exists() and path.stat().st_size and path.read_text().endswith("}")):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
@@ -58,10 +59,12 @@ def test_a_secure_worker_gives_up_after_connect_timeout_on_a_plaintext_master(tm
     assert main(["keys", "init", str(keys)]) == 0
     assert main(["keys", "add", str(keys), "host2"]) == 0
     master = subprocess.Popen([sys.executable, "-m", "mariana", "master", "wcc", "--workers", "1",
-                               "--set", f"graph={GRAPH}", "--run-dir", str(tmp_path / "run")],
+                               "--set", f"graph={GRAPH}", "--run-dir", str(tmp_path / "run"),
+                               "--master-file", str(tmp_path / "m.json")],  # written without keys too
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        endpoint = worker_hint(master)
+        _wait_for(tmp_path / "m.json", master)
+        endpoint = json.loads((tmp_path / "m.json").read_text())["endpoint"]
         t0 = time.monotonic()
         w = subprocess.run([sys.executable, "-m", "mariana", "worker", "--master", endpoint, "--server-key",
                             str(keys / "master.key"), "--key", str(keys / "host2.key_secret"), "--connect-timeout", "3"],

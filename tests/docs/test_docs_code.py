@@ -4,7 +4,7 @@ Every page's ```python blocks run in order in one namespace, in a fresh working 
 its ```bash blocks run in order with `bash -e` in that directory (each line a command a user
 would type). Blocks meant to be read, not run (commands for other hosts, a cluster manager) are
 fenced as ```sh or ```text. The site itself builds with `mkdocs build --strict` (.ci/run; here
-too where mkdocs is installed). The pages run in the slow tier (`pytest -m slow tests/docs`).
+too where mkdocs is installed). The quick pages run in the fast tier, the others in the slow tier (`pytest -m slow tests/docs`).
 """
 
 from __future__ import annotations
@@ -45,8 +45,11 @@ def test_every_page_of_the_guide_is_tested_and_in_the_nav():
     assert all(any(lang in ("python", "bash") for lang, _ in blocks(p)) for p in PAGES)
 
 
-@pytest.mark.slow  # the pages train models and start clusters: ~3 min on 2 cores for all of them
-@pytest.mark.parametrize("page", PAGES)
+#: Pages that train models and start clusters (10-30 s each on 2 cores) run in the slow tier.
+QUICK = ("index.md", "vertex-api.md", "writing-a-job.md")
+
+
+@pytest.mark.parametrize("page", [p if p in QUICK else pytest.param(p, marks=pytest.mark.slow) for p in PAGES])
 def test_the_code_on_the_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])

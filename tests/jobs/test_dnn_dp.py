@@ -65,7 +65,8 @@ def test_allreduce_gives_the_parameters_of_linear_bit_for_bit_in_one_superstep_p
     assert not any(k.startswith("shard") for k in ar.values)
 
 
-@pytest.mark.parametrize("sets", [["replicas=2", "exchange=linear"], ["replicas=4", "exchange=tree"], ["replicas=4", "exchange=ps", "ps_shards=3"],
+@pytest.mark.parametrize("sets", [["replicas=2", "exchange=linear"], ["replicas=4", "exchange=tree"],
+                                  ["replicas=4", "exchange=ps", "ps_shards=3"],
                                   ["replicas=2", "optimizer=adagrad_approx"], ["replicas=2", "exchange=allreduce"],
                                   ["replicas=4", "exchange=allreduce", "optimizer=momentum"]])
 def test_local_and_cluster_runtimes_give_bit_identical_parameters(sets):

@@ -3,6 +3,7 @@
 
     python bench/blas_threads.py                 # 150 steps of the default dnn-dp on 2 workers
     python bench/blas_threads.py --steps 300 --workers 2 --json
+    python bench/blas_threads.py --smoke         # 3 steps, 1 round, environment as is: CI smoke run, no figures
 
 Runs ``run_job("dnn-dp", steps=S, workers=N, runtime="cluster")`` in child processes: with the
 BLAS/OpenMP thread variables unset (the launcher then gives each worker ``cores // N`` threads),
@@ -50,12 +51,15 @@ def child(steps: int, workers: int, variant: str, unset_openblas_env: bool) -> d
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=None, help="dnn-dp steps (default 150, --smoke 3)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=None, help="default 3 (--smoke 1)")
+    ap.add_argument("--smoke", action="store_true", help="3 steps, 1 round, environment as is: the CI smoke run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    envs = [False] + ([True] if any(os.environ.get(v) for v in BLAS_VARS) else [])
+    args.steps = args.steps or (3 if args.smoke else 150)
+    args.rounds = args.rounds or (1 if args.smoke else 3)
+    envs = [False] + ([True] if any(os.environ.get(v) for v in BLAS_VARS) and not args.smoke else [])
     result = {"cores": len(os.sched_getaffinity(0)), "steps": args.steps, "workers": args.workers,
               "openblas_env": {v: os.environ.get(v) for v in BLAS_VARS},
               "load_start": os.getloadavg()[0], "variants": {}}

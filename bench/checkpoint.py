@@ -4,6 +4,7 @@ checkpoint overhead of ``dnn-dp``. Details and findings: bench/README.md.
 
     python bench/checkpoint.py            # 200 MB state, 3 rounds, dnn-dp (~1-2 min on 2 cores)
     python bench/checkpoint.py --quick    # 40 MB state, short dnn-dp runs (smoke, ~15 s)
+    python bench/checkpoint.py --smoke    # 4 MB state, 1 round, tiny dnn-dp runs: CI smoke run, no figures
     python bench/checkpoint.py --json     # one JSON object on stdout
 
 1. Throughput, target engine/raw >= 0.8: a 200 MB state shaped like ``Partition.snapshot()``
@@ -614,28 +615,33 @@ def report(res: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="40 MB state, short dnn-dp runs")
+    ap.add_argument("--smoke", action="store_true", help="4 MB state, 1 round, tiny dnn-dp runs: the CI smoke run")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    ap.add_argument("--size-mb", type=float, default=None, help="state size (default 200, quick 40)")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds per figure (best and median)")
+    ap.add_argument("--size-mb", type=float, default=None, help="state size (default 200, quick 40, smoke 4)")
+    ap.add_argument("--repeat", type=int, default=None, help="rounds per figure (best and median; default 3, smoke 1)")
     ap.add_argument("--dir", default=None, help="where the temp dirs go (default: tempfile's)")
     ap.add_argument("--evict", choices=("fadvise", "drop_caches", "none"), default="fadvise",
                     help="how cold reads are made cold: POSIX_FADV_DONTNEED on the bench's own files (default, no "
                          "root), the system-wide drop_caches (root), or nothing (cold = page cache)")
     args = ap.parse_args()
-    size = int((args.size_mb or (40 if args.quick else 200)) * MB)
+    size = int((args.size_mb or (4 if args.smoke else 40 if args.quick else 200)) * MB)
+    if args.repeat is None:
+        args.repeat = 1 if args.smoke else 3
     EVICT["method"] = args.evict
     big = f"model={json.dumps(BIG_MODEL)}"
-    configs = ([("default model", ["epochs=2"]), ("1024-1024 model", ["steps=20", big])] if args.quick else
+    configs = ([("default model", ["steps=20"]), ("1024-1024 model", ["steps=10", big])] if args.smoke else
+               [("default model", ["epochs=2"]), ("1024-1024 model", ["steps=20", big])] if args.quick else
                [("default model", ["epochs=5"]), ("1024-1024 model", ["steps=50", big])])
     root = tempfile.mkdtemp(prefix="mariana-ckpt-bench-", dir=args.dir)
-    res: dict[str, Any] = {"args": {"quick": args.quick, "size_bytes": size, "repeat": args.repeat,
+    res: dict[str, Any] = {"args": {"quick": args.quick, "smoke": args.smoke, "size_bytes": size, "repeat": args.repeat,
                                     "evict": args.evict}}
     try:
         progress(f"OPENBLAS_CORETYPE={BLAS_ENV['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={BLAS_ENV['OPENBLAS_L2_SIZE']}"
                  f" temp {root}")
         res["env"] = {"python": platform.python_version(), "numpy": np.__version__,
                       "msgpack": ".".join(map(str, msgpack.version)), "cpus": os.cpu_count(), **BLAS_ENV,
-                      "tmp": root, "fs": fs_of(root), "first_touch_mb_s": [first_touch_mb_s() for _ in range(3)],
+                      "tmp": root, "fs": fs_of(root),
+                      "first_touch_mb_s": [first_touch_mb_s(20_000_000 if args.smoke else 200_000_000) for _ in range(3)],
                       "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
         if args.evict == "drop_caches":  # does the kernel take it? (system-wide, so only when asked)
             probe = os.path.join(root, "probe")

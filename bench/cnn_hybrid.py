@@ -3,6 +3,7 @@
 
     python bench/cnn_hybrid.py               # full run (~3-5 min on 2 cores, both BLAS variants)
     python bench/cnn_hybrid.py --quick       # smaller model, fewer steps: a smoke run (~1-2 min)
+    python bench/cnn_hybrid.py --smoke       # tiny model and data, 2 steps, one BLAS variant: CI smoke run, no figures
     python bench/cnn_hybrid.py --json        # one JSON object on stdout instead of the table
     python bench/cnn_hybrid.py --report F    # the table of a saved --json result
 
@@ -92,11 +93,17 @@ def progress(msg: str) -> None:
     print(f"[{time.perf_counter() - _T0:7.1f}s]{' ' + tag if tag else ''} {msg}", file=sys.stderr, flush=True)
 
 
-def sizes(quick: bool) -> dict[str, Any]:
-    """Models, batches and step counts of a full or a quick run."""
-    dense = 1024 if quick else 4096
+def sizes(quick: bool, smoke: bool = False) -> dict[str, Any]:
+    """Models, batches and step counts of a full, a quick or a smoke run."""
+    dense = 128 if smoke else 1024 if quick else 4096
     big = ["conv:32:5:1:2:relu", "maxpool:2", "conv:64:3:1:1:relu", "maxpool:2",
            f"dense:{dense}:relu", f"dense:{dense}:relu", "dense:10"]
+    if smoke:  # the CI smoke run (bench/smoke.py): every code path, tiny sizes, figures meaningless
+        return dict(
+            big=big, image=[3, 32, 32], batch=16, samples=16 * 4, mem_steps=2, warm=1, steps=2, rounds=1, ceiling_steps=2,
+            pipe_model=["conv:8:4:4:0:relu", "dense:10"], pipe_image=[3, 16, 16], pipe_batch=64,
+            pipe_samples=64 * 4, pipe_warm=1, pipe_steps=2, pipe_rounds=1, crop=2, mean=0.5, std=0.25,
+        )
     return dict(
         big=big, image=[3, 32, 32], batch=64, samples=64 * 16,
         mem_steps=3,
@@ -602,7 +609,7 @@ def child_timing(spec: dict[str, Any]) -> dict[str, Any]:
         # what two free cores would allow (a projection from CPU times, not the measured figure):
         # on demand the workers take turns, pipelined they overlap
         c0, c2 = p0["worker_cpu_s"], prd["pipeline2"]["worker_cpu_s"]
-        prd["cpu_projection"] = sum(c0) / max(c2)
+        prd["cpu_projection"] = sum(c0) / max(c2) if max(c2) > 0 else float("nan")  # 0: too short to measure
         prounds.append(prd)
     fig3: dict[str, Any] = {"rounds": prounds, "median_round": median_index([rd["speedup"] for rd in prounds]),
                             "speedup": statistics.median(rd["speedup"] for rd in prounds),
@@ -663,17 +670,17 @@ def one_thread(env: dict[str, str]) -> dict[str, str]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    sz = sizes(args.quick)
+    sz = sizes(args.quick, args.smoke)
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_avg_start": list(os.getloadavg())},
-        "config": dict(sz, quick=args.quick, lr=LR, momentum=MOMENTUM),
+        "config": dict(sz, quick=args.quick, smoke=args.smoke, lr=LR, momentum=MOMENTUM),
         "blas_env": {k: os.environ.get(k) for k in BLAS_VARS},
         "variants": {},
     }
     progress(f"writing synthetic data under {OUT}")
     big, pipe = write_data(sz)
-    envs = variant_envs(args.variants)
+    envs = variant_envs(args.variants or ("env" if args.smoke else "auto"))
     figures = {int(f) for f in args.figures.split(",")}
     result["figures"] = sorted(figures)
     if 1 in figures:
@@ -705,7 +712,7 @@ def ok(x: float, target: float, below: bool = False) -> str:
 def report(res: dict[str, Any]) -> str:
     lines: list[str] = []
     m, c = res["machine"], res["config"]
-    lines.append(f"cnn-hybrid benchmark ({'quick' if c['quick'] else 'full'}), python {m['python']}, "
+    lines.append(f"cnn-hybrid benchmark ({'smoke' if c.get('smoke') else 'quick' if c['quick'] else 'full'}), python {m['python']}, "
                  f"{m['cpus']} cpus, load average start {m['load_avg_start'][0]:.2f} / end {m['load_avg_end'][0]:.2f} "
                  f"(1-min), total {res['total_s']:.0f} s")
     lines.append("environment: " + ", ".join(f"{k}={v}" for k, v in res["blas_env"].items()))
@@ -853,10 +860,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="dense 1024 instead of 4096, fewer steps, 1 round")
+    ap.add_argument("--smoke", action="store_true", help="tiny model and data, 2 steps, 1 round: the CI smoke run")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     ap.add_argument("--report", metavar="FILE", help="print the table of a saved --json result and exit")
-    ap.add_argument("--variants", default="auto", choices=("auto", "both", "env", "unset"),
-                    help="BLAS environment variants (auto: both when OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE is set)")
+    ap.add_argument("--variants", default=None, choices=("auto", "both", "env", "unset"),
+                    help="BLAS environment variants (default auto: both when OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE "
+                         "is set; --smoke: env)")
     ap.add_argument("--figures", default="1,2,3", help="comma-separated figures to run (default: 1,2,3)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()

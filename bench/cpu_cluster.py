@@ -4,6 +4,7 @@ machine's own ceiling, and parameter-server bytes per step against the ideal.
 
     python bench/cpu_cluster.py              # full run, both BLAS variants (~2-4 min on 2 cores)
     python bench/cpu_cluster.py --quick      # 784-512x3-10, batch 128, few steps: a smoke run
+    python bench/cpu_cluster.py --smoke      # 784-64x3-10, 2 steps, one BLAS variant: CI smoke run, no figures
     python bench/cpu_cluster.py --json       # one JSON object on stdout instead of the table
     python bench/cpu_cluster.py --report F   # the table of a saved --json result
 
@@ -102,7 +103,10 @@ def progress(msg: str) -> None:
     print(f"[{time.perf_counter() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
-def sizes(quick: bool) -> dict[str, Any]:
+def sizes(quick: bool, smoke: bool = False) -> dict[str, Any]:
+    if smoke:  # the CI smoke run (bench/smoke.py): every code path, tiny sizes, figures meaningless
+        return dict(hidden=[64, 64, 64], batch=32, n=32 * 8, warm=1, steps=2, rounds=1, ceiling_steps=2, bytes_steps=1,
+                    smoke=True)
     if quick:
         return dict(hidden=[512, 512, 512], batch=128, n=128 * 16, warm=1, steps=4, rounds=1, ceiling_steps=6,
                     bytes_steps=2)
@@ -436,8 +440,8 @@ def speed_variant(name: str, env: dict[str, str], data: str, sz: dict[str, Any])
         short = run_engine(engine_cmd(data, sz, rd, K, sz["warm"], runtime, workers), env, rd)
         long_cpu = min(x["cpu_s"] for x in runs[key])
         cpu[key] = {"short_s": short["cpu_s"], "long_s": long_cpu, "per_step_s": (long_cpu - short["cpu_s"]) / sz["steps"]}
-    cpu["k2_over_k1"] = cpu["k2"]["per_step_s"] / cpu["k1"]["per_step_s"]
-    cpu["parallel_bound"] = 2 * cpu["k1"]["per_step_s"] / cpu["k2"]["per_step_s"]
+    cpu["k2_over_k1"] = _div(cpu["k2"]["per_step_s"], cpu["k1"]["per_step_s"])
+    cpu["parallel_bound"] = _div(2 * cpu["k1"]["per_step_s"], cpu["k2"]["per_step_s"])
     rd = os.path.join(OUT, f"{tag}-k1cluster")
     progress(f"[{name}] K=1 cluster --workers 1 (attribution), {steps} steps")
     res = run_engine(engine_cmd(data, sz, rd, 1, steps, "cluster", 1), env, rd)
@@ -465,6 +469,11 @@ def speed_variant(name: str, env: dict[str, str], data: str, sz: dict[str, Any])
             "engine_vs_ceiling": speedup / ce["speedup"], "trace_summary": summaries}
 
 
+def _div(a: float, b: float) -> float:
+    """``a / b``, NaN where ``b`` is 0 (CPU time differences of runs too short to measure)."""
+    return a / b if b else float("nan")
+
+
 def bytes_figure(env: dict[str, str], data: str, sz: dict[str, Any]) -> list[dict[str, Any]]:
     from mariana.vertices.exchange import shard_ranges
 
@@ -472,8 +481,12 @@ def bytes_figure(env: dict[str, str], data: str, sz: dict[str, Any]) -> list[dic
     steps, K, out = sz["bytes_steps"], 2, []
     slices = num_params(dims, K)
     P = sum(slices)
-    for S, G, opt in ((1, 1, "momentum"), (2, 1, "momentum"), (4, 1, "momentum"), (2, 2, "momentum"),
-                      (1, 1, "adagrad_approx"), (2, 1, "adagrad_approx"), (4, 1, "adagrad_approx")):
+    configs: tuple[tuple[int, int, str], ...] = (
+        (1, 1, "momentum"), (2, 1, "momentum"), (4, 1, "momentum"), (2, 2, "momentum"),
+        (1, 1, "adagrad_approx"), (2, 1, "adagrad_approx"), (4, 1, "adagrad_approx"))
+    if sz.get("smoke"):  # one of each kind: several servers, two groups, the approximate optimizer
+        configs = ((2, 1, "momentum"), (2, 2, "momentum"), (2, 1, "adagrad_approx"))
+    for S, G, opt in configs:
         rd = os.path.join(OUT, f"bytes-S{S}-G{G}-{opt}")
         progress(f"bytes: K=2 G={G} S={S} optimizer={opt}, {steps} steps (LocalRuntime)")
         res = run_engine(engine_cmd(data, sz, rd, K, steps, "local", 1, S=S, G=G, optimizer=opt), env, rd)
@@ -503,7 +516,7 @@ def expected_group_bytes(sz: dict[str, Any], K: int) -> int:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    sz = sizes(args.quick)
+    sz = sizes(args.quick, args.smoke)
     os.makedirs(OUT, exist_ok=True)
     data = os.path.join(OUT, "data.npz")
     write_data(data, sz["n"])
@@ -511,15 +524,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_avg_start": list(os.getloadavg()), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())},
         "config": {"model": model_spec(sz["hidden"]), "dims": dims_of(sz["hidden"]), "params": sum(num_params(
-            dims_of(sz["hidden"]))), "lr": LR, "quick": args.quick, "data": os.path.relpath(data, ROOT), **sz},
+            dims_of(sz["hidden"]))), "lr": LR, "quick": args.quick, "smoke": args.smoke, "data": os.path.relpath(data, ROOT), **sz},
         "variants": {},
     }
-    envs = variant_envs(args.variants)
+    envs = variant_envs(args.variants or ("env" if args.smoke else "auto"))
     for name, env in envs:
         progress(f"variant '{name}': " + ", ".join(f"{k}={env.get(k, '<unset>')}" for k in BLAS_VARS))
         res["variants"][name] = speed_variant(name, env, data, sz)
-        with open(os.path.join(OUT, "partial.json"), "w") as f:  # kept if a later part fails
-            json.dump(res, f, indent=1)
+        if not args.smoke:  # a smoke run leaves the results of the last real run alone
+            with open(os.path.join(OUT, "partial.json"), "w") as f:  # kept if a later part fails
+                json.dump(res, f, indent=1)
     if not args.no_bytes:
         res["bytes"] = bytes_figure(envs[0][1], data, sz)
     res["expected_group_bytes"] = {"1": expected_group_bytes(sz, 1), "2": expected_group_bytes(sz, 2)}
@@ -644,9 +658,11 @@ def report(res: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="784-512x3-10, batch 128, few steps: a smoke run")
+    ap.add_argument("--smoke", action="store_true", help="784-64x3-10, 2 steps, 1 round: the CI smoke run (no last.json)")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
-    ap.add_argument("--variants", choices=("auto", "both", "env", "unset"), default="auto",
-                    help="BLAS environment variants (auto: both when OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE is set)")
+    ap.add_argument("--variants", choices=("auto", "both", "env", "unset"), default=None,
+                    help="BLAS environment variants (default auto: both when OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE "
+                         "is set; --smoke: env)")
     ap.add_argument("--no-bytes", action="store_true", help="skip figure 2")
     ap.add_argument("--report", metavar="FILE", help="print the table of a saved --json result and exit")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -663,8 +679,9 @@ def main() -> None:
         print(json.dumps(res, indent=1))
     else:
         print(report(res))
-    with open(os.path.join(OUT, "last.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    if not args.smoke:
+        with open(os.path.join(OUT, "last.json"), "w") as f:
+            json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":

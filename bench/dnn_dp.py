@@ -3,6 +3,7 @@
 
     python bench/dnn_dp.py               # full run (~2-5 min per BLAS variant on 2 cores)
     python bench/dnn_dp.py --quick       # 784-512x3-10, few steps: a smoke run (~30-60 s)
+    python bench/dnn_dp.py --smoke       # 784-64x3-10, 2 steps, no torch, one BLAS variant: CI smoke run, no figures
     python bench/dnn_dp.py --json        # one JSON object on stdout instead of the table
     python bench/dnn_dp.py --report F    # the table of a saved --json result
 
@@ -79,8 +80,12 @@ def progress(msg: str) -> None:
     print(f"[{time.perf_counter() - _T0:7.1f}s]{' ' + tag if tag else ''} {msg}", file=sys.stderr, flush=True)
 
 
-def sizes(quick: bool) -> dict[str, Any]:
-    """Model and step counts of a full or a quick run."""
+def sizes(quick: bool, smoke: bool = False) -> dict[str, Any]:
+    """Model and step counts of a full, a quick or a smoke run."""
+    if smoke:  # the CI smoke run (bench/smoke.py): every code path, tiny sizes, figures meaningless
+        return dict(hidden=[64, 64, 64], batch=64, n=64 * 4, warm=1, steps=2, rounds=1, cl_steps=2,
+                    bytes_steps=2, small_warm=2, small_steps=5, small_rounds=1, ceiling_steps=2,
+                    anatomy_reps=1)
     if quick:
         return dict(hidden=[512, 512, 512], batch=256, n=256 * 8, warm=2, steps=6, rounds=1, cl_steps=5,
                     bytes_steps=3, small_warm=20, small_steps=100, small_rounds=1, ceiling_steps=6,
@@ -664,24 +669,25 @@ def with_threads(env: dict[str, str], threads: int | None) -> dict[str, str]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    sz = sizes(args.quick)
+    sz = sizes(args.quick, args.smoke)
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_avg_start": list(os.getloadavg())},
         "config": {"model": [784, *sz["hidden"], 10], "batch": sz["batch"], "samples": sz["n"], "lr": LR,
-                   "momentum": MOMENTUM, "quick": args.quick, **sz},
+                   "momentum": MOMENTUM, "quick": args.quick,
+                   "smoke": args.smoke, **sz},
         "blas_env": {k: os.environ.get(k) for k in BLAS_VARS},
         "variants": {},
     }
     with tempfile.TemporaryDirectory(prefix="dnn-dp-bench-") as tmp:
         data = os.path.join(tmp, "synthetic.npz")
         write_data(data, sz["n"])
-        for name, env in variant_envs(args.variants):
+        for name, env in variant_envs(args.variants or ("env" if args.smoke else "auto")):
             progress(f"variant {name}: " + ", ".join(f"{k}={env.get(k, '<unset>')}" for k in BLAS_VARS))
             base = {"data": data, "sizes": sz, "tag": name, "quiet_wait": args.quiet_wait}
             v: dict[str, Any] = {"env": {k: env.get(k) for k in BLAS_VARS}}
             v["default"] = run_child(BENCH, dict(base, role="default"), with_threads(env, None))
-            if not args.no_torch:
+            if not (args.no_torch or args.smoke):  # the smoke run needs no optional package
                 v["torch"] = run_child(BENCH, dict(base, role="torch"), with_threads(env, None))
             v["one_thread"] = run_child(BENCH, dict(base, role="one-thread"), with_threads(env, 1))
             result["variants"][name] = v
@@ -869,9 +875,11 @@ def args_no_torch(res: dict[str, Any]) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="784-512x3-10 and few steps: a smoke run")
+    ap.add_argument("--smoke", action="store_true", help="784-64x3-10, 2 steps, 1 round, no torch: the CI smoke run")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
-    ap.add_argument("--variants", choices=("auto", "both", "env", "unset"), default="auto",
-                    help="BLAS environment variants (auto: both when OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE is set)")
+    ap.add_argument("--variants", choices=("auto", "both", "env", "unset"), default=None,
+                    help="BLAS environment variants (default auto: both when OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE "
+                         "is set; --smoke: env)")
     ap.add_argument("--no-torch", action="store_true", help="skip figure 2")
     ap.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
                     help="before each timed round wait up to S seconds for the other processes on this machine to "

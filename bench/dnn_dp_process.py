@@ -4,6 +4,7 @@ on 2 worker processes vs the ceiling, per exchange topology and optimizer; secon
 
     python bench/dnn_dp_process.py                       # 784-2048x3-10, batch 256, 60 steps, allreduce + linear
     python bench/dnn_dp_process.py --quick               # 784-512x3-10, 20 steps (a smoke run)
+    python bench/dnn_dp_process.py --smoke               # 784-64x3-10, 3 steps, 1 round, allreduce: CI smoke run
     python bench/dnn_dp_process.py --exchanges allreduce linear tree ps --optimizers sgd adagrad_approx --json
 
 Every figure is a whole process timed from its start to its exit, with one BLAS/OpenMP thread
@@ -112,12 +113,19 @@ def run_numpy(env: dict[str, str], data: str, hidden: list[int], steps: int, bat
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="784-64x3-10, 3 steps, 1 round, allreduce, one BLAS variant: the CI smoke run, no figures")
     ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--exchanges", nargs="+", default=["allreduce", "linear"], choices=["linear", "tree", "ps", "allreduce"])
+    ap.add_argument("--rounds", type=int, default=None, help="default 3 (--smoke: 1)")
+    ap.add_argument("--exchanges", nargs="+", default=None, choices=["linear", "tree", "ps", "allreduce"],
+                    help="default allreduce linear (--smoke: allreduce)")
     ap.add_argument("--optimizers", nargs="+", default=["sgd"])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else 3
+    if args.exchanges is None:
+        args.exchanges = ["allreduce"] if args.smoke else ["allreduce", "linear"]
     import numpy as np
 
     import mariana
@@ -126,18 +134,18 @@ def main() -> int:
     # install and PYTHONDONTWRITEBYTECODE set (as here), every `mariana run` would otherwise
     # compile ~120 modules from source (~65 ms) in each process, which the numpy loop never does.
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(mariana.__file__)], check=True)
-    hidden = [512] * 3 if args.quick else [2048] * 3
-    steps = args.steps or (20 if args.quick else 60)
+    hidden = [64] * 3 if args.smoke else [512] * 3 if args.quick else [2048] * 3
+    steps = args.steps or (3 if args.smoke else 20 if args.quick else 60)
     one_thread = {**os.environ, **{k: "1" for k in THREAD_VARS}}
     result: dict[str, Any] = {"model": [784, *hidden, 10], "batch": 256, "steps": steps, "cores": len(os.sched_getaffinity(0)),
                               "blas_env": {v: os.environ.get(v) for v in BLAS_VARS}, "load_start": os.getloadavg()[0],
                               "variants": {}}
     with tempfile.TemporaryDirectory(prefix="dnn-dp-process-") as tmp:
         data = os.path.join(tmp, "synthetic.npz")
-        n = max(8192, 256 * steps)
+        n = 1024 if args.smoke else max(8192, 256 * steps)
         rng = np.random.default_rng(0)
         np.savez(data, x=rng.standard_normal((n, 784), dtype=np.float32), y=rng.integers(0, 10, n))
-        for variant, env in variant_envs("auto", one_thread):
+        for variant, env in variant_envs("env" if args.smoke else "auto", one_thread):
             name = "openblas env unset" if variant == "unset" else "env as is"
             runs: dict[str, list[Any]] = {}
             for r in range(args.rounds):

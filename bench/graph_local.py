@@ -4,6 +4,7 @@
     python bench/graph_local.py                      # 100k vertices, 1M edges, 30 iterations
     python bench/graph_local.py --workers 1 2 4 --repeat 5 --json
     python bench/graph_local.py --profile            # + cProfile top 10 (block mode, 1 worker)
+    python bench/graph_local.py --smoke              # 2k vertices, 10k edges, 3 iterations, once: CI smoke run
 
 A seeded random directed graph (numpy ``default_rng(seed)``: ``src``/``dst`` uniform in
 ``[0, V)``, self-loops and parallel edges kept) is written as an edge-list text file, so the
@@ -227,20 +228,27 @@ def timed(label: str, fn: Callable[[], Any]) -> tuple[float, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vertices", type=int, default=100_000, help="graph vertices (default 100000)")
-    ap.add_argument("--edges", type=int, default=1_000_000, help="graph edges (default 1000000)")
-    ap.add_argument("--iterations", type=int, default=30, help="PageRank updates (default 30)")
+    ap.add_argument("--vertices", type=int, default=None, help="graph vertices (default 100000, --smoke 2000)")
+    ap.add_argument("--edges", type=int, default=None, help="graph edges (default 1000000, --smoke 10000)")
+    ap.add_argument("--iterations", type=int, default=None, help="PageRank updates (default 30, --smoke 3)")
     ap.add_argument("--seed", type=int, default=0, help="numpy default_rng seed (default 0)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                     help="LocalRuntime partition counts to run in block mode (default: 1 2)")
-    ap.add_argument("--vertex-mode-sample", type=int, default=10_000,
-                    help="also run mode=vertex on a graph of this many vertices and 10x edges (0: skip)")
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="timed repetitions of each engine run, networkx call and scipy floor; best is reported (default 3)")
+    ap.add_argument("--vertex-mode-sample", type=int, default=None,
+                    help="also run mode=vertex on a graph of this many vertices and 10x edges (default 10000, "
+                         "--smoke 200; 0: skip)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="timed repetitions of each engine run, networkx call and scipy floor; best is reported "
+                         "(default 3, --smoke 1)")
+    ap.add_argument("--smoke", action="store_true", help="tiny graph, 3 iterations, 1 repetition: the CI smoke run")
     ap.add_argument("--profile", action="store_true",
                     help="also cProfile one block-mode run on 1 worker and print the top 10 by cumtime")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = ap.parse_args(argv)
+    for name, full, smoke in (("vertices", 100_000, 2_000), ("edges", 1_000_000, 10_000), ("iterations", 30, 3),
+                              ("vertex_mode_sample", 10_000, 200), ("repeat", 3, 1)):
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else full)
     if args.vertices < 1 or args.edges < 1 or args.iterations < 1 or args.repeat < 1 or min(args.workers) < 1:
         ap.error("--vertices, --edges, --iterations, --repeat and --workers must be >= 1")
 

@@ -4,6 +4,7 @@
     python bench/shm_transport.py                  # (a) transport rounds, (b) dnn-dp 784-2048x3-10
     python bench/shm_transport.py --skip-run       # (a) only
     python bench/shm_transport.py --quick          # fewer rounds, dnn-dp 784-512x3-10, 20 steps
+    python bench/shm_transport.py --smoke          # 3 rounds, dnn-dp 784-64x3-10, 3 steps, once: CI smoke run
 
 (a) Two processes each send the other 40 MB (ten 4 MB float32 arrays in one BATCH record) per
 round and receive the other's, through the engine's path: ``Shm.encode`` (or ``codec.encode``),
@@ -41,8 +42,8 @@ def _side(me: int, ports: list[int], use_shm: bool, rounds: int, warmup: int, q:
     import numpy as np
     import zmq
 
-    from mariana.engine.shm import Shm
-    from mariana.engine.transport import Transport, recv, send_frames
+    from mariana.comm.shm import Shm
+    from mariana.comm import Transport, recv, send_frames
     from mariana.messages import codec, wire
 
     peer, job = 1 - me, "b" * 32
@@ -121,7 +122,7 @@ def run_dnn(env: dict[str, str], data: str, hidden: list[int], steps: int, shm: 
     return {"process_s": process_s, "supersteps_s": out["wall_s"]}
 
 
-def dnn(rounds: int, hidden: list[int], steps: int) -> dict[str, Any]:
+def dnn(rounds: int, hidden: list[int], steps: int, variants: str = "auto") -> dict[str, Any]:
     import numpy as np
 
     base = {**os.environ, **{k: "1" for k in THREAD_VARS}}
@@ -131,7 +132,7 @@ def dnn(rounds: int, hidden: list[int], steps: int) -> dict[str, Any]:
         data = os.path.join(tmp, "data.npz")
         np.savez(data, x=rng.standard_normal((256 * steps, 784)).astype(np.float32),
                  y=rng.integers(0, 10, 256 * steps))
-        for name, env in variant_envs("auto", base):
+        for name, env in variant_envs(variants, base):
             runs: dict[str, list[dict[str, float]]] = {"shm": [], "no-shm": []}
             for r in range(rounds):
                 for key in ("shm", "no-shm"):
@@ -148,17 +149,20 @@ def dnn(rounds: int, hidden: list[int], steps: int) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3, help="dnn-dp runs per setting (interleaved)")
+    ap.add_argument("--smoke", action="store_true", help="3 transport rounds, one tiny dnn-dp run each way: the CI smoke run")
+    ap.add_argument("--rounds", type=int, default=None, help="dnn-dp runs per setting (interleaved; default 3, --smoke 1)")
     ap.add_argument("--transport-rounds", type=int, default=None)
     ap.add_argument("--skip-run", action="store_true", help="only (a)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    tr = args.transport_rounds or (20 if args.quick else 100)
-    result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "transport": transport(tr, 5)}
+    tr = args.transport_rounds or (3 if args.smoke else 20 if args.quick else 100)
+    rounds = args.rounds or (1 if args.smoke else 3)
+    result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "transport": transport(tr, 1 if args.smoke else 5)}
     if not args.skip_run:
-        hidden = [512] * 3 if args.quick else [2048] * 3
-        result["dnn_dp"] = {"model": [784, *hidden, 10], "steps": 20 if args.quick else 60,
-                            **dnn(args.rounds, hidden, 20 if args.quick else 60)}
+        hidden = [64] * 3 if args.smoke else [512] * 3 if args.quick else [2048] * 3
+        steps = 3 if args.smoke else 20 if args.quick else 60
+        result["dnn_dp"] = {"model": [784, *hidden, 10], "steps": steps,
+                            **dnn(rounds, hidden, steps, "env" if args.smoke else "auto")}
     if args.json:
         print(json.dumps(result))
         return 0

@@ -6,6 +6,7 @@ median wall times (target <= 1.03). Tracing on means: per-worker records with ph
 per-peer counts, NaN/Inf scans of vertex state and messages, and buffered writes to RUN/trace.
 
     python bench/tracing.py [--rounds 5] [--json]
+    python bench/tracing.py --smoke      # 2k vertices / 10k edges, short dnn-dp runs, 1 round: CI smoke run
 """
 
 from __future__ import annotations
@@ -42,21 +43,26 @@ def timed(job: str, sets: list[str], trace: bool, tmp: str, tag: str) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--vertices", type=int, default=100_000)
-    ap.add_argument("--edges", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=None, help="default 5 (--smoke 1)")
+    ap.add_argument("--vertices", type=int, default=None, help="default 100000 (--smoke 2000)")
+    ap.add_argument("--edges", type=int, default=None, help="default 1000000 (--smoke 10000)")
+    ap.add_argument("--smoke", action="store_true", help="tiny graph, short dnn-dp runs, 1 round: the CI smoke run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    args.rounds = args.rounds or (1 if args.smoke else 5)
+    args.vertices = args.vertices or (2_000 if args.smoke else 100_000)
+    args.edges = args.edges or (10_000 if args.smoke else 1_000_000)
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')} "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}", file=sys.stderr)
     out: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="mariana-tracing-") as tmp:
         graph = os.path.join(tmp, "g.e")
         write_graph(graph, args.vertices, args.edges)
-        jobs = {"pagerank": ("pagerank", [f"graph={graph}", "iterations=30", "tol=0"]),
+        jobs = {"pagerank": ("pagerank", [f"graph={graph}", f"iterations={3 if args.smoke else 30}", "tol=0"]),
                 # the default MLP on digits: ~0.5 ms supersteps, so this is the per-superstep cost
-                "dnn-dp": ("dnn-dp", ["epochs=5"]),
-                "dnn-dp-1024": ("dnn-dp", ['model=["dense:1024:relu", "dense:1024:relu", "dense:10"]', "steps=60"])}
+                "dnn-dp": ("dnn-dp", ["steps=5"] if args.smoke else ["epochs=5"]),
+                "dnn-dp-1024": ("dnn-dp", ['model=["dense:1024:relu", "dense:1024:relu", "dense:10"]',
+                                           f"steps={3 if args.smoke else 60}"])}
         for name, (job, sets) in jobs.items():
             times: dict[bool, list[float]] = {True: [], False: []}
             timed(job, sets, True, tmp, "warm")

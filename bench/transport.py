@@ -3,6 +3,7 @@
 
     python bench/transport.py            # full sizes, 2 interleaved rounds (~70-120 s on 2 cores)
     python bench/transport.py --quick    # small sizes, 1 round, smoke run (~15 s)
+    python bench/transport.py --smoke    # tiny sizes, 1 round: the CI smoke run (bench/smoke.py), no figures
     python bench/transport.py --json     # one JSON object on stdout
     python bench/transport.py --profile  # + cProfile both workers of one bulk-array run
     python bench/transport.py --rounds 3 # more interleaved rounds of sections 1 and 2 (pooled)
@@ -363,8 +364,13 @@ class StatsTap:
 
     def on_superstep(self, record: dict[str, Any]) -> None:
         dones = getattr(self.master, "_dones", None) or {}
-        self.rows.append([{**(dones[i].get("stats") or {}), **(dones[i].get("trace") or {}),
-                           "compute_s": dones[i].get("compute_s", 0.0)} for i in sorted(dones)])
+        self.rows.append([{**(_field(dones[i], "stats") or {}), **(_field(dones[i], "trace") or {}),
+                           "compute_s": _field(dones[i], "compute_s") or 0.0} for i in sorted(dones)])
+
+
+def _field(done: Any, name: str) -> Any:
+    """``name`` of a DONE: a typed wire record (``wire.Done``) or, in older engines, a dict."""
+    return done.get(name) if isinstance(done, dict) else getattr(done, name, None)
 
 
 def engine_barrier(workers: int, steps: int, warmup: int, secure: bool = False) -> list[float]:
@@ -447,8 +453,8 @@ def ranks(res: Any) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------
 def profile_bigarray(elements: int, steps: int, outdir: str) -> dict[str, Any]:
     """Master in this process (as ``run_cluster`` does), workers as ``python -m cProfile ... worker``."""
-    from mariana.engine.cluster import stop_processes
-    from mariana.engine.master import Master
+    from mariana.cluster.launch import stop_processes
+    from mariana.cluster.master import Master
     from mariana.engine.options import RunOptions
     from mariana.jobs.registry import BuildContext, get_job, resolve_config
 
@@ -522,6 +528,10 @@ SIZES = {
               "raw_barrier_steps": 200, "raw_barrier_warmup": 20,
               "elements": 4 * 1024 * 1024, "array_steps": 5, "raw_reps": 5, "raw_warmup": 1,
               "pr_vertices": 10_000, "pr_edges": 100_000, "pr_iterations": 10},
+    "smoke": {"barrier_steps": 10, "barrier_warmup": 2, "rtt_n": 100, "rtt_warmup": 10,
+              "raw_barrier_steps": 20, "raw_barrier_warmup": 5,
+              "elements": 256 * 1024, "array_steps": 2, "raw_reps": 2, "raw_warmup": 1,
+              "pr_vertices": 1_000, "pr_edges": 5_000, "pr_iterations": 3},
 }
 
 
@@ -534,14 +544,15 @@ def write_edge_list(path: str, n: int, m: int, seed: int) -> None:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    z = SIZES["quick" if args.quick else "full"]
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    z = SIZES[mode]
     env = {"python": platform.python_version(), "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
            "numpy": np.__version__, "mariana": mariana.__version__, "cpus": os.cpu_count(),
            "OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"], "OPENBLAS_NUM_THREADS": os.environ["OPENBLAS_NUM_THREADS"],
            **{k: (v if v is not None else "(unset)") for k, v in BLAS_ENV.items()}}
     progress(f"OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={env['OPENBLAS_L2_SIZE']} "
              f"({env['cpus']} CPUs, pyzmq {env['pyzmq']} / libzmq {env['libzmq']})")
-    report: dict[str, Any] = {"mode": "quick" if args.quick else "full", "rounds": args.rounds, "sizes": z, "env": env}
+    report: dict[str, Any] = {"mode": mode, "rounds": args.rounds, "sizes": z, "env": env}
 
     rounds = args.rounds
     report["load_before"] = os.getloadavg()
@@ -799,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: the CI smoke run, figures meaningless")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--profile", action="store_true",
                     help="also run the bulk-array job with both workers under cProfile and summarise")
@@ -807,7 +819,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="edge-list generator seed (default 0, as graph_local.py)")
     args = ap.parse_args(argv)
     if args.rounds is None:
-        args.rounds = 1 if args.quick else 2
+        args.rounds = 1 if args.quick or args.smoke else 2
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
     rep = run_all(args)

@@ -16,7 +16,9 @@ sys.path.insert(0, str(TESTS / "engine"))
 #: and headless Chromium: dnn_run, cluster_run, browser.
 pytest_plugins = ["s3_fixture", "report_fixtures"]
 
-RUNTIMES = ["local", "cluster"]
+#: inproc: the cluster runtime's master and workers as threads of the test process over inproc://
+#: (the wire path: codec, wire records, routing, heartbeats, without processes or network)
+RUNTIMES = ["local", "cluster", "inproc"]
 
 
 @pytest.fixture(params=RUNTIMES)

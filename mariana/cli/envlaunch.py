@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import UsageError
-from ..engine.transport import is_loopback
+from ..comm import is_loopback
 
 log = logging.getLogger(__name__)
 

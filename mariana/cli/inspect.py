@@ -87,7 +87,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from ..engine.security import add_key, init_keys
+    from ..comm.security import add_key, init_keys
 
     if args.keys_command == "init":
         secret = init_keys(args.dir)

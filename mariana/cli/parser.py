@@ -26,9 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a job")
     _job_args(r)
     r.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its newest valid checkpoint")
-    r.add_argument("--runtime", choices=["local", "cluster"], default=None,
-                   help="local: every partition in this process; cluster: one process per worker "
-                        "(default: local for 1 worker, cluster for more)")
+    r.add_argument("--runtime", choices=["local", "cluster", "inproc"], default=None,
+                   help="local: every partition in this process; cluster: one process per worker; "
+                        "inproc: the cluster runtime with its workers as threads of this process over inproc:// "
+                        "(the whole wire path without processes or network; default: local for 1 worker, cluster for more)")
     r.add_argument("--explain-placement", action="store_true", help="print the placement table and exit")
     r.add_argument("--secure", action="store_true",
                    help="CURVE authentication and encryption on every socket (keys made for this run)")

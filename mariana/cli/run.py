@@ -153,7 +153,7 @@ def _run_hooks(args: argparse.Namespace, run_url: str, config: dict[str, Any], j
 
 def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
     """``mariana master``: once bound, say (and with keys write) how workers join from other hosts."""
-    from ..engine.transport import is_loopback, parse_endpoint
+    from ..comm import is_loopback, parse_endpoint
 
     def hint(master: Any, procs: list[Any]) -> None:
         endpoint = master.endpoint
@@ -178,11 +178,11 @@ def _master_security(args: argparse.Namespace) -> Any:
     """CURVE for ``mariana master``: required off loopback unless --insecure; None means plaintext.
     ``--keys DIR`` always means CURVE (also on loopback), so that workers following the printed
     command (``--master-file DIR/master.json``) can join."""
-    from ..engine.transport import is_loopback, parse_endpoint
+    from ..comm import is_loopback, parse_endpoint
 
     host, _ = parse_endpoint(args.bind)
     if args.keys:
-        from ..engine.security import Security
+        from ..comm.security import Security
 
         return Security.for_master(args.keys)
     if args.secure:
@@ -207,25 +207,24 @@ def cmd_master_from_env(args: argparse.Namespace) -> int:
     args.workers = launch.world_size
     if launch.rank != 0:
         log.info("%s: joining as a worker", launch.describe())
-        return _env_worker(launch, args, None, args.job).run()
+        return _env_worker(launch, args, None, args.job)
     args.bind = args.bind or launch.master_bind()
     args.launch = launch
     log.info("%s: running the master at %s and one worker", launch.describe(), args.bind)
     return cmd_run(args)
 
 
-def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: str | None) -> Any:
-    """A worker joining the master named by the environment (``--keys DIR``: CURVE with DIR/master.key)."""
-    from ..engine.security import Security, load_public
-    from ..engine.worker import Worker
+def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: str | None) -> int:
+    """Run a worker joining the master named by the environment (``--keys DIR``: CURVE with DIR/master.key)."""
+    from ..cluster.entry import WorkerSpec, run_worker
     from ..jobs.launch import build_graph
 
-    security = None
-    if getattr(args, "keys", None):
-        security = Security.for_worker(_worker_key(args, launch.rank), load_public(os.path.join(args.keys, "master.key")))
-    host = getattr(args, "host", None) or launch.local_address()
-    return Worker(master or launch.master_endpoint, build_graph, host, args.connect_timeout, args.max_message_mb << 20,
-                  security, job)
+    keys = getattr(args, "keys", None)
+    spec = WorkerSpec(master or launch.master_endpoint, getattr(args, "host", None) or launch.local_address(),
+                      args.connect_timeout, args.max_message_mb, job=job,
+                      server_key=os.path.join(keys, "master.key") if keys else None,
+                      key=_worker_key(args, launch.rank) if keys else None)
+    return run_worker(spec, build_graph)
 
 
 def _worker_key(args: argparse.Namespace, rank: int) -> str:
@@ -236,29 +235,29 @@ def _worker_key(args: argparse.Namespace, rank: int) -> str:
 
 def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str, security: Any) -> list[Any]:
     """Rank 0's own worker process, beside the master (``--from-env``)."""
-    from ..engine.cluster import spawn_workers
-    from ..engine.transport import parse_endpoint
+    from ..cluster.launch import local_spec, spawn_workers
+    from ..comm import parse_endpoint
 
     host, port = parse_endpoint(endpoint)
     connect = {"0.0.0.0": f"tcp://127.0.0.1:{port}", "::": f"tcp://[::1]:{port}"}.get(host, endpoint)
-    extra = ["--max-message-mb", str(args.max_message_mb), "--connect-timeout", str(args.connect_timeout)]
-    if args.job:
-        extra += ["--job", args.job]
-    if security is not None:
-        extra += [f"--server-key={os.path.join(args.keys, 'master.key')}", "--key", _worker_key(args, 0)]
-    return spawn_workers(connect, 1, args.launch.local_address(), extra)
+    secure = security is not None
+    spec = local_spec(connect, args.launch.local_address(), connect_timeout=args.connect_timeout,
+                      max_message_mb=args.max_message_mb, job=args.job,
+                      server_key=os.path.join(args.keys, "master.key") if secure else None,
+                      key=_worker_key(args, 0) if secure else None)
+    return spawn_workers(spec)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ..engine.security import Security, load_public
-    from ..engine.worker import Worker
+    from ..cluster.entry import WorkerSpec, run_worker
+    from ..jobs.launch import build_graph
 
     if args.from_env:
         from .envlaunch import from_env
 
         launch = from_env(args.from_env)
         if not (args.master or args.master_file or args.server_key or args.key):
-            return _env_worker(launch, args, None, args.job).run()
+            return _env_worker(launch, args, None, args.job)
         args.master = args.master or (None if args.master_file else launch.master_endpoint)
         args.host = args.host or launch.local_address()
     args.host = args.host or "127.0.0.1"
@@ -271,13 +270,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         master, server_key = master or info["endpoint"], server_key or info.get("server_key")
     if not master:
         raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
-    security = None
-    if server_key or args.key:
-        if not (server_key and args.key):
-            raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
-                             "and its own secret key (--key)")
-        security = Security.for_worker(args.key, load_public(server_key))
-    from ..jobs.launch import build_graph
-
-    return Worker(master, build_graph, args.host, args.connect_timeout, args.max_message_mb << 20, security,
-                  args.job).run()
+    spec = WorkerSpec(master, args.host, args.connect_timeout, args.max_message_mb, server_key=server_key, key=args.key,
+                      job=args.job, verbosity=-1 if args.quiet else args.verbose)
+    return run_worker(spec, build_graph)

@@ -1,12 +1,12 @@
-"""The superstep driver: the one loop every runtime runs, over an ``Exchange``.
+"""The superstep driver: the one loop every runtime runs, over a ``Backend``.
 
     while the coordinator says go on:            (halting, max_supersteps, master compute)
-        dones = exchange.superstep(begin)        (compute -> combine -> exchange -> deliver)
+        dones = backend.superstep(begin)         (compute -> combine -> exchange -> deliver)
         record = coordinator.barrier(dones)      (aggregates, active, in flight)
         trace records, runtime metrics, checkpoint timing, metrics.jsonl, on_superstep
 
-An ``Exchange`` is what makes a runtime: it runs one superstep on every partition and moves
-their batches, in this process (``LocalExchange``) or over ZeroMQ between worker processes
+A ``Backend`` is what makes a runtime: it runs one superstep on every partition and moves
+their batches, in this process (``LocalBackend``) or over ZeroMQ between worker processes
 (the cluster ``Master``); it writes checkpoint parts and collects results. Everything else, the
 order of the steps above included, lives here once, so the runtimes cannot drift apart.
 """
@@ -25,10 +25,10 @@ from .tracing import TraceWriter, master_record
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Exchange", "Driver"]
+__all__ = ["Backend", "Driver"]
 
 
-class Exchange(Protocol):
+class Backend(Protocol):
     """What a runtime gives the driver."""
 
     def superstep(self, begin: Begin) -> list[Done]:
@@ -60,7 +60,7 @@ class Exchange(Protocol):
 
 
 class Driver:
-    """Runs a job's supersteps over ``exchange`` from the state ``coordinator`` holds.
+    """Runs a job's supersteps over ``backend`` from the state ``coordinator`` holds.
 
     ``checkpoint_every``: a checkpoint every N supersteps (None: only when master compute asks;
     ``checkpoints`` False: never); ``background`` False waits for each one before the next
@@ -68,33 +68,33 @@ class Driver:
     trace records, ``on_superstep`` every metrics line.
     """
 
-    def __init__(self, exchange: Exchange, coordinator: Coordinator, *, run_dir: RunDir | None = None,
+    def __init__(self, backend: Backend, coordinator: Coordinator, *, run_dir: RunDir | None = None,
                  on_superstep: Callable[[dict[str, Any]], None] | None = None, tracer: TraceWriter | None = None,
                  checkpoints: bool = False, checkpoint_every: int | None = None, background: bool = True,
                  started: float | None = None) -> None:
-        self.exchange, self.coord = exchange, coordinator
+        self.backend, self.coord = backend, coordinator
         self.run_dir, self.on_superstep, self.tracer = run_dir, on_superstep, tracer
         self.checkpoints, self.checkpoint_every, self.background = checkpoints, checkpoint_every, background
         self.metrics: list[dict[str, Any]] = []
         self.started = time.perf_counter() if started is None else started  # RunResult.wall_s counts from here
 
     def run(self) -> None:
-        """Run supersteps until the job ends (whatever the exchange raises propagates)."""
-        coord, exchange = self.coord, self.exchange
+        """Run supersteps until the job ends (whatever the backend raises propagates)."""
+        coord, backend = self.coord, self.backend
         while (begin := coord.next_begin()) is not None:
             t0, wall0 = time.perf_counter(), time.time()
-            dones = exchange.superstep(begin)
+            dones = backend.superstep(begin)
             record = coord.barrier(dones, time.perf_counter() - t0)
             if self.tracer is not None:
                 self._trace(begin.superstep, wall0, dones)
-            exchange.annotate(record)
+            backend.annotate(record)
             if self.checkpoints:
-                exchange.settle_checkpoint(record, wait=False)
+                backend.settle_checkpoint(record, wait=False)
                 if coord.checkpoint_due(self.checkpoint_every):
-                    exchange.settle_checkpoint(record, wait=True)  # one at a time: its buffers are free again
-                    exchange.start_checkpoint(coord.superstep, detached(coord.snapshot()))
+                    backend.settle_checkpoint(record, wait=True)  # one at a time: its buffers are free again
+                    backend.start_checkpoint(coord.superstep, detached(coord.snapshot()))
                     if not self.background:
-                        exchange.settle_checkpoint(record, wait=True)  # written before the state changes
+                        backend.settle_checkpoint(record, wait=True)  # written before the state changes
             self.metrics.append(record)
             if self.run_dir is not None:
                 self.run_dir.append_jsonl("metrics.jsonl", [record])
@@ -108,8 +108,8 @@ class Driver:
     def finish(self, placement: Any, name: str = "") -> RunResult:
         """The last checkpoint committed, the results collected, the traces flushed."""
         if self.checkpoints:
-            self.exchange.settle_checkpoint(None, wait=True)
-        values = self.exchange.results()
+            self.backend.settle_checkpoint(None, wait=True)
+        values = self.backend.results()
         if self.tracer is not None:
             self.tracer.flush()
         coord = self.coord

@@ -26,11 +26,11 @@ from .tracing import PHASES, Capture, TraceWriter
 log = logging.getLogger(__name__)
 _HOST = socket.gethostname()
 
-__all__ = ["LocalRuntime", "LocalExchange"]
+__all__ = ["LocalRuntime", "LocalBackend"]
 
 
-class LocalExchange:
-    """The in-process ``Exchange``: partitions run one after another, batches are handed over as
+class LocalBackend:
+    """The in-process ``Backend``: partitions run one after another, batches are handed over as
     lists of ``Message`` objects (never copied), checkpoints are written on a background thread."""
 
     def __init__(self, partitions: list[Partition], checkpoints: Checkpoints | None = None,
@@ -116,15 +116,15 @@ class LocalRuntime:
             coord.restore(_part(parts, "master", resume)["coordinator"])
             resume.loaded = None  # the arrays now live in the vertices
             log.info("resumed %s from the checkpoint at superstep %d", self.graph.name, resume.superstep)
-        exchange = LocalExchange(partitions, checkpoints, tracer, checkpoint_background)
-        driver = Driver(exchange, coord, run_dir=run_dir, on_superstep=on_superstep, tracer=tracer,
+        backend = LocalBackend(partitions, checkpoints, tracer, checkpoint_background)
+        driver = Driver(backend, coord, run_dir=run_dir, on_superstep=on_superstep, tracer=tracer,
                         checkpoints=checkpoints is not None, checkpoint_every=checkpoint_every,
                         background=checkpoint_background, started=started)
         try:
             with blas_threads_of(pl.num_workers):
                 driver.run()
         finally:
-            exchange.close()
+            backend.close()
         return driver.finish(pl, self.graph.name)
 
 
@@ -137,7 +137,7 @@ def blas_threads_of(workers: int) -> Any:
     """
     from threadpoolctl import threadpool_limits
 
-    from .cluster import THREAD_VARS, blas_threads
+    from .threads import THREAD_VARS, blas_threads
 
     if workers <= 1 or any(var in os.environ for var in THREAD_VARS):
         return contextlib.nullcontext()

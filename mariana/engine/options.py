@@ -16,7 +16,9 @@ from ..errors import UsageError
 
 __all__ = ["RunOptions", "RUNTIMES", "CONFIG_KEYS"]
 
-RUNTIMES = ("local", "cluster")
+#: ``inproc``: the cluster runtime with its master and workers as threads of this process, over
+#: ``inproc://`` (the whole wire path, no network, no processes: tests and debugging)
+RUNTIMES = ("local", "cluster", "inproc")
 #: Job config keys that are run options.
 CONFIG_KEYS = ("checkpoint_every", "keep_checkpoints", "checkpoint_background")
 
@@ -26,7 +28,7 @@ class RunOptions:
     """Every option of a run. Cluster-only options are ignored by the local runtime."""
 
     workers: int = 1
-    runtime: str | None = None  # local | cluster; None: local for one worker, cluster for more
+    runtime: str | None = None  # local | cluster | inproc; None: local for one worker, cluster for more
     placement: Any = None  # a strategy name, a Strategy, a mapping or callable id -> worker
     max_supersteps: int | None = None
     run_dir: Any = None  # a storage.RunDir (or its URL, for launch): metrics, traces, checkpoints
@@ -68,6 +70,8 @@ class RunOptions:
             raise UsageError(f"max_supersteps must be >= 0, got {self.max_supersteps}")
         if self.runtime is not None and self.runtime not in RUNTIMES:
             raise UsageError(f"unknown runtime {self.runtime!r}; choose one of: {', '.join(RUNTIMES)}")
+        if self.runtime == "inproc":  # the cluster runtime, every worker a thread of this process
+            self.runtime, self.bind = "cluster", "inproc://*"
 
     @classmethod
     def from_config(cls, config: dict[str, Any], **options: Any) -> RunOptions:

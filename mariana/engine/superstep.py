@@ -158,9 +158,7 @@ class Partition:
     def _compute(self, begin: Begin) -> tuple[list[list[Message]], Done]:
         s = begin.superstep
         ctx = self.ctx
-        ctx.superstep = s
-        ctx._aggregated = begin.aggregates
-        ctx.broadcasts = begin.broadcasts
+        ctx.begin(s, begin.aggregates, begin.broadcasts)
         inbox, self.inbox = self.inbox, {}
         halted, vertices, devices = self.halted, self.vertices, self.devices
         computed = 0

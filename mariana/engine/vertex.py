@@ -85,6 +85,14 @@ class Context:
         self._aggregated: dict[str, Any] = {}
         self.broadcasts: dict[str, Any] = {}
 
+    def begin(self, superstep: int, aggregates: dict[str, Any], broadcasts: dict[str, Any]) -> None:
+        """Enter ``superstep``: the aggregates reduced at the last barrier, master compute's broadcasts."""
+        self.superstep, self._aggregated, self.broadcasts = superstep, aggregates, broadcasts
+
+    def bind(self, vertex_id: str, device: str) -> None:
+        """The vertex whose ``compute`` runs next (a replay binds one vertex; the partition's loop sets these itself)."""
+        self._vertex_id, self._device = vertex_id, device
+
     @property
     def vertex_id(self) -> str:
         return self._vertex_id

@@ -1,6 +1,6 @@
 """``mariana run cpu-cluster``: the CPU-cluster DNN framework (Mariana framework 3) as a vertex graph.
 
-Per worker group: a Coordinator vertex (mini-batches out, loss in, counters) and K worker
+Per worker group: a GroupCoordinator vertex (mini-batches out, loss in, counters) and K worker
 vertices, each holding slice k of every layer (model parallelism across processes or hosts:
 the partitioned layers and transfer messages of cnn-hybrid, ``vertices/partition.py``). S
 parameter-server vertices each own segment s of every worker slice's parameters, apply the
@@ -22,7 +22,7 @@ from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..trace.analyze import counters
-from ..vertices.coordinator import Coordinator, DataLedger
+from ..vertices.coordinator import DataLedger, GroupCoordinator
 from ..vertices.layers import shapes_only
 from ..vertices.exchange import ParameterServer, ParameterServerVertex
 from ..vertices.partition import PartitionVertex, join_params
@@ -71,7 +71,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     for g in range(G):
         peers = [worker_id(g, k) for k in range(K)]
         coord = f"coord-g{g:02d}"
-        graph.add_lazy(coord, lambda g=g, coord=coord, peers=peers: Coordinator(
+        graph.add_lazy(coord, lambda g=g, coord=coord, peers=peers: GroupCoordinator(
             coord, g, G, peers, ds.x_train, ds.y_train, config["batch_size"], config["seed"], pl["total"],
             log_samples=config["log_samples"]))
         for k in range(K):

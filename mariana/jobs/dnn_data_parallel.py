@@ -19,7 +19,7 @@ from ..partitioner import GroupStrategy
 from ..vertices.layers import shapes_only
 from ..vertices.model import build_model
 from ..vertices.data import DataReader
-from ..vertices.exchange import ParameterShardVertex, make_topology
+from ..vertices.exchange import ParameterShardVertex, make_topology, topology_choices, topology_help
 from ..vertices.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
 from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices, finish_training, optimizer_of,
@@ -38,7 +38,7 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     with shapes_only():  # sizes for the shards; the weights are drawn where vertices are built
         num_params = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).num_params
     opt = optimizer_of(config)
-    topology = make_topology(config["exchange"], config["ps_shards"])
+    topology = make_topology(config)
     return dict(ds=ds, replicas=replicas, spe=spe, total=total, opt=opt, topology=topology,
                 model=functools.cache(lambda: build_model(config["model"], ds.input_shape, ds.classes, config["seed"])),
                 shards=topology.shards(num_params, replicas), devices=devices(config["device"], replicas))
@@ -124,10 +124,7 @@ JOB = Job(
                                             "flatten, dropout:P, relu|tanh|sigmoid; softmax cross-entropy is appended"),
         Key("replicas", 0, "int", "model replicas (0: one per worker)"),
         # allreduce is the default: the same parameters as linear, bit for bit, in one superstep per step
-        Key("exchange", "allreduce", "str", "gradient exchange: allreduce (no shards: every replica updates its own "
-                                            "copy, one superstep per step; bit-identical to linear), linear (shard "
-                                            "beside each replica), tree, ps (servers on worker 0)",
-            choices=("allreduce", "linear", "tree", "ps")),
+        Key("exchange", "allreduce", "str", "gradient exchange: " + topology_help(), choices=topology_choices()),
         Key("ps_shards", 1, "int", "parameter-server vertices for exchange=ps (all on worker 0)"),
         *OPTIMIZER_KEYS,
         *schedule_keys(20, "replicas"),

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import StorageError, UsageError
 from ..storage import RunDir, load_params, read_bytes
 from .registry import get_job, resolve_config
+from .trainjob import dataset_of, model_info
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +90,6 @@ def _job_json(run_dir: RunDir) -> dict[str, Any]:
         raise UsageError(f"{run_dir.url}: not a run directory ({exc})") from None
 
 
-def model_info(config: dict[str, Any], input_shape: tuple[int, ...], classes: int) -> dict[str, Any]:
-    """What ``load_model`` needs besides the arrays, as the training jobs record it in
-    ``RUN/params/index.json``: the model spec, the input shape and the number of classes."""
-    return {"spec": list(config["model"]), "input_shape": [int(d) for d in input_shape], "classes": int(classes),
-            "seed": int(config.get("seed", 0))}
-
-
 def load_model(source: str | RunDir, *, model: list[str] | None = None, input_shape: tuple[int, ...] | None = None,
                classes: int | None = None, checkpoint: int | None = None) -> Any:
     """A ``mariana.vertices.model.Model`` holding trained parameters, ready for ``predict(x)``.
@@ -128,8 +122,6 @@ def load_model(source: str | RunDir, *, model: list[str] | None = None, input_sh
         info = run_dir.read_json("params/index.json").get("model") if run_dir.exists("params/index.json") else None
         config = prev["config"]
         if info is None:  # a run from before the index recorded the model: the job's data set says
-            from .trainjob import dataset_of
-
             if "model" not in config:
                 raise UsageError(f"{text}: job {prev['job']} has no model spec; use load_model(params.npz, model=...)")
             ds = dataset_of(resolve_config(get_job(prev["job"]), config), images=prev["job"] == "cnn-hybrid")

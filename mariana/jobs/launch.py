@@ -58,7 +58,7 @@ def run_graph(graph: Graph, *, workers: int = 1, runtime: str = "local", **optio
         return run(graph, workers=workers, runtime=runtime, **options)
     if runtime != "cluster":
         raise UsageError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
-    from ..engine.forking import fork_is_safe
+    from ..cluster.forking import fork_is_safe
 
     why = fork_is_safe() if options.get("fork", True) else "fork=False"
     if why is not None:
@@ -101,9 +101,9 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
     """
     name = name or job.name
     if options.runtime_name == "cluster" and options.spawn:
-        from ..engine.cluster import LocalCluster
+        from ..cluster.launch import LocalCluster
 
-        with LocalCluster(_job_ref(options, name), config, options) as cluster:
+        with LocalCluster(_job_ref(options, name), config, options, build_graph) as cluster:
             if cluster.forks():  # forked workers inherit what the build loaded (the data set): build first
                 graph = job.build(config, BuildContext(options.workers, options.placement))
                 cluster.start()
@@ -130,9 +130,9 @@ def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, fi
         elif cluster is not None:
             result = cluster.run(graph, run_dir)
         else:
-            from ..engine.cluster import run_cluster
+            from ..cluster.launch import run_cluster
 
-            result = run_cluster(info["job"] if info else name, config, graph, options)
+            result = run_cluster(info["job"] if info else name, config, graph, options, build_graph)
         text, summary = job.finish(result, config, run_dir) if finish and job.finish else ("", {})
     except MarianaError as exc:
         if info is not None:
@@ -174,13 +174,14 @@ def _job_info(run_dir: RunDir, name: str, config: dict[str, Any], graph: Graph, 
 
 
 def versions() -> dict[str, str]:
-    import fsspec
     import msgpack
     import numpy
-    import zmq
+
+    from ..comm import zmq_version
+    from ..storage import fsspec_version
 
     return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-            "pyzmq": zmq.__version__, "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec.__version__}
+            "pyzmq": zmq_version(), "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec_version()}
 
 
 def explain_placement(job: Job, config: dict[str, Any], workers: int, placement: str | None = None) -> str:
@@ -190,6 +191,6 @@ def explain_placement(job: Job, config: dict[str, Any], workers: int, placement:
 
 def build_graph(job_name: str, config: dict[str, Any], workers: int, placement: Any = None) -> Graph:
     """The graph of job ``job_name`` for ``workers`` partitions: what a cluster worker builds
-    from its WELCOME (``engine.worker.GraphBuilder``)."""
+    from its WELCOME (``cluster.worker.GraphBuilder``)."""
     job = get_job(job_name)
     return job.build(resolve_config(job, config), BuildContext(workers, placement))

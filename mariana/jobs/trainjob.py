@@ -21,7 +21,7 @@ from ..vertices.optim import OPTIMIZERS, Optimizer
 from .registry import Key
 
 __all__ = ["OPTIMIZER_KEYS", "schedule_keys", "dataset_of", "devices", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
-           "partition_maker", "partition_sizes", "finish_training"]
+           "partition_maker", "partition_sizes", "finish_training", "model_info"]
 
 OPTIMIZER_KEYS = (
     # the choices are the registry itself: an optimizer registered later is valid too
@@ -143,6 +143,13 @@ def partition_sizes(config: dict[str, Any], ds: Any, parts: int, what: str) -> l
         return [sizes(p).num_params for p in range(parts)]
 
 
+def model_info(config: dict[str, Any], input_shape: tuple[int, ...], classes: int) -> dict[str, Any]:
+    """What ``load_model`` needs besides the arrays, as the training jobs record it in
+    ``RUN/params/index.json``: the model spec, the input shape and the number of classes."""
+    return {"spec": list(config["model"]), "input_shape": [int(d) for d in input_shape], "classes": int(classes),
+            "seed": int(config.get("seed", 0))}
+
+
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,
                     params: list[tuple[str, np.ndarray]], step_prefix: str, layout: str,
                     extra: dict[str, Any] | None = None, images: bool = False) -> tuple[str, dict[str, Any]]:
@@ -153,8 +160,6 @@ def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job
     the job ran (replicas, groups x partitions, ...); ``extra``: more summary keys (counters);
     ``images``: the job reads the data as images (``dataset_of``)."""
     if run_dir is not None:
-        from .export import model_info
-
         ds = dataset_of(config, images=images)
         save_params(run_dir, params, job=job, supersteps=result.supersteps,
                     model=model_info(config, ds.input_shape, ds.classes))

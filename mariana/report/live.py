@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..errors import UsageError
-from ..engine.transport import is_loopback
+from ..comm import is_loopback
 from .data import collect
 from .page import render_page
 
@@ -49,28 +49,8 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 def master_view(master: Any) -> dict[str, Any]:
-    """What a cluster master tells about itself (phase, superstep, joined workers), read
-    defensively: a master that lacks an attribute simply tells less."""
-    out: dict[str, Any] = {}
-    phase = getattr(master, "phase", None)
-    if isinstance(phase, str):
-        out["phase"] = phase
-    ss = getattr(master, "superstep", None)
-    if isinstance(ss, int) and ss >= 0:
-        out["superstep"] = ss
-    workers = []
-    joined = getattr(master, "joined", None)
-    known = list(joined.values()) if isinstance(joined, dict) else list(getattr(master, "by_index", None) or [])
-    for w in known:
-        index = getattr(w, "index", None)
-        if isinstance(index, int):
-            workers.append({"worker": index, "host": getattr(w, "host", None), "pid": getattr(w, "pid", None)})
-    if workers:
-        out["workers"] = sorted(workers, key=lambda w: w["worker"])
-    expected = getattr(master, "workers", None)
-    if isinstance(expected, int):
-        out["workers_expected"] = expected
-    return out
+    """What a cluster master tells about itself (``Master.status()``: phase, superstep, joined workers)."""
+    return master.status()
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -288,3 +288,8 @@ def read_bytes(url: str) -> bytes:
         raise StorageError(f"{url}: is a directory, not a file") from None
     except _FS_ERRORS as exc:
         raise StorageError(f"{url}: cannot read: {exc}") from exc
+
+
+def fsspec_version() -> str:
+    """The fsspec version (for ``job.json``)."""
+    return fsspec.__version__

@@ -102,8 +102,8 @@ def replay(run: str, vertex: str, superstep: int, pdb: bool = False) -> dict[str
         rec = unpack(run_dir.read_bytes(rel))
         recorder = _Recorder(v)
         ctx = Context(recorder, len(graph), worker, prev["workers"])
-        ctx.superstep, ctx._vertex_id, ctx._device = t, vertex, placement.device_of(vertex)
-        ctx._aggregated, ctx.broadcasts = rec["aggregates"], rec["broadcasts"]
+        ctx.begin(t, rec["aggregates"], rec["broadcasts"])
+        ctx.bind(vertex, placement.device_of(vertex))
         inbox = [Message(src, vertex, tag, payload) for src, tag, payload in rec["inbox"]]
         if t == superstep and pdb:
             import pdb as debugger

@@ -1,4 +1,4 @@
-"""The cpu-cluster control vertices: a Coordinator per worker group, and the data ledger that
+"""The cpu-cluster control vertices: a GroupCoordinator per worker group, and the data ledger that
 master compute keeps (Mariana's job scheduling).
 
 Data shards: each epoch's seeded permutation of the training set is cut into shards of
@@ -13,7 +13,7 @@ the ledger rolls back with it: shards handed out after that checkpoint are hande
 the same groups, so in the model every sample of an epoch is trained exactly once, none skipped
 or repeated (``log_samples`` writes the ids to metrics.jsonl to audit it).
 
-The Coordinator hands its group's workers their mini-batches up to ``depth`` steps ahead,
+The GroupCoordinator hands its group's workers their mini-batches up to ``depth`` steps ahead,
 gathers the loss from the group's partition 0, and keeps the counters (samples).
 """
 
@@ -27,7 +27,7 @@ from ..engine import Context, Message, Vertex
 from ..engine.graph import MasterContext
 from .data import batch_rows
 
-__all__ = ["Coordinator", "DataLedger"]
+__all__ = ["GroupCoordinator", "DataLedger"]
 
 
 class DataLedger:
@@ -48,7 +48,7 @@ class DataLedger:
                                   "shards": [k * self.groups + g for g in range(self.groups)]})
 
 
-class Coordinator(Vertex):
+class GroupCoordinator(Vertex):
     """Group ``group``'s coordinator: mini-batches out to the workers, loss in, counters."""
 
     static_attributes = ("x", "y", "_perm")

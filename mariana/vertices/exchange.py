@@ -25,7 +25,6 @@ slice is in. Its per-step state is plain attributes, so checkpoints capture it.
 
 from __future__ import annotations
 
-import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,8 @@ from .layers import to_module
 from .model import bind_layer_grads
 from .optim import Optimizer, replica_stats
 
-__all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology",
+__all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology", "register_topology",
+           "topology_choices", "topology_help",
            "AllReduce", "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
            "tree_parent", "gradient_buckets", "BUCKET"]
 
@@ -77,9 +77,21 @@ class Shard:
 
 
 class Topology(ABC):
-    """How members' gradients reach the shards; see the module docstring."""
+    """How members' gradients reach the shards; see the module docstring. A new topology is one
+    subclass decorated with ``@register_topology``: every job's ``exchange=`` then offers it."""
 
     name: str
+    #: one line for ``mariana jobs``: what it does and where its shards live
+    help: str = ""
+    #: members' gradient buffers may live in send-buffer memory (``SyncedMember.use_send_buffers``)
+    send_buffers = True
+    #: usable by partitioned models (cnn-hybrid: one exchange per partition across groups)
+    partitioned = True
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Topology:
+        """The topology a job's resolved config asks for (its own keys, such as ``ps_shards``)."""
+        return cls()
 
     @abstractmethod
     def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
@@ -107,16 +119,34 @@ class Topology(ABC):
         return False
 
 
+#: ``exchange=`` name -> topology class, filled by ``register_topology``.
+TOPOLOGIES: dict[str, type[Topology]] = {}
+
+
+def register_topology(cls: type[Topology]) -> type[Topology]:
+    """Class decorator: make ``cls`` a choice of every job's ``exchange=`` key."""
+    TOPOLOGIES[cls.name] = cls
+    return cls
+
+
+@register_topology
 class Linear(Topology):
     name = "linear"
+    help = "a shard beside each member (reduce-scatter + all-gather)"
 
     def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
         return [Shard(f"shard{namespace}-{i:03d}", lo, hi, i)
                 for i, (lo, hi) in enumerate(shard_ranges(num_params, members))]
 
 
+@register_topology
 class ParameterServer(Topology):
     name = "ps"
+    help = "ps_shards dedicated parameter servers, all on worker 0"
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Topology:
+        return cls(int(config.get("ps_shards", 1)))
 
     def __init__(self, servers: int = 1) -> None:
         if servers < 1:
@@ -128,9 +158,12 @@ class ParameterServer(Topology):
                 for i, (lo, hi) in enumerate(shard_ranges(num_params, self.servers))]
 
 
+@register_topology
 class Tree(Topology):
     name = "tree"
+    help = "pairwise reduction up a binomial tree (log2 N rounds)"
     streams = False  # a member sends once its subtree's whole gradient is summed
+    send_buffers = False  # children's gradients are summed into ``grad`` while its own was just sent up
 
     def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
         return [Shard(f"shard{namespace}-000", 0, num_params, 0)]
@@ -168,6 +201,7 @@ class Tree(Topology):
             ctx.send(member.shards[0][0], payload, tag="grad")
 
 
+@register_topology
 class AllReduce(Topology):
     """Every member gets every member's gradient and updates its own copy (see the module docstring).
 
@@ -176,7 +210,9 @@ class AllReduce(Topology):
     (``SyncedMember.next_grad_buffer``), so a co-located member's views are never overwritten."""
 
     name = "allreduce"
+    help = "no shards: every member sums the others' gradients and updates its own copy (one superstep per step)"
     replicated = True
+    partitioned = False
 
     def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
         return []
@@ -212,15 +248,22 @@ class AllReduce(Topology):
         return True
 
 
-TOPOLOGIES: dict[str, type[Topology]] = {"linear": Linear, "tree": Tree, "ps": ParameterServer,
-                                         "allreduce": AllReduce}
+def topology_choices(partitioned: bool = False) -> tuple[str, ...]:
+    """The registered ``exchange=`` names (``partitioned``: only those partitioned models can use)."""
+    return tuple(name for name, cls in TOPOLOGIES.items() if cls.partitioned or not partitioned)
 
 
-def make_topology(name: str, ps_shards: int = 1) -> Topology:
-    """A topology by config name (``exchange=linear|tree|ps``)."""
-    if name not in TOPOLOGIES:
-        raise UsageError(f"unknown exchange {name!r}; choose one of: {', '.join(TOPOLOGIES)}")
-    return ParameterServer(ps_shards) if name == "ps" else TOPOLOGIES[name]()
+def topology_help(partitioned: bool = False) -> str:
+    """The ``exchange`` key's help: every choice with its line."""
+    return "; ".join(f"{name}: {TOPOLOGIES[name].help}" for name in topology_choices(partitioned))
+
+
+def make_topology(config: dict[str, Any], partitioned: bool = False) -> Topology:
+    """The topology of a job's resolved config (``exchange=`` and the topology's own keys)."""
+    name, choices = config["exchange"], topology_choices(partitioned)
+    if name not in choices:
+        raise UsageError(f"unknown exchange {name!r}; choose one of: {', '.join(choices)}")
+    return TOPOLOGIES[name].from_config(config)
 
 
 #: Gradient buckets hold at most this many elements (4 MB of float32) ...
@@ -287,6 +330,9 @@ class SyncedMember:
         self.tree_stats: Any = None
         self.sync_bytes = 0  # gradient and statistics bytes sent, for counters (the member resets it)
         self.params_fresh = False  # set when a step's parameters are all in; the member clears it
+        #: the gradient buffers live in send-buffer memory (a static attribute: after a restore in
+        #: this process they still do; a new process moves them again)
+        self.on_send_buffers = False
         if topology.replicated:  # the optimizer runs here: its state, the other gradient buffer
             self.optimizer = optimizer
             self.opt_state = optimizer.init_state(self.flat)
@@ -303,10 +349,10 @@ class SyncedMember:
         (its next backward waits for the fresh parameters, which come back in t+2; ``AllReduce``
         alternates two buffers). ``Tree`` sums children's gradients into ``grad`` in place while
         its own was sent up the previous superstep: it keeps plain buffers, as do GPU members."""
-        if self in _ON_SEND_BUFFERS:
+        if self.on_send_buffers:
             return
-        _ON_SEND_BUFFERS.add(self)
-        if self.xp is not np or isinstance(self.topology, Tree):
+        self.on_send_buffers = True
+        if self.xp is not np or not self.topology.send_buffers:
             return
         names = ("grad", "grad_spare") if self.topology.replicated else ("grad",)
         for name in names:
@@ -379,9 +425,6 @@ class SyncedMember:
         return self.topology.take(ctx, self, m)
 
 
-_ON_SEND_BUFFERS: "weakref.WeakSet[Any]" = weakref.WeakSet()  # members whose buffers moved (not in their state)
-
-
 def _summed(grads: list[dict[str, Any]]) -> tuple[list[Any], Any]:
     """The members' gradient pieces (summed by the optimizer, in member order: message order)
     and their statistics summed likewise."""
@@ -395,22 +438,23 @@ def _summed(grads: list[dict[str, Any]]) -> tuple[list[Any], Any]:
 class ParameterShardVertex(Vertex):
     """Owns ``[lo, hi)`` of the flat parameter vector and its optimizer state."""
 
-    static_attributes = ("optimizer", "replicas")
+    static_attributes = ("optimizer", "replicas", "on_send_buffers")
 
     def __init__(self, id: str, lo: int, hi: int, init: np.ndarray, optimizer: Optimizer, replicas: list[str]) -> None:
         super().__init__(id, np.array(init[lo:hi], dtype=np.float32))
         self.lo, self.hi, self.optimizer, self.replicas = lo, hi, optimizer, replicas
         self.state = optimizer.init_state(self.value)
         self.updates = 0
+        self.on_send_buffers = False  # ``value`` moved into send-buffer memory (static: see SyncedMember)
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         """Per bucket, in the order the members sent them (last layers first): sum, update, send
         the fresh piece back and let it leave while the next bucket is updated."""
-        if self not in _ON_SEND_BUFFERS:
+        if not self.on_send_buffers:
             # the fresh pieces leave from a send buffer: sent in t, read by the members in t+1, and
             # this shard updates them again at the earliest in t+2 (the members' next gradients,
             # computed once the pieces are in, arrive then)
-            _ON_SEND_BUFFERS.add(self)
+            self.on_send_buffers = True
             buf = ctx.send_buffer(int(self.value.size), self.value.dtype)
             buf[...] = self.value
             self.value = buf
@@ -452,7 +496,7 @@ class ParameterServerVertex(Vertex):
     as the aggregate ``counter/ID/bytes``.
     """
 
-    static_attributes = ("optimizer", "members", "partition_of")
+    static_attributes = ("optimizer", "members", "partition_of", "on_send_buffers")
 
     def __init__(self, id: str, segments: list[tuple[int, int, int]], inits: list[np.ndarray], optimizer: Optimizer,
                  members: list[list[str]], counters: bool = False) -> None:
@@ -464,10 +508,11 @@ class ParameterServerVertex(Vertex):
         self.partition_of = {m: k for k, ids in enumerate(members) for m in ids}
         self.counters = counters
         self.updates = 0
+        self.on_send_buffers = False
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
-        if self not in _ON_SEND_BUFFERS:  # fresh slices leave from send buffers (as ParameterShardVertex)
-            _ON_SEND_BUFFERS.add(self)
+        if not self.on_send_buffers:  # fresh slices leave from send buffers (as ParameterShardVertex)
+            self.on_send_buffers = True
             for i, v in enumerate(self.values):
                 buf = ctx.send_buffer(int(v.size), v.dtype)
                 buf[...] = v

@@ -162,7 +162,8 @@ class PartitionVertex(SyncedMember, Vertex):
     run forward on this group's share of the test set.
     """
 
-    static_attributes = ("plan", "xp", "topology", "x_test", "y_test", "loss_layer", "stage_offsets", "buckets")
+    static_attributes = ("plan", "xp", "topology", "x_test", "y_test", "loss_layer", "stage_offsets", "buckets",
+                         "on_send_buffers")
 
     def __init__(self, id: str, group: int, groups: int, plan: PartitionPlan, peers: list[str], members: list[str],
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, total_steps: int,

@@ -63,7 +63,7 @@ def evaluate_logits(ctx: Context, logits: Any, labels: np.ndarray) -> None:
 class ReplicaVertex(SyncedMember, Vertex):
     """A whole model on one device: forward and backward of one step in one ``compute``."""
 
-    static_attributes = ("x_test", "y_test", "model", "xp", "topology", "offsets", "buckets")
+    static_attributes = ("x_test", "y_test", "model", "xp", "topology", "offsets", "buckets", "on_send_buffers")
 
     def __init__(self, id: str, rank: int, replica_ids: list[str], make_model: Callable[[], Any], reader: str,
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, scale: float,

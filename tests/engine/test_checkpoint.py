@@ -21,7 +21,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 import mariana
 from mariana import Vertex
-from mariana.engine.forking import fork_is_safe
+from mariana.cluster.forking import fork_is_safe
 from mariana.engine.state import load_vertex_state, vertex_state
 from mariana.jobs import get_job, resolve_config
 from mariana.cli import main

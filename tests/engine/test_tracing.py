@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mariana import trace
-from mariana.engine.master import SuperstepTimeout
+from mariana.cluster.master import SuperstepTimeout
 from mariana.cli import main
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
@@ -39,7 +39,7 @@ def test_trace_counts_agree_with_the_engine(tmp_path, runtime):
         assert sum(sum(r["messages_out"].values()) for r in recs) == line["delivered"]
         assert sum(sum(r["messages_in"].values()) for r in recs) == line["delivered"]
         assert sum(r["vertices_run"] for r in recs) == line["computed"]
-        if runtime == "cluster":
+        if runtime != "local":  # bytes travel between processes or threads
             assert sum(sum(r["bytes_out"].values()) for r in recs) == line["bytes"]
             assert sum(sum(r["bytes_in"].values()) for r in recs) == line["bytes"]
             assert all(r["end"] >= r["start"] for r in recs)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mariana.engine import shm as shm_mod
-from mariana.engine.shm import HEADER, Shm
+from mariana.comm import shm as shm_mod
+from mariana.comm.shm import HEADER, Shm
 from mariana.errors import ProtocolError
 from mariana.jobs import get_job, resolve_config
 from mariana.jobs.dnn_data_parallel import final_params

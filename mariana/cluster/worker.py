@@ -22,22 +22,20 @@ import time
 import uuid
 from typing import Any, Callable
 
-import zmq
-
 from .. import __version__
+from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl, WriteCheckpoint
 from ..errors import MarianaError, ProtocolError, VertexError
 from ..messages import codec, wire
-from ..messages.kinds import Kind
 from ..messages.message import Message
-from ..messages.wire import DropCounter, check_batch
+from ..messages.wire import DropCounter
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
-from .checkpointing import BackgroundWriter, capture, write_worker
-from .shm import Shm
-from .graph import Graph
-from .superstep import Begin, Partition
-from .tracing import Capture
-from .transport import Again, HandshakeWatch, Transport, drain, poller, recv, send, send_frames
+from ..engine.checkpointing import BackgroundWriter, capture, write_worker
+from ..comm.shm import Shm
+from ..engine.graph import Graph
+from ..engine.superstep import Begin, Partition
+from ..engine.tracing import Capture
+from ..comm import Again, HandshakeWatch, drain, poller, recv, send, send_frames, transport_for, writable
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +60,10 @@ class _Outgoing:
         self.zero_copy = [0] * workers  # of those, from send buffers (descriptors, no copy)
 
 
+class _MasterLost(Exception):
+    """The heartbeat thread found the master silent for ``worker_timeout`` seconds."""
+
+
 class _Interrupt(Exception):
     """A ROLLBACK or ABORT that arrived while this worker waited for its peers' batches."""
 
@@ -81,16 +83,13 @@ class Worker:
         self.connect_timeout = connect_timeout
         self.security = security
         self.want_job = job
-        self.transport = Transport(max_message_bytes, security)
+        self.transport = transport_for(master, max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.hostname, self.pid = socket.gethostname(), os.getpid()
         self.drops = DropCounter(f"worker {self.identity.decode()}")
         self.index = -1
-        self.current = -1
-        self._inbound: dict[int, dict[int, list[Message]]] = {}  # complete batches: {ss: {peer: messages}}
-        self._inbound_bytes: dict[int, dict[int, int]] = {}
-        self._arriving: dict[int, dict[int, list[Message]]] = {}  # batches whose last part is still to come
-        self._parts: dict[int, dict[int, int]] = {}  # {ss: {peer: next part expected}}
+        self.control = WorkerControl(self.drops)  # job, generation, superstep: what each message means
+        self.inbox = Inbox()  # the peers' batches, assembled per superstep
         self._out = _Outgoing(0)
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -100,6 +99,36 @@ class Worker:
         self._writer = BackgroundWriter()  # this worker's checkpoint parts, written while supersteps go on
         self._dropped_before: dict[str, int] = {}
         self.shm: Shm | None = None
+        # set when the job is known (WELCOME) and the partition built; declared here, never grown later
+        self.partition: Partition | None = None
+        self.peers: dict[int, Any] = {}
+        self.peer_endpoints: list[str] = []
+        self.peer_keys: list[str | None] = []
+        self.peer_ids: dict[bytes, int] = {}
+        self.run_url: str | None = None
+        self.background = True
+        #: set by the heartbeat thread when the master went silent; the loops leave with EXIT_MASTER_LOST
+        self.master_lost = False
+        #: called (from the heartbeat thread) when the master is lost: a worker process exits even
+        #: in the middle of a long compute (``entry.run_worker``); None in-process (tests)
+        self.on_master_lost: Callable[[], None] | None = None
+
+    # the control state's, under the names the I/O code uses
+    @property
+    def job_id(self) -> str:
+        return self.control.job_id
+
+    @property
+    def gen(self) -> int:
+        return self.control.gen
+
+    @property
+    def current(self) -> int:
+        return self.control.current
+
+    def leave(self) -> None:
+        """Make ``run()`` return soon from another thread (an in-process worker whose job ended)."""
+        self._stop.set()
 
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -107,7 +136,7 @@ class Worker:
         t = self.transport
         try:
             self.ctl = t.dealer(self.master, self.identity)
-            self.data, data_ep = t.router(f"tcp://{self.host}:0", mandatory=False)
+            self.data, data_ep = t.router(t.data_bind(self.host), mandatory=False)
             welcome = self._join(data_ep)
             if welcome is None:
                 return 2
@@ -135,9 +164,9 @@ class Worker:
 
     def _join_loop(self, hello: dict[str, Any], deadline: float, watch: HandshakeWatch | None) -> wire.Welcome | None:
         wait, refused = 0.1, None
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._stop.is_set():
             # never block in send: a DEALER whose handshakes keep failing has no peer to queue for
-            if self.ctl.poll(0, zmq.POLLOUT):
+            if writable(self.ctl):
                 send(self.ctl, hello)
             if watch is not None and (why := watch.failed()) is not None:
                 if why.startswith("the master refused"):  # its allow-list is fixed: retrying cannot help
@@ -158,7 +187,7 @@ class Worker:
                     self.drops.drop(exc.kind, exc.detail)
                     continue
                 if isinstance(msg, wire.Welcome) and isinstance(header.get("job"), str):
-                    self.job_id = header["job"]
+                    self.control.job_id = header["job"]
                     return msg
                 if isinstance(msg, wire.Refuse):
                     log.error("the master at %s refused this worker: %s", self.master, msg.reason)
@@ -191,12 +220,10 @@ class Worker:
             log.error("worker %d cannot run job %s: %s", self.index, welcome.job_name, msg)
             self._send_ctl(wire.Error("setup", msg))
             return 2
-        self.peers: dict[int, Any] = {}
-        self.peer_endpoints: list[str] = []
-        self.peer_keys: list[str | None] = welcome.peer_keys
+        self.peer_keys = welcome.peer_keys
         if self.security is not None:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
-        self.gen = welcome.gen
+        self.control.gen = welcome.gen
         self.shm = Shm(self.job_id, self.index, self.gen, welcome.shm, welcome.shm_cap_mb << 20, welcome.shm_min_kb << 10)
         self.run_url = welcome.run_dir
         self.background = welcome.checkpoint_background
@@ -219,6 +246,10 @@ class Worker:
         poll = poller(self.ctl, self.data)
         self._wait_poll = poller(self.data, self.ctl)  # while waiting for peers' batches (one, not one per superstep)
         while True:
+            if self.master_lost:
+                return EXIT_MASTER_LOST
+            if self._stop.is_set():
+                return 1
             events = dict(poll.poll(5 if self._writer.pending is not None else 200))
             self._checkpointed()
             if self.data in events:
@@ -230,6 +261,8 @@ class Worker:
                     code = self._control(header)
                 except _Interrupt as intr:  # a ROLLBACK or ABORT arrived in the middle of a superstep
                     code = self._command(intr.msg)
+                except _MasterLost:
+                    return EXIT_MASTER_LOST
                 if code is not None:
                     return code
 
@@ -261,72 +294,55 @@ class Worker:
             log.error("worker %d cannot restore the checkpoint at superstep %d: %s", self.index, superstep, exc)
             self._send_ctl(wire.Error("restore", str(exc)))
             return 2
-        self.current = superstep - 1
-        for d in (self._inbound, self._inbound_bytes, self._arriving, self._parts):
-            d.clear()
+        self.control.restored(superstep)
+        self.inbox.clear()
         return None
 
     # -- control plane ----------------------------------------------------------------------
     def _send_ctl(self, msg: wire.Wire) -> None:
         if hasattr(msg, "src"):
             msg.src = self.index
-        send(self.ctl, msg.to_wire(getattr(self, "job_id", "")))
-
-    def _parse(self, header: dict[str, Any]) -> wire.Wire | None:
-        """The record of a control message of this job, or None (dropped and counted)."""
-        if header.get("job") != self.job_id:
-            self.drops.drop("job", f"control message for job {header.get('job')!r}")
-            return None
-        try:
-            return wire.decode(header)
-        except ProtocolError as exc:
-            self.drops.drop(exc.kind, exc.detail)
-            return None
+        send(self.ctl, msg.to_wire(self.job_id))
 
     def _control(self, header: dict[str, Any]) -> int | None:
-        msg = self._parse(header)
+        msg = self.control.parse(header)
         return None if msg is None else self._command(msg)
 
     def _command(self, msg: wire.Wire) -> int | None:
-        if isinstance(msg, wire.Begin):
-            if msg.gen != self.gen:
-                self.drops.drop("generation", f"BEGIN of generation {msg.gen} while at {self.gen}")
-                return None
-            return self._superstep(msg)
-        if isinstance(msg, wire.Checkpoint):
-            self._checkpoint(msg.ss)
-            return None
-        if isinstance(msg, wire.Rollback):
-            self.gen = msg.gen
-            self.peer_keys = msg.peer_keys or self.peer_keys
-            if self.security is not None:
-                self.security.allow([k for k in self.peer_keys if k])
-            self._connect_peers(msg.peers)
-            if self.shm is not None:
-                self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
-                if self.shm.pool is not None:
-                    self.shm.pool.renew(set(self.peers))  # the send buffers stay; offered again
-            self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
-            code = self._restore(msg.ss)
-            if code is None:
-                log.warning("worker %d rolled back to the checkpoint at superstep %d", self.index, msg.ss)
-                self._send_ctl(wire.Ready(self.gen))
-            return code
-        if isinstance(msg, wire.Finish):
+        """Carry out what the control state says about ``msg``; an exit code ends the worker."""
+        ins = self.control.command(msg)
+        if isinstance(ins, Compute):
+            return self._superstep(ins.begin)
+        if isinstance(ins, WriteCheckpoint):
+            self._checkpoint(ins.superstep)
+        elif isinstance(ins, RollBack):
+            return self._roll_back(ins.rollback)
+        elif isinstance(ins, Report):
             self._checkpointed(wait=True)
             values = {vid: v.result() for vid, v in self.partition.vertices.items()}
             self._drain_data()
             self._send_ctl(wire.Result(values, dropped=self.drops.counts))
-            return None
-        if isinstance(msg, wire.Bye):
-            log.info("worker %d: job finished", self.index)
-            return 0
-        if isinstance(msg, wire.Abort):
-            log.info("worker %d: master aborted the job: %s", self.index, msg.reason)
-            return 1
-        if not isinstance(msg, wire.Heartbeat):
-            self.drops.drop("kind", f"unexpected control message kind {msg.KIND}")
+        elif isinstance(ins, Leave):
+            log.info("worker %d: %s", self.index, ins.why)
+            return ins.code
         return None
+
+    def _roll_back(self, msg: wire.Rollback) -> int | None:
+        """Reconnect to the (possibly new) peers and load the checkpoint of ``msg.ss``; READY."""
+        self.peer_keys = msg.peer_keys or self.peer_keys
+        if self.security is not None:
+            self.security.allow([k for k in self.peer_keys if k])
+        self._connect_peers(msg.peers)
+        if self.shm is not None:
+            self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
+            if self.shm.pool is not None:
+                self.shm.pool.renew(set(self.peers))  # the send buffers stay; offered again
+        self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
+        code = self._restore(msg.ss)
+        if code is None:
+            log.warning("worker %d rolled back to the checkpoint at superstep %d", self.index, msg.ss)
+            self._send_ctl(wire.Ready(self.gen))
+        return code
 
     def _checkpoint(self, superstep: int) -> None:
         """Copy this worker's state now and write its part in the background; CHECKPOINTED is
@@ -355,10 +371,6 @@ class Worker:
 
     def _superstep(self, msg: wire.Begin) -> int | None:
         s = msg.ss
-        if s != self.current + 1:
-            self.drops.drop("superstep", f"BEGIN {s} while at {self.current}")
-            return None
-        self.current = s
         if self.shm is not None:
             self.shm.superstep = s
         start = time.time()
@@ -379,24 +391,21 @@ class Worker:
         t_wait = clock()
         self.state = {"phase": "waiting", "ss": s, "since": time.time()}
         poll = self._wait_poll
-        while len(self._inbound.get(s, ())) < len(self.peers):
-            self.state["peers"] = sorted(set(self.peers) - set(self._inbound.get(s, ())))
+        while missing := self.inbox.missing(s, self.peers):
+            if self.master_lost:
+                raise _MasterLost()
+            self.state["peers"] = missing
             events = dict(poll.poll(100))
             if self.data in events:
                 self._drain_data()
             if self.ctl in events:
                 for h in self._recv_ctl():
-                    if h.get("kind") in (Kind.ROLLBACK, Kind.ABORT) and h.get("job") == self.job_id:
-                        intr = self._parse(h)
+                    if self.control.interrupts(h):
+                        intr = self.control.parse(h)
                         if intr is not None:
                             raise _Interrupt(intr)
-                    elif h.get("kind") != Kind.HEARTBEAT:
-                        self.drops.drop("kind", f"control message {h.get('kind')} during superstep {s}")
         wait_s = clock() - t_wait
-        inbound = self._inbound.pop(s, {})
-        bytes_in = self._inbound_bytes.pop(s, {})
-        self._arriving.pop(s, None)
-        self._parts.pop(s, None)
+        inbound, bytes_in = self.inbox.take(s)
         self.partition.deliver([batches[w] if w == self.index else inbound[w] for w in range(len(batches))])
         self.state = {"phase": "barrier", "ss": s, "since": time.time()}
         trace = {}
@@ -459,25 +468,9 @@ class Worker:
                     self.drops.malformed(identity, exc.kind, exc.detail)
                     continue
             try:
-                msgs = check_batch(header, self.peer_ids.get(identity), self.job_id, self.current, self._inbound,
-                                   self.gen, self._parts)
+                self.inbox.add(header, peer, self.job_id, self.current, self.gen, size)
             except ProtocolError as exc:
                 self.drops.malformed(identity, exc.kind, exc.detail)
-                continue
-            ss, src = header["ss"], header["src"]
-            sizes = self._inbound_bytes.setdefault(ss, {})
-            sizes[src] = sizes.get(src, 0) + size
-            arriving = self._arriving.setdefault(ss, {})
-            if src in arriving:
-                arriving[src].extend(msgs)
-                msgs = arriving[src]
-            if header.get("last", True):
-                arriving.pop(src, None)
-                self._parts.get(ss, {}).pop(src, None)
-                self._inbound.setdefault(ss, {})[src] = msgs
-            else:
-                arriving[src] = msgs
-                self._parts.setdefault(ss, {})[src] = header.get("part", 0) + 1
 
     def _resolve(self, identity: bytes | None, frames: Any) -> list:
         if self.shm is None:
@@ -487,13 +480,7 @@ class Worker:
     # -- liveness ---------------------------------------------------------------------------
     def _heartbeat(self, interval: float, timeout: float) -> None:
         """Own socket, own thread: liveness both ways, clock offset, and what this worker is doing."""
-        hb = self.transport.ctx.socket(zmq.DEALER)
-        hb.linger = 0
-        hb.setsockopt(zmq.IDENTITY, b"hb:" + self.identity)
-        hb.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
-        if self.security is not None:
-            self.security.client(hb, self.security.server_key)
-        hb.connect(self.master)
+        hb = self.transport.heartbeat(self.master, self.identity)
         last = next_send = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -501,7 +488,7 @@ class Worker:
                 if now >= next_send:  # one heartbeat per interval, whatever arrives in between
                     next_send = now + interval
                     state = dict(self.state)
-                    if state.get("phase") == "computing" and hasattr(self, "partition"):
+                    if state.get("phase") == "computing" and self.partition is not None:
                         state["vertex"] = self.partition.ctx.vertex_id
                     send(hb, wire.Heartbeat(t=time.time(), src=self.index, state=state).to_wire(self.job_id))
                 # at most 50 ms per wait: the worker's exit (``_stop``) must not wait for a heartbeat period
@@ -512,7 +499,10 @@ class Worker:
                 if time.monotonic() - last > timeout:
                     log.error("worker %d: the master at %s has been silent for %.1fs; exiting",
                               self.index, self.master, time.monotonic() - last)
-                    os._exit(EXIT_MASTER_LOST)
+                    self.master_lost = True
+                    if self.on_master_lost is not None:
+                        self.on_master_lost()
+                    return
         finally:
             hb.close(linger=0)
 

@@ -5,16 +5,16 @@ mariana before it can join, and that sits on the critical path of a short ``mari
 child forked from the ``mariana run`` process has every module imported already. It is forked
 before this process makes any zmq context (the master's sockets, IO threads and CURVE
 authenticator come after) and while only the main thread runs, blocks on a pipe until the master
-is bound, then reads one JSON line, the argument list of ``mariana worker``, and runs the CLI's
-own worker entry with it. ``ForkedWorker`` is the parent's handle on such a child, with the part
-of ``subprocess.Popen`` the launcher, the master and the tests use.
+is bound, then reads one JSON line, its ``WorkerSpec``, and runs the one worker entry
+(``entry.run_worker``) with it and the ``build`` function it inherited. ``ForkedWorker`` is the
+parent's handle on such a child, with the part of ``subprocess.Popen`` the launcher, the master
+and the tests use.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib.util
-import json
 import logging
 import os
 import signal
@@ -24,6 +24,9 @@ import threading
 import time
 import traceback
 from typing import NoReturn
+
+from .entry import WorkerSpec, configure_logging, report_error, run_worker
+from .worker import GraphBuilder
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ def fork_is_safe() -> str | None:
         return f"{threading.active_count()} threads run"
     if importlib.util.find_spec("threadpoolctl") is None:
         return "threadpoolctl is not installed (a forked worker sizes its BLAS threads with it)"
-    from .transport import open_contexts
+    from ..comm.zmqcomm import open_contexts
 
     if open_contexts():
         return "a zmq context is open in this process"
@@ -65,13 +68,13 @@ class ForkedWorker:
         self.args: list[str] = []  # what `mariana worker` would have been started with
         self._pipe: int | None = pipe
 
-    def start(self, argv: list[str]) -> None:
-        """Hand the child its ``mariana`` arguments (``-q worker --master EP ...``): one JSON line."""
-        self.args = [sys.executable, "-m", "mariana", *argv]
+    def start(self, spec: WorkerSpec) -> None:
+        """Hand the child its ``WorkerSpec``: one JSON line."""
+        self.args = [sys.executable, "-m", "mariana", *spec.argv()]  # what a spawned worker would run
         pipe, self._pipe = self._pipe, None
         assert pipe is not None, "a forked worker starts once"
         try:
-            os.write(pipe, json.dumps(argv).encode() + b"\n")  # far below PIPE_BUF: one write
+            os.write(pipe, spec.to_json().encode() + b"\n")  # far below PIPE_BUF: one write
         except BrokenPipeError:
             pass  # it died already; poll() says how
         finally:
@@ -132,10 +135,11 @@ class ForkedWorker:
         return f"<ForkedWorker pid={self.pid} returncode={self.returncode}>"
 
 
-def fork_workers(n: int, thread_vars: dict[str, str]) -> list[ForkedWorker]:
+def fork_workers(n: int, thread_vars: dict[str, str], build: GraphBuilder) -> list[ForkedWorker]:
     """Fork ``n`` children that wait for ``ForkedWorker.start``. ``thread_vars``: the BLAS/OpenMP
-    thread variables a spawned worker would get (``cluster.thread_vars``); each child sizes its
-    thread pools by them. Call only when ``fork_is_safe()``."""
+    thread variables a spawned worker would get (``engine.threads.thread_vars``); each child sizes its
+    thread pools by them. ``build``: the job's graph builder the workers run. Call only when
+    ``fork_is_safe()``."""
     for stream in (sys.stdout, sys.stderr):  # buffered text must not be written twice
         stream.flush()
     children: list[ForkedWorker] = []
@@ -148,7 +152,7 @@ def fork_workers(n: int, thread_vars: dict[str, str]) -> list[ForkedWorker]:
                 for sibling in children:  # the parent's ends of earlier pipes: EOF must mean the parent
                     if sibling._pipe is not None:
                         os.close(sibling._pipe)
-                _child(read, thread_vars)
+                _child(read, thread_vars, build)
             os.close(read)
             children.append(ForkedWorker(pid, write))
     except BaseException:
@@ -159,8 +163,8 @@ def fork_workers(n: int, thread_vars: dict[str, str]) -> list[ForkedWorker]:
     return children
 
 
-def _child(pipe: int, thread_vars: dict[str, str]) -> NoReturn:
-    """A forked worker: wait for its arguments, run ``mariana worker`` with them, exit with its code
+def _child(pipe: int, thread_vars: dict[str, str], build: GraphBuilder) -> NoReturn:
+    """A forked worker: wait for its spec, run the worker entry with it, exit with its code
     through ``os._exit`` (never back into the parent's stack, never the parent's exit handlers)."""
     code = 1
     try:
@@ -174,15 +178,17 @@ def _child(pipe: int, thread_vars: dict[str, str]) -> NoReturn:
         if not line:  # the launch ended before the master bound: leave quietly
             code = 0
         else:
-            argv = json.loads(line)
+            spec = WorkerSpec.from_json(line)
             _limit_threads(thread_vars)
             root = logging.getLogger()
-            for handler in list(root.handlers):  # the CLI configures logging afresh, as in a new process
+            for handler in list(root.handlers):  # logging afresh, as in a new process
                 root.removeHandler(handler)
             root.setLevel(logging.WARNING)
-            from ..cli import main
-
-            code = main(argv)
+            configure_logging(spec.verbosity)
+            try:
+                code = run_worker(spec, build)
+            except Exception as exc:  # noqa: BLE001 - this child's process boundary
+                code = report_error(exc)
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group, before the worker began too
         code = 130
     except SystemExit as exc:

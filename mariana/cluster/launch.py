@@ -2,69 +2,50 @@
 
 Workers are forked from this process when that is safe (``forking``: no import time), otherwise
 started as ``python -m mariana worker --master ENDPOINT`` with this process's import path; either
-way a job given as ``package.module:JOB`` imports the same way in every worker. They are
+way they run the one worker entry with a ``WorkerSpec`` (``entry``), and a job given as
+``package.module:JOB`` imports the same way in every worker. They are
 cleaned up on every exit path: success, error, Ctrl-C (``finally``); if this process is killed,
 the workers notice the silent master through their heartbeats and exit by themselves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
+from .entry import WorkerSpec, make_worker
 from .forking import ForkedWorker, fork_is_safe, fork_workers
-from .graph import Graph
-from .master import Master
-from .options import RunOptions
-from .runner import resume_point
-from .shm import sweep
-from .security import Security, add_key, load_keypair, local_keys
-from .result import RunResult
-from .transport import parse_endpoint
+from ..engine.graph import Graph
+from .master import Master, Phase
+from .worker import GraphBuilder, Worker
+from ..engine.options import RunOptions
+from ..engine.runner import resume_point
+from ..comm.shm import sweep
+from ..comm.security import Security, add_key, load_keypair, local_keys
+from ..engine.result import RunResult
+from ..engine.threads import THREAD_VARS, blas_threads, thread_vars
+from ..comm.zmqcomm import parse_endpoint
 
 log = logging.getLogger(__name__)
 
 __all__ = ["run_cluster", "LocalCluster", "spawn_workers", "stop_processes", "blas_threads", "thread_vars",
-           "worker_argv", "THREAD_VARS"]
+           "local_spec", "THREAD_VARS"]
 
 
-#: Thread-pool variables of the BLAS/OpenMP libraries numpy may use.
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+def local_spec(endpoint: str, host: str = "127.0.0.1", **kw: Any) -> WorkerSpec:
+    """The spec of a worker this process starts; its logging follows this process's (``-v``/``-q``)."""
+    return WorkerSpec(endpoint, host, verbosity=1 if log.isEnabledFor(logging.INFO) else -1, **kw)
 
 
-def cores() -> int:
-    """The CPU cores this process may run on (its affinity mask, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def blas_threads(sharing: int) -> int:
-    """BLAS/OpenMP threads for each of ``sharing`` worker processes on this machine."""
-    return max(1, cores() // max(1, sharing))
-
-
-def thread_vars(sharing: int) -> dict[str, str]:
-    """The thread variables of a local worker: the user's where set, else ``blas_threads(sharing)``."""
-    threads = str(blas_threads(sharing))
-    return {var: os.environ.get(var, threads) for var in THREAD_VARS}
-
-
-def worker_argv(endpoint: str, host: str, extra_args: list[str] | None = None) -> list[str]:
-    """The ``mariana`` arguments of a local worker; ``-v``/``-q`` follow this process's logging."""
-    verbosity = ["-v"] if log.isEnabledFor(logging.INFO) else ["-q"]
-    return [*verbosity, "worker", "--master", endpoint, "--host", host, *(extra_args or [])]
-
-
-def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: list[str] | None = None,
-                  sharing: int | None = None) -> list[subprocess.Popen]:
-    """Start ``n`` local ``mariana worker`` processes that join the master at ``endpoint``.
+def spawn_workers(spec: WorkerSpec, n: int = 1, sharing: int | None = None) -> list[subprocess.Popen]:
+    """Start ``n`` local ``mariana worker`` processes that run ``spec`` (fresh interpreters).
 
     Unless the user set them, BLAS thread pools get ``cores // sharing`` threads each, where
     ``sharing`` (default ``n``) is the number of worker processes of the job on this machine: a
@@ -75,7 +56,7 @@ def spawn_workers(endpoint: str, n: int, host: str = "127.0.0.1", extra_args: li
     env = {**os.environ, **thread_vars(n if sharing is None else sharing)}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
-    cmd = [sys.executable, "-m", "mariana", *worker_argv(endpoint, host, extra_args)]
+    cmd = [sys.executable, "-m", "mariana", *spec.argv()]
     return [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for _ in range(n)]
 
 
@@ -102,7 +83,8 @@ def stop_processes(procs: list[Any], grace: float = 3.0, leaving: float = 0.0) -
             p.wait()
 
 
-def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, options: RunOptions) -> RunResult:
+def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, options: RunOptions,
+                build: GraphBuilder | None = None) -> RunResult:
     """Run a job by name on the cluster runtime and return its result.
 
     With ``options.spawn`` (``mariana run``) the master starts ``options.workers`` local worker
@@ -110,9 +92,11 @@ def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, options: Ru
     ``mariana worker`` processes from anywhere. ``options.secure``: CURVE on every socket, with keys
     made for this run in a private temporary folder; ``options.security``: the master's own keys.
     ``options.resume``: continue from the newest valid checkpoint of ``options.run_dir``.
+    ``build``: the workers' graph builder (forked local workers run it; spawned ones import it).
     """
     if options.spawn:
-        with LocalCluster(job_name, config, options) as cluster:
+        assert build is not None, "a local cluster needs the workers' graph builder"
+        with LocalCluster(job_name, config, options, build) as cluster:
             cluster.start()
             return cluster.run(graph, options.run_dir)
     resume = resume_point(options.run_dir, options.keep_checkpoints) if options.resume else None
@@ -139,50 +123,60 @@ class LocalCluster:
     and the throwaway keys of ``options.secure``.
     """
 
-    def __init__(self, job_name: str, config: dict[str, Any], options: RunOptions) -> None:
-        self.options, self.job_name, self.config = options, job_name, config
+    def __init__(self, job_name: str, config: dict[str, Any], options: RunOptions, build: GraphBuilder) -> None:
+        self.options, self.job_name, self.config, self.build = options, job_name, config, build
         secure = options.secure and options.security is None
         self.keys_dir, self.key_files = local_keys(options.workers) if secure else (None, [])
         self.security = Security.for_master(self.keys_dir) if secure else options.security
         self.master: Master | None = None  # made by start(), after any fork: its zmq context stays here
         self.procs: list[Any] = []  # subprocess.Popen or forking.ForkedWorker
+        #: ``inproc://``: the workers are threads of this process (no processes, no respawn)
+        self.inproc = options.bind.startswith("inproc://")
+        self.threads: list[tuple[threading.Thread, Worker]] = []
 
     def start(self) -> None:
         workers = self.options.workers
-        forked = self._fork(workers)
+        forked = [] if self.inproc else self._fork(workers)
         self.procs += forked
         self.master = master = Master(self.job_name, self.config, None, self.options.replace(run_dir=None),
                                       security=self.security)
         endpoint = master.start()
-        extra = ["--max-message-mb", str(max(1, master.transport.max_message_bytes >> 20))]
-        if self.security is not None:
-            extra += [f"--server-key={self.security.public.decode()}"]  # a Z85 key may start with "-"
-        host = parse_endpoint(endpoint)[0]
+        spec = local_spec(endpoint, parse_endpoint(endpoint)[0],
+                          max_message_mb=max(1, master.transport.max_message_bytes >> 20),
+                          server_key=self.security.public.decode() if self.security is not None else None)
         for i, key_file in enumerate(self.key_files or [None] * workers):
-            args = extra + (["--key", key_file] if key_file else [])
-            if forked:
-                forked[i].start(worker_argv(endpoint, host, args))
+            mine = dataclasses.replace(spec, key=key_file)
+            if self.inproc:
+                self._thread(mine, i)
+            elif forked:
+                forked[i].start(mine)
             else:
-                self.procs += spawn_workers(endpoint, 1, host, args, sharing=workers)
+                self.procs += spawn_workers(mine, sharing=workers)
 
         def respawn() -> subprocess.Popen:
-            key = []
+            key = None
             if self.keys_dir is not None:  # a fresh key for the replacement, allowed before it connects
-                key_file = str(add_key(self.keys_dir, f"worker-{len(self.procs)}"))
-                self.security.allowed.keys.add(load_keypair(key_file)[0])
-                key = ["--key", key_file]
+                key = str(add_key(self.keys_dir, f"worker-{len(self.procs)}"))
+                self.security.allowed.keys.add(load_keypair(key)[0])
             # a fresh interpreter: this process has a zmq context (and IO threads) by now
-            proc = spawn_workers(endpoint, 1, host, extra + key, sharing=workers)[0]
+            proc = spawn_workers(dataclasses.replace(spec, key=key), sharing=workers)[0]
             self.procs.append(proc)
             return proc
 
-        master.respawn = respawn
+        master.respawn = None if self.inproc else respawn
         if self.options.on_start is not None:
             self.options.on_start(master, self.procs)
 
     def forks(self) -> bool:
         """Whether ``start()`` would fork the workers now (else it spawns fresh interpreters)."""
-        return self.options.fork and fork_is_safe() is None
+        return not self.inproc and self.options.fork and fork_is_safe() is None
+
+    def _thread(self, spec: WorkerSpec, i: int) -> None:
+        """Worker ``i`` as a thread of this process (``inproc://``)."""
+        worker = make_worker(spec, self.build)
+        thread = threading.Thread(target=worker.run, name=f"mariana-worker-{i}", daemon=True)
+        thread.start()
+        self.threads.append((thread, worker))
 
     def _fork(self, workers: int) -> list[ForkedWorker]:
         """``workers`` forked children waiting for their arguments, or [] to spawn them instead."""
@@ -191,7 +185,7 @@ class LocalCluster:
             log.debug("local workers start as fresh interpreters: %s", why)
             return []
         log.debug("forking %d local workers", workers)
-        return fork_workers(workers, thread_vars(workers))
+        return fork_workers(workers, thread_vars(workers), self.build)
 
     def run(self, graph: Graph, run_dir: Any) -> RunResult:
         """Run ``graph`` on the started workers (``options.resume``: from ``run_dir``'s newest checkpoint)."""
@@ -203,8 +197,12 @@ class LocalCluster:
 
     def close(self) -> None:
         grace = max(3.0, 2 * (self.master.heartbeat_interval if self.master else self.options.heartbeat_interval))
-        done = self.master is not None and self.master.phase == "done"  # every worker got its BYE
+        done = self.master is not None and self.master.phase is Phase.DONE  # every worker got its BYE
         stop_processes(self.procs, grace=grace, leaving=2.0 if done else 0.0)
+        for _, worker in self.threads:
+            worker.leave()
+        for thread, _ in self.threads:
+            thread.join(timeout=grace)
         if self.master is not None:
             sweep(self.master.job_id)  # shared memory of a worker killed before its peers mapped it
             self.master.close()

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from mariana.cli import main
-from test_cluster import GRAPH
 
 pytestmark = pytest.mark.timeout(90)
+
+GRAPH = Path(__file__).parent.parent / "engine" / "data" / "small.e"
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 30) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import mariana
-from mariana.engine import cluster
-from mariana.engine.forking import ForkedWorker, fork_is_safe, fork_workers
+from mariana.cluster import launch as cluster
+from mariana.jobs.launch import build_graph
+from mariana.cluster.forking import ForkedWorker, fork_is_safe, fork_workers
 from mariana.jobs import get_job, resolve_config
 from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
@@ -83,8 +84,8 @@ def test_worker_log_lines_reach_stderr_as_from_spawned_workers(tmp_path):
         errs.append(p.stderr)
     for err in errs:
         for k in (0, 1):
-            assert f"mariana.engine.worker: worker {k} of 2 ready" in err
-            assert f"mariana.engine.worker: worker {k}: job finished" in err
+            assert f"mariana.cluster.worker: worker {k} of 2 ready" in err
+            assert f"mariana.cluster.worker: worker {k}: job finished" in err
 
 
 @pytest.mark.parametrize("fork", [True, False])
@@ -104,8 +105,8 @@ def test_a_job_that_fails_to_build_leaves_no_worker(tmp_path, fork):
 def test_workers_forked_before_a_failed_bind_exit_0_quietly(monkeypatch, capfd):
     forked: list[ForkedWorker] = []
 
-    def fork_and_keep(n: int, thread_vars: dict[str, str]) -> list[ForkedWorker]:
-        forked.extend(fork_workers(n, thread_vars))
+    def fork_and_keep(n: int, thread_vars: dict[str, str], build) -> list[ForkedWorker]:
+        forked.extend(fork_workers(n, thread_vars, build))
         return forked
 
     monkeypatch.setattr(cluster, "fork_workers", fork_and_keep)
@@ -116,7 +117,7 @@ def test_workers_forked_before_a_failed_bind_exit_0_quietly(monkeypatch, capfd):
 
 
 def test_a_forked_worker_handle_acts_like_popen():
-    [child] = fork_workers(1, {})
+    [child] = fork_workers(1, {}, build_graph)
     with pytest.raises(subprocess.TimeoutExpired):
         child.wait(timeout=0.05)  # it waits for its arguments
     assert child.poll() is None

@@ -21,7 +21,7 @@ import pytest
 import zmq
 
 from mariana import MarianaError, __version__
-from mariana.engine.master import WorkerLost
+from mariana.cluster.master import WorkerLost
 from mariana.cli import main
 from mariana.jobs.launch import run_job
 from mariana.messages import codec
@@ -29,7 +29,7 @@ from mariana.messages.kinds import Kind
 
 pytestmark = pytest.mark.timeout(120)
 
-GRAPH = Path(__file__).parent / "data" / "small.e"
+GRAPH = Path(__file__).parent.parent / "engine" / "data" / "small.e"
 
 
 def alive(pid: int) -> bool:
@@ -391,7 +391,7 @@ def test_spawned_workers_get_their_share_of_the_cores_for_blas(workers, monkeypa
     """The launcher starts workers one at a time, but each one's BLAS pool is sized for the job's
     worker count (cores // workers), not for a lone process: threadpoolctl inside each worker."""
     pytest.importorskip("threadpoolctl")
-    from mariana.engine.cluster import THREAD_VARS, blas_threads
+    from mariana.engine.threads import THREAD_VARS, blas_threads
 
     for var in THREAD_VARS:
         monkeypatch.delenv(var, raising=False)

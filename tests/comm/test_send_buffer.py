@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mariana.engine import shm as shm_mod
-from mariana.engine.shm import Shm
+from mariana.comm import shm as shm_mod
+from mariana.comm.shm import Shm
 from mariana.jobs.launch import run_job
 from mariana.messages import codec
 from mariana.storage import RunDir

@@ -1,4 +1,8 @@
-"""ZeroMQ sockets and framing: the only module that imports zmq.
+"""ZeroMQ sockets and framing for both schemes of the registry (``comm/__init__.py``).
+
+``tcp://HOST:PORT`` connects processes and hosts; ``inproc://NAME`` connects threads of one
+process through zmq's in-process transport, in one process-wide context (``inproc_context``), so
+the cluster's whole wire path (codec, wire records, routing) runs with no network at all.
 
 Every socket is created with ``linger=0`` (closing never blocks on unsent data) and an explicit
 ``MAXMSGSIZE`` (a peer sending a larger frame is disconnected by libzmq). High-water marks are
@@ -12,6 +16,7 @@ instead of disappearing.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import logging
 import re
 import weakref
@@ -24,10 +29,32 @@ from ..messages import codec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "recv", "drain", "Again", "Unreachable", "open_contexts"]
+__all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "recv", "drain", "Again", "Unreachable", "open_contexts",
+           "HEARTBEAT_PREFIX", "heartbeat_of"]
 
 Again = zmq.Again
 _ENDPOINT = re.compile(r"^tcp://(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d+|\*)$")
+_INPROC = re.compile(r"^inproc://(?P<name>[A-Za-z0-9_.*/-]+)$")
+
+#: A worker's heartbeat socket has its control identity with this prefix: the master tells
+#: heartbeats from control messages by the sender, before decoding anything.
+HEARTBEAT_PREFIX = b"hb:"
+
+
+def heartbeat_of(identity: bytes) -> bytes | None:
+    """The control identity whose heartbeat socket sent from ``identity``, or None (not a heartbeat)."""
+    return identity[len(HEARTBEAT_PREFIX):] if identity.startswith(HEARTBEAT_PREFIX) else None
+
+#: The one context of this process's ``inproc://`` endpoints (inproc needs a shared context): a
+#: cache that lives as long as the process; only its sockets are closed.
+_INPROC_CONTEXT: zmq.Context | None = None
+
+
+def inproc_context() -> zmq.Context:
+    global _INPROC_CONTEXT
+    if _INPROC_CONTEXT is None or _INPROC_CONTEXT.closed:
+        _INPROC_CONTEXT = zmq.Context()
+    return _INPROC_CONTEXT
 
 
 #: Every context a Transport made in this process (``open_contexts``: may this process fork?).
@@ -41,21 +68,27 @@ def open_contexts() -> int:
     return len(made) + (shared is not None and not shared.closed and shared not in made)
 
 
+_names = itertools.count()
+
+
 class Unreachable(Exception):
     """A ROUTER_MANDATORY send to an identity that is not connected."""
 
 
 def parse_endpoint(url: str) -> tuple[str, int | None]:
-    """``tcp://HOST:PORT`` -> (host, port); port ``0`` or ``*`` -> None (pick a free one)."""
+    """``tcp://HOST:PORT`` -> (host, port); port ``0`` or ``*`` -> None (pick a free one).
+    ``inproc://NAME`` -> ("inproc", None): in this process, which counts as loopback."""
+    if _INPROC.match(url or ""):
+        return "inproc", None
     m = _ENDPOINT.match(url or "")
     if not m:
-        raise UsageError(f"bad endpoint {url!r}: expected tcp://HOST:PORT")
+        raise UsageError(f"bad endpoint {url!r}: expected tcp://HOST:PORT or inproc://NAME")
     port = m["port"]
     return m["host"].strip("[]"), None if port in ("*", "0") else int(port)
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    if host in ("localhost", "inproc"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -66,8 +99,11 @@ def is_loopback(host: str) -> bool:
 class Transport:
     """A zmq context plus the sockets one process uses; ``close()`` closes them all."""
 
-    def __init__(self, max_message_bytes: int = 1 << 30, security: Any = None) -> None:
-        self.ctx = zmq.Context()
+    def __init__(self, max_message_bytes: int = 1 << 30, security: Any = None, inproc: bool = False) -> None:
+        if inproc and security is not None:
+            raise UsageError("CURVE security needs tcp:// endpoints; inproc:// never leaves this process")
+        self.inproc = inproc
+        self.ctx = inproc_context() if inproc else zmq.Context()
         _CONTEXTS.add(self.ctx)
         self.max_message_bytes = max_message_bytes
         self.sockets: list[zmq.Socket] = []
@@ -90,8 +126,22 @@ class Transport:
         self.sockets.append(s)
         return s
 
+    def data_bind(self, host: str) -> str:
+        """Where a worker on ``host`` binds its data socket, in this transport's scheme."""
+        return "inproc://*" if self.inproc else f"tcp://{f'[{host}]' if ':' in host else host}:0"
+
     def router(self, bind: str, mandatory: bool = True) -> tuple[zmq.Socket, str]:
-        """A bound ROUTER; returns it and the actual endpoint (random port when 0 or *)."""
+        """A bound ROUTER; returns it and the actual endpoint (random port when 0 or *, a fresh
+        name for ``inproc://*``)."""
+        m = _INPROC.match(bind)
+        if m:
+            s = self.socket(zmq.ROUTER, mandatory=mandatory)
+            name = m["name"] if m["name"] != "*" else f"mariana-{next(_names)}"
+            try:
+                s.bind(f"inproc://{name}")
+            except zmq.ZMQError as exc:
+                raise UsageError(f"cannot bind inproc://{name}: {exc}") from None
+            return s, f"inproc://{name}"
         host, port = parse_endpoint(bind)
         s = self.socket(zmq.ROUTER, mandatory=mandatory)
         if self.security is not None:
@@ -118,13 +168,31 @@ class Transport:
         s.connect(connect)
         return s
 
+    def heartbeat(self, connect: str, identity: bytes, server_key: bytes | None = None) -> zmq.Socket:
+        """The heartbeat DEALER of the worker whose control identity is ``identity``. Made and
+        closed by the heartbeat thread itself (a zmq socket belongs to one thread), so not kept."""
+        s = self.ctx.socket(zmq.DEALER)
+        s.linger = 0
+        s.setsockopt(zmq.IDENTITY, HEARTBEAT_PREFIX + identity)
+        s.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
+        if self.security is not None:
+            self.security.client(s, server_key or self.security.server_key)
+        s.connect(connect)
+        return s
+
     def close(self) -> None:
         for s in self.sockets:
             s.close(linger=0)
         self.sockets.clear()
         if self.security is not None:
             self.security.stop()
-        self.ctx.term()
+        if not self.inproc:  # the shared in-process context outlives every transport
+            self.ctx.term()
+
+
+def writable(sock: zmq.Socket) -> bool:
+    """Whether a send on ``sock`` would not block now (a DEALER with no connected peer blocks)."""
+    return bool(sock.poll(0, zmq.POLLOUT))
 
 
 class HandshakeWatch:

@@ -12,7 +12,7 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from mariana.engine.security import load_keypair
+from mariana.comm.security import load_keypair
 from mariana.cli import main
 from mariana.jobs.launch import run_job
 from test_cluster import GRAPH, _fuzz_messages

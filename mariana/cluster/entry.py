@@ -1,0 +1,125 @@
+"""One way to start a cluster worker: a typed ``WorkerSpec`` run by ``run_worker``.
+
+Every worker starts here, however its process came to be: ``mariana worker`` parses its flags
+into a spec, a spawned local worker gets the same flags on its command line (``spec.argv()``),
+and a forked one reads the spec as one JSON line from its parent (``forking``). Nothing here
+reaches up into the command line package: the caller hands over the ``build`` function that
+turns a WELCOME's job name and config into a graph (``jobs.launch.build_graph``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..errors import MarianaError, UsageError, VertexError
+from .worker import EXIT_MASTER_LOST, GraphBuilder, Worker
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WorkerSpec", "make_worker", "run_worker", "configure_logging", "LOG_FORMAT", "report_error"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs to join a master (the flags of ``mariana worker``)."""
+
+    master: str
+    host: str = "127.0.0.1"
+    connect_timeout: float = 60.0
+    max_message_mb: int = 1024
+    #: the master's public key (a .key file or its z85 text); with ``key``: CURVE on every socket
+    server_key: str | None = None
+    #: this worker's secret key file
+    key: str | None = None
+    #: refuse a master that runs another job
+    job: str | None = None
+    #: logging: -1 quiet (warnings), 0 normal (joins and leaves), 1-2 more
+    verbosity: int = 0
+    #: extra environment a forked child applies (its BLAS thread variables)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """The ``mariana`` arguments that start this worker in a fresh interpreter."""
+        args = ["-q"] if self.verbosity < 0 else ["-v"] * self.verbosity
+        args += ["worker", "--master", self.master, "--host", self.host,
+                 "--connect-timeout", str(self.connect_timeout), "--max-message-mb", str(self.max_message_mb)]
+        if self.server_key:
+            args.append(f"--server-key={self.server_key}")  # a z85 key may start with "-"
+        if self.key:
+            args += ["--key", self.key]
+        if self.job:
+            args += ["--job", self.job]
+        return args
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WorkerSpec:
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def security(self) -> Any:
+        """The CURVE settings of this worker, or None for plaintext."""
+        if not (self.server_key or self.key):
+            return None
+        if not (self.server_key and self.key):
+            raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
+                             "and its own secret key (--key)")
+        from ..comm.security import Security, load_public
+
+        return Security.for_worker(self.key, load_public(self.server_key))
+
+
+def configure_logging(verbosity: int, chatty: bool = True) -> None:
+    """Logging to stderr as every ``mariana`` process has it (``chatty``: joins and leaves at INFO)."""
+    base = logging.INFO if chatty and verbosity >= 0 else logging.WARNING
+    logging.basicConfig(level=base - 10 * min(max(verbosity, 0), 2), stream=sys.stderr, format=LOG_FORMAT)
+
+
+def report_error(exc: BaseException) -> int:
+    """One line on stderr (and a vertex's traceback) for an error that ends a process; its exit code.
+
+    This is the boundary of a worker process that did not come through the CLI (a forked child)."""
+    if isinstance(exc, VertexError):
+        sys.stderr.write(f"mariana: error: {exc}\n{exc.traceback_text or ''}")
+        return 1
+    if isinstance(exc, MarianaError):
+        sys.stderr.write(f"mariana: error: {exc}\n")
+        return exc.exit_code
+    raise exc
+
+
+def make_worker(spec: WorkerSpec, build: GraphBuilder) -> Worker:
+    """The worker of ``spec``, not yet joined (``run()`` joins and serves; ``leave()`` ends it)."""
+    return Worker(spec.master, build, spec.host, spec.connect_timeout, spec.max_message_mb << 20,
+                  spec.security(), spec.job)
+
+
+def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> int:
+    """Join the master of ``spec`` and serve the job to its end; returns the exit code.
+
+    ``process``: this worker is the whole process, so a lost master ends the process even in the
+    middle of a long compute (after 2 s for the loop to notice by itself); False for a worker
+    that runs in a thread of a larger process (the in-process cluster of the tests)."""
+    worker = make_worker(spec, build)
+    returned = threading.Event()
+    if process:
+        def lost() -> None:
+            if not returned.wait(2.0):
+                os._exit(EXIT_MASTER_LOST)
+
+        worker.on_master_lost = lost
+    try:
+        return worker.run()
+    finally:
+        returned.set()

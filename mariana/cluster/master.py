@@ -1,0 +1,355 @@
+"""Cluster master: the I/O shell around ``control.MasterState``, and the cluster's ``Backend``.
+
+The master binds one ROUTER. Workers join with HELLO; once ``workers`` have joined it sends
+each a WELCOME (its index, the job by name plus resolved config, every peer's data endpoint),
+waits for READY, and then runs the same ``Driver`` as ``LocalRuntime`` (engine/driver.py): a
+superstep is BEGIN to all and DONE from all (the barrier); at the end FINISH, RESULT, BYE.
+Every message is a typed record of ``messages/wire.py``.
+
+What the master knows and how each message, heartbeat, tick or exited process changes it is
+``control.MasterState`` (a state machine tested without a network); this module owns the
+socket, turns what arrives into its events, carries out its instructions, and orchestrates
+what spans many events: the barrier, checkpoints (committed through storage) and recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+import uuid
+from typing import Any, Callable, Sequence
+
+from ..comm import HEARTBEAT_PREFIX, Unreachable, drain, heartbeat_of, poller, send, transport_for
+from ..engine.checkpointing import commit, report
+from ..engine.driver import Driver
+from ..engine.options import RunOptions
+from ..engine.result import RunResult
+from ..engine.superstep import Begin, Coordinator, Done
+from ..engine.tracing import TraceWriter, rewind
+from ..errors import MarianaError, StorageError
+from ..messages import wire
+from ..storage import RunDir
+from ..storage.checkpoint import CheckpointInfo, Checkpoints
+from .control import (Arrived, Beat, Exited, Fail, Instruction, MasterState, Phase, Send, SuperstepTimeout, Tick,
+                      WorkerInfo, WorkerLost)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Master", "Phase", "WorkerLost", "SuperstepTimeout"]
+
+
+class Master:
+    """The master of one cluster job. ``start()`` binds, ``run()`` drives the job to its end.
+
+    With a run directory it also takes checkpoints (every ``checkpoint_every`` supersteps or when
+    master compute asks), resumes from one (``resume``), and recovers from a lost worker by
+    rolling every worker back to the newest checkpoint, at most ``max_restarts`` times: a local
+    launch respawns the worker (``respawn``), otherwise any worker joining within
+    ``rejoin_timeout`` takes the lost partition.
+    """
+
+    def __init__(self, job_name: str, config: dict[str, Any], graph: Any, options: RunOptions, *,
+                 security: Any = None, resume: CheckpointInfo | None = None,
+                 respawn: Callable[[], Any] | None = None) -> None:
+        o = self.options = options
+        self.job_name, self.config = job_name, config
+        self.workers, self.placement = o.workers, o.placement
+        self.heartbeat_interval = o.heartbeat_interval
+        self.respawn = respawn
+        self.restarts = 0
+        self.job_id = uuid.uuid4().hex
+        self.security = security
+        self.transport = transport_for(o.bind, o.max_message_bytes, security)
+        self.state = MasterState(o.workers, job_name, self.job_id, heartbeat_interval=o.heartbeat_interval,
+                                 worker_timeout=o.worker_timeout, heartbeat_prefix=HEARTBEAT_PREFIX,
+                                 max_malformed=o.max_malformed)
+        self.drops = self.state.drops
+        #: the coordinator's copy taken with the checkpoint being written (committed with its parts)
+        self._coordinator: dict[str, Any] | None = None
+        self.children: list[Any] = []
+        self.endpoint = ""
+        self.dropped: dict[str, int] = {}
+        self.attach(graph, o.run_dir, resume)
+
+    # what the state machine knows, under the names callers and tests use
+    @property
+    def phase(self) -> Phase:
+        return self.state.phase
+
+    @property
+    def current(self) -> int:
+        return self.state.current
+
+    @property
+    def gen(self) -> int:
+        return self.state.gen
+
+    @property
+    def joined(self) -> dict[bytes, WorkerInfo]:
+        return self.state.joined
+
+    @property
+    def by_index(self) -> list[WorkerInfo | None]:
+        return self.state.by_index
+
+    def attach(self, graph: Any, run_dir: RunDir | None, resume: CheckpointInfo | None = None) -> None:
+        """The job's graph and run directory (``resume``: the checkpoint to continue from). They may
+        come after ``start()``: a local launch starts its workers first and builds the graph while
+        they start up."""
+        self.graph, self.run_dir, self.resume = graph, run_dir, resume
+        o = self.options
+        self.checkpoints = Checkpoints(run_dir, o.keep_checkpoints) if run_dir is not None else None
+        self.tracer = TraceWriter(run_dir) if run_dir is not None and o.trace else None
+
+    def start(self) -> str:
+        """Bind the control socket; returns the endpoint workers connect to."""
+        self.sock, self.endpoint = self.transport.router(self.options.bind)
+        self.poll = poller(self.sock)
+        return self.endpoint
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def status(self) -> dict[str, Any]:
+        """What the live page shows: phase, superstep, the workers that joined (index, host, pid)."""
+        out: dict[str, Any] = {"phase": self.phase.value, "workers_expected": self.workers}
+        if self.current >= 0:
+            out["superstep"] = self.current
+        joined = list(self.joined.values())  # one C call: safe from the page's thread
+        workers = [{"worker": w.index, "host": w.host, "pid": w.pid} for w in joined]
+        if workers:
+            out["workers"] = sorted(workers, key=lambda w: w["worker"])
+        return out
+
+    # -- the job ----------------------------------------------------------------------------
+    def run(self, children: Sequence[Any] = ()) -> RunResult:
+        """Wait for the workers, run every superstep, collect results. Aborts workers on failure."""
+        self.children = list(children)
+        started = time.perf_counter()
+        o = self.options
+        try:
+            self._wait(self.state.all_joined, o.join_timeout, f"{self.workers} workers to join {self.endpoint}")
+            coord = Coordinator(self.graph, len(self.graph), o.max_supersteps)
+            restore = None
+            if self.resume is not None:
+                restore = self.resume.superstep  # the caller rewound the run directory (resume_point)
+                coord.restore(self.checkpoints.read(restore, "master")["coordinator"])
+            self.state.phase = Phase.STARTING
+            for w in self.state.present():
+                self._welcome(w, restore)
+            self._wait(self.state.all_ready, None, "workers to build their partitions")
+            self.state.phase = Phase.RUNNING
+            log.info("%d workers ready after %.2fs (joining and building); running", self.workers,
+                     time.perf_counter() - started)
+            # wall_s counts the supersteps, as LocalRuntime's does
+            driver = Driver(self, coord, run_dir=self.run_dir, on_superstep=o.on_superstep, tracer=self.tracer,
+                            checkpoints=self.checkpoints is not None, checkpoint_every=o.checkpoint_every,
+                            background=o.checkpoint_background)
+            while True:
+                try:
+                    driver.run()
+                    break
+                except WorkerLost as lost:
+                    self._recover(lost, coord, driver)
+            return driver.finish(self.graph.place(self.workers, None), self.job_name)
+        except BaseException as exc:
+            self._abort(str(exc) or type(exc).__name__)
+            if self.tracer is not None:
+                self.tracer.flush()
+            raise
+
+    def _welcome(self, w: WorkerInfo, restore: int | None) -> None:
+        o = self.options
+        self._do([Send(w.identity, wire.Welcome(
+            index=w.index, workers=self.workers, job_name=self.job_name, config=self.config, placement=self.placement,
+            peers=[x.data for x in self.by_index], heartbeat_interval=o.heartbeat_interval,
+            worker_timeout=o.worker_timeout, run_dir=self.run_dir.url if self.run_dir is not None else None,
+            restore=restore, gen=self.gen, trace=self.tracer is not None, capture=o.capture,
+            capture_limit=o.capture_limit_mb << 20, peer_keys=[x.key for x in self.by_index],
+            checkpoint_background=o.checkpoint_background,
+            shm=o.shm and self.security is None and not self.transport.inproc,
+            shm_cap_mb=o.shm_cap_mb, shm_min_kb=o.shm_min_kb), w)])
+
+    # -- the Backend of the driver -----------------------------------------------------------
+    def superstep(self, begin: Begin) -> list[Done]:
+        """BEGIN to every worker, then the barrier: a DONE from each (a lost worker raises ``WorkerLost``)."""
+        self._do(self.state.begin(begin.superstep, begin.aggregates, begin.broadcasts, time.time()))
+        self._wait(self.state.barrier_done, None, f"the barrier of superstep {begin.superstep}",
+                   self.options.superstep_timeout)
+        st = self.state
+        return [Done(h.ss, i, h.partials, h.active, h.computed, h.sent, h.out_messages, h.compute_s,
+                     [tuple(x) for x in h.slowest], h.trace or {}, st.arrivals[i])
+                for i, h in sorted(st.dones.items())]
+
+    def annotate(self, record: dict[str, Any]) -> None:
+        stats = [self.state.dones[i].stats for i in range(self.workers)]
+        record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
+        record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
+        if self.restarts:
+            record["restarts"] = self.restarts
+
+    def start_checkpoint(self, superstep: int, coordinator: dict[str, Any]) -> None:
+        """Ask every worker to write its part of the state after this barrier; the master commits
+        once every part is in (``settle_checkpoint``)."""
+        self._coordinator = coordinator
+        self._do(self.state.start_checkpoint(superstep))
+
+    def settle_checkpoint(self, record: dict[str, Any] | None, wait: bool = False) -> None:
+        """Commit the checkpoint being written once every worker's part is in (``wait``: wait for them)."""
+        st = self.state
+        if st.checkpoint_ss is None:
+            return
+        if wait:
+            self._wait(st.all_parts, None, f"the checkpoint parts of superstep {st.checkpoint_ss}")
+        if not st.all_parts():
+            return
+        ss, replies = st.take_parts()
+        errors = [f"worker {h.src}: {h.error or 'no part entries in its reply'}" for h in replies
+                  if h.error is not None or not isinstance(h.parts, list)]
+        error: StorageError | None = StorageError("; ".join(errors)) if errors else None
+        if error is None:
+            try:
+                commit(self.checkpoints, ss, [e for h in replies for e in h.parts], self._coordinator)
+            except StorageError as exc:
+                error = exc
+            except (KeyError, TypeError) as exc:  # a malformed entry from a worker
+                error = StorageError(f"malformed part entry from a worker: {exc!r}")
+        report(ss, error, record, self.tracer)
+
+    def results(self) -> dict[str, Any]:
+        """FINISH to every worker, their RESULTs, BYE."""
+        st = self.state
+        self._do(st.finish())
+        self._wait(st.all_results, None, "the workers' results")
+        values: dict[str, Any] = {}
+        for i in range(self.workers):
+            values.update(st.results[i].values)
+        self.dropped = {**self.drops.counts}
+        for i in range(self.workers):
+            for kind, n in (st.results[i].dropped or {}).items():
+                self.dropped[kind] = self.dropped.get(kind, 0) + n
+        self._do(st.bye())
+        for w in st.present():
+            log.info("%s left: job finished", w.describe())
+        return values
+
+    # -- recovery ---------------------------------------------------------------------------
+    def _recover(self, lost: WorkerLost, coord: Coordinator, driver: Driver) -> None:
+        """Replace the lost worker and roll everyone back to the newest valid checkpoint."""
+        o = self.options
+        if o.max_restarts == 0 or lost.index is None:
+            raise lost
+        if self.checkpoints is not None:
+            self.settle_checkpoint(None)  # every part was in before the loss: it is a checkpoint
+        info = self.checkpoints.newest_valid() if self.checkpoints is not None else None
+        if info is None or self.restarts >= o.max_restarts:
+            why = ("no checkpoint to roll back to" if info is None else
+                   f"--max-restarts {o.max_restarts} reached" if self.restarts >= o.max_restarts else "")
+            if why:
+                lost.args = (f"{lost.args[0]} (not recovered: {why})",)
+            raise lost
+        self.restarts += 1
+        ss = info.superstep
+        log.warning("%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
+                    lost.args[0], ss, self.restarts, o.max_restarts)
+        self.state.lose(lost.index)
+        self.children = [c for c in self.children if c.poll() is None]
+        if self.respawn is not None:
+            self.children.append(self.respawn())
+        self._wait(self.state.all_joined, o.rejoin_timeout,
+                   f"a worker to take over worker {lost.index}'s partition (--rejoin-timeout)")
+        coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
+        driver.rewind(ss)
+        if self.tracer is not None:
+            self.tracer.flush()  # written records first, then the rewind drops the replayed ones
+        rewind(self.run_dir, ss)
+        if self.tracer is not None:
+            self.tracer.event("recovery", superstep=self.current, lost=lost.index, rollback_to=ss,
+                              restart=self.restarts)
+        self.state.phase = Phase.STARTING
+        peers = [w.data for w in self.by_index]
+        for w in self.state.present():
+            if w.index == lost.index:
+                self._welcome(w, ss)
+            else:
+                self._do([Send(w.identity, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]), w)])
+        self._wait(self.state.all_ready, None, "workers to roll back")
+        self.state.phase = Phase.RUNNING
+        log.warning("recovered: worker %d replaced by %s, continuing from superstep %d",
+                    lost.index, self.by_index[lost.index].describe(), ss)
+
+    def _abort(self, reason: str) -> None:
+        for ins in self.state.abort(reason):
+            try:
+                send(self.sock, ins.msg.to_wire(self.job_id), ins.identity)
+            except Exception:  # noqa: BLE001 - best effort: the worker may be gone
+                pass
+
+    # -- the I/O loop -------------------------------------------------------------------------
+    def _do(self, instructions: Sequence[Instruction]) -> None:
+        """Carry out the state machine's instructions: sends, or the error that ends the wait."""
+        for ins in instructions:
+            if isinstance(ins, Fail):
+                raise ins.error
+            try:
+                send(self.sock, ins.msg.to_wire(self.job_id), ins.identity)
+            except Unreachable:
+                w = ins.to
+                if w is None:
+                    continue  # a refused worker, a heartbeat socket not connected yet: nothing to do
+                code = self._exit_code(w)  # a local worker that died says more than "unreachable"
+                how = f"exited with code {code}" if code is not None else "is unreachable"
+                raise WorkerLost(f"{w.describe()} {how} at superstep {self.current}", w.index) from None
+
+    def _exit_code(self, w: WorkerInfo) -> int | None:
+        """The exit code of ``w`` if it is a process this master started and it has ended (its
+        connection can close a moment before it can be reaped, hence the short wait)."""
+        for child in self.children:
+            if child.pid == w.pid:
+                try:
+                    return child.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    return None
+        return None
+
+    def _wait(self, condition: Callable[[], bool], timeout: float | None, what: str,
+              hang_after: float | None = None) -> None:
+        """Handle messages until ``condition()``; check liveness all along. A barrier that takes
+        longer than ``hang_after`` seconds is a hang: report who is missing, then fail or recover."""
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        hang_at = None if hang_after is None else now + hang_after
+        st = self.state
+        while not condition():
+            if deadline is not None and time.monotonic() > deadline:
+                raise MarianaError(f"timed out after {timeout:.0f}s waiting for {what} "
+                                   f"({len(st.joined)} of {self.workers} workers present)")
+            if hang_at is not None and time.monotonic() > hang_at:
+                self._hang(hang_after)
+            if self.poll.poll(int(min(self.heartbeat_interval, 0.2) * 1000)):
+                for identity, header, _ in drain(self.sock, True, self.drops):
+                    now, wall = time.monotonic(), time.time()
+                    of = heartbeat_of(identity)
+                    self._do(st.handle(Arrived(identity, header, now, wall) if of is None
+                                       else Beat(identity, of, header, now, wall)))
+            for child in self.children:
+                code = child.poll()
+                if code is not None:
+                    self._do(st.handle(Exited(child.pid, code)))
+            self._do(st.handle(Tick(time.monotonic(), time.time())))
+
+    def _hang(self, after: float) -> None:
+        """Name the workers missing from the barrier and the peers each waiting worker lacks."""
+        now = time.time()
+        report_text, missing, waiting, stuck = self.state.hang_report(after, now)
+        log.error(report_text)
+        if self.tracer is not None:
+            self.tracer.event("hang", superstep=self.current, elapsed_s=round(now - self.state.begun_wall, 3),
+                              missing=missing, waiting=waiting)
+        if stuck is not None and self.options.max_restarts and self.checkpoints is not None:
+            for child in self.children:  # a hung local worker is killed so that recovery can replace it
+                if child.pid == self.by_index[stuck].pid and child.poll() is None:
+                    child.kill()
+                    child.wait()
+        raise SuperstepTimeout(report_text, stuck)

@@ -1,0 +1,33 @@
+"""BLAS/OpenMP thread pools per worker process: one count for both runtimes.
+
+OpenBLAS sums in a different order with another thread count, so the local runtime and the
+cluster's workers must size their pools alike for bit-identical results (design notes).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["THREAD_VARS", "cores", "blas_threads", "thread_vars"]
+
+#: Thread-pool variables of the BLAS/OpenMP libraries numpy may use.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def blas_threads(sharing: int) -> int:
+    """BLAS/OpenMP threads for each of ``sharing`` worker processes on this machine."""
+    return max(1, cores() // max(1, sharing))
+
+
+def thread_vars(sharing: int) -> dict[str, str]:
+    """The thread variables of a local worker: the user's where set, else ``blas_threads(sharing)``."""
+    threads = str(blas_threads(sharing))
+    return {var: os.environ.get(var, threads) for var in THREAD_VARS}

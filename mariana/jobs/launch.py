@@ -50,17 +50,17 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
 def run_graph(graph: Graph, *, workers: int = 1, runtime: str = "local", **options: Any) -> RunResult:
     """``mariana.run``: run a ``Graph`` object on the local runtime, or with ``runtime="cluster"`` on
     ``workers`` worker processes forked from this one (they inherit the graph; nothing executable
-    travels). Where this process cannot fork safely (threads running, a zmq context open, no
+    travels), or with ``runtime="inproc"`` on the cluster runtime's threads in this process. Where this process cannot fork safely (threads running, a zmq context open, no
     ``os.fork``), write the graph as a ``Job`` and run it by name (``run_job("module:JOB", ...)``)."""
     if runtime == "local":
         from ..engine.runner import run
 
         return run(graph, workers=workers, runtime=runtime, **options)
-    if runtime != "cluster":
+    if runtime not in ("cluster", "inproc"):
         raise UsageError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
     from ..cluster.forking import fork_is_safe
 
-    why = fork_is_safe() if options.get("fork", True) else "fork=False"
+    why = None if runtime == "inproc" else fork_is_safe() if options.get("fork", True) else "fork=False"
     if why is not None:
         raise UsageError(f"runtime='cluster' runs a Graph object on workers forked from this process, which it cannot "
                          f"do now ({why}); write the graph as a mariana.jobs.Job and run it by name: "
@@ -72,7 +72,7 @@ def run_graph(graph: Graph, *, workers: int = 1, runtime: str = "local", **optio
     resolved = resolve_config(job, config)
     LOCAL_JOBS[name] = job
     try:
-        return launch(job, resolved, RunOptions.from_config(resolved, workers=workers, runtime="cluster", **options),
+        return launch(job, resolved, RunOptions.from_config(resolved, workers=workers, runtime=runtime, **options),
                       name=name).result
     finally:
         del LOCAL_JOBS[name]

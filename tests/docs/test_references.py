@@ -74,7 +74,9 @@ for vid, value in [("a", 3), ("b", 6), ("c", 2)]:
 for src, dst in [("a", "b"), ("b", "a"), ("b", "c"), ("c", "b")]:
     g.add_edge(src, dst)
 g.add_combiner("max")
-print(mariana.run(g, workers=2, runtime="cluster").values == mariana.run(g, workers=2).values == {"a": 6, "b": 6, "c": 6})
+local = mariana.run(g, workers=2).values
+print(mariana.run(g, workers=2, runtime="cluster").values == local == mariana.run(g, workers=2, runtime="inproc").values
+      == {"a": 6, "b": 6, "c": 6})
 '''
 
 

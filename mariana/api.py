@@ -16,7 +16,8 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", **options: An
 
     ``runtime="local"`` (default) runs every partition in this process; ``runtime="cluster"``
     runs ``workers`` worker processes forked from this one over ZeroMQ (same results, bit for
-    bit); ``runtime="inproc"`` runs the cluster runtime's master and workers as threads here. Other keywords: ``placement``, ``max_supersteps``, ``run_dir`` (a ``RunDir``),
+    bit); ``runtime="inproc"`` runs the cluster runtime's master and workers as threads here.
+    Other keywords: ``placement``, ``max_supersteps``, ``run_dir`` (a ``RunDir``),
     ``on_superstep``, ``checkpoint_every``, ``keep_checkpoints``, ``resume``, ``trace``,
     ``capture`` (see ``mariana.engine.runner.run``).
     """

@@ -50,8 +50,9 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
 def run_graph(graph: Graph, *, workers: int = 1, runtime: str = "local", **options: Any) -> RunResult:
     """``mariana.run``: run a ``Graph`` object on the local runtime, or with ``runtime="cluster"`` on
     ``workers`` worker processes forked from this one (they inherit the graph; nothing executable
-    travels), or with ``runtime="inproc"`` on the cluster runtime's threads in this process. Where this process cannot fork safely (threads running, a zmq context open, no
-    ``os.fork``), write the graph as a ``Job`` and run it by name (``run_job("module:JOB", ...)``)."""
+    travels), or with ``runtime="inproc"`` on the cluster runtime's threads in this process. Where
+    this process cannot fork safely (threads running, a zmq context open, no ``os.fork``), write
+    the graph as a ``Job`` and run it by name (``run_job("module:JOB", ...)``)."""
     if runtime == "local":
         from ..engine.runner import run
 

@@ -64,14 +64,14 @@ def _side(me: int, ports: list[int], use_shm: bool, rounds: int, warmup: int, q:
         if r == warmup:
             cpu0, wall0, placed_total = time.process_time(), time.perf_counter(), 0
         header = wire.Batch(r, me, msgs).to_wire(job)
-        header.update(shm.notes(peer))
+        header["shm_notes"] = shm.notes(peer).to_wire() or None
         frames, placed = shm.encode(peer, header) if use_shm else (codec.encode(header), 0)
         placed_total += placed
         send_frames(dealer, frames)
         while not poll.poll(10_000):
             raise SystemExit("no message from the peer")
         _, got, _ = recv(router, True, resolve=resolve)
-        shm.notes_in(peer, got)
+        shm.notes_in(peer, got.get("shm_notes"))
         assert got["msgs"][3][3][0] == 3.0
         del got
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

@@ -11,6 +11,8 @@ TESTS = Path(__file__).resolve().parent
 # contract_jobs.py is importable as a job module ("contract_jobs:NAME") in this process and,
 # through PYTHONPATH, in worker processes the cluster runtime starts.
 sys.path.insert(0, str(TESTS / "engine"))
+# tests import helpers from each other's modules (test_cluster, test_shm): importable in any order
+sys.path[1:1] = [str(TESTS / "cluster"), str(TESTS / "comm")]
 
 #: The real S3 server fixtures (SeaweedFS on loopback): s3_server, s3_url; the report tests' runs
 #: and headless Chromium: dnn_run, cluster_run, browser.

@@ -17,16 +17,19 @@ import threading
 from typing import Callable, Sequence
 
 from ..errors import MarianaError, VertexError
+from .data import cmd_data
 from .inspect import cmd_checkpoint, cmd_jobs, cmd_keys, cmd_params, cmd_report, cmd_trace, cmd_ui
 from .parser import build_parser
 from .run import cmd_master_from_env, cmd_run, cmd_worker
+from .sweep import cmd_sweep
 
 __all__ = ["main", "build_parser"]
 
 #: Subcommand -> handler (``run`` and ``master`` go through ``cmd_run``).
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "jobs": cmd_jobs, "params": cmd_params, "checkpoint": cmd_checkpoint, "trace": cmd_trace,
-    "worker": cmd_worker, "keys": cmd_keys, "report": cmd_report, "ui": cmd_ui,
+    "worker": cmd_worker, "keys": cmd_keys, "report": cmd_report, "ui": cmd_ui, "data": cmd_data,
+    "sweep": cmd_sweep,
 }
 
 
@@ -56,6 +59,8 @@ def _main(argv: Sequence[str] | None) -> int:
         base = logging.INFO if chatty else logging.WARNING
         logging.basicConfig(level=base - 10 * min(args.verbose, 2), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if getattr(args, "data_dir", None) and args.command in ("run", "master"):
+            os.environ["MARIANA_DATA"] = args.data_dir  # spawned workers inherit it
         if args.command in COMMANDS:
             return COMMANDS[args.command](args)
         if args.command == "master" and args.from_env:

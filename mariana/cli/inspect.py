@@ -53,8 +53,20 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``mariana report RUN --out FILE.html``."""
+    """``mariana report RUN --out FILE.html`` (a sweep directory: the sweep's page, issue 21)."""
     from ..report import write_report
+    from ..sweep import is_sweep
+
+    if is_sweep(args.run):
+        from ..report.sweep import write_sweep_report
+
+        info = write_sweep_report(args.run, args.out)
+        if args.json:
+            print(json.dumps(info, default=str))
+        else:
+            print(f"wrote {args.out}: sweep of {len(info['trials'])} trials ({info['status']}), "
+                  f"{len(info['figures'])} plots ({info['bytes'] // 1024} KiB, opens without a network)")
+        return 0
 
     if args.out is None:  # beside the run it describes, not in the current directory
         args.out = RunDir(args.run, create=False).url.rstrip("/") + "/report.html"
@@ -74,8 +86,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from ..report import collect
     from ..report.live import LiveServer
 
-    collect(args.run)  # not a run directory: one line, exit 2, before anything is served
-    server = LiveServer(args.run, args.bind)
+    from ..sweep import is_sweep
+
+    if is_sweep(args.run):  # a sweep directory: the sweep's page (issue 21)
+        from ..report.sweep import SweepServer
+
+        server: Any = SweepServer(args.run, args.bind)
+    else:
+        collect(args.run)  # not a run directory: one line, exit 2, before anything is served
+        server = LiveServer(args.run, args.bind)
     url = server.start()
     print(url, flush=True)
     print(f"mariana ui: serving {args.run} at {url} (JSON: {url}api/state); Ctrl-C stops", file=sys.stderr, flush=True)

@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--job", help="refuse to serve a master that runs another job")
     w.add_argument("--host", default=None, help="address to bind this worker's data socket on (default 127.0.0.1; "
                    "with --from-env: this host's address on the route to the master)")
+    w.add_argument("--insecure", action="store_true",
+                   help="allow a plaintext data socket off loopback (only on a network you trust)")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
     _from_env_args(w, master=False)
@@ -107,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("--checkpoint", type=int, metavar="SUPERSTEP",
                     help="the model as of this checkpoint (its RUN/params snapshot, or the checkpoint itself)")
 
+    from .sweep import add_sweep_parser  # issue 21: `mariana sweep`
+
+    add_sweep_parser(sub, _job_args)
+
     rp = sub.add_parser("report", help="one self-contained HTML file about a run: curves, timeline, stragglers, ...")
     rp.add_argument("run", metavar="RUN", help="run directory (any fsspec URL; a run still going is fine)")
     rp.add_argument("--out", default=None, metavar="FILE.html", help="where to write it (default RUN/report.html)")
@@ -114,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="serve the job page of a run directory (running or finished) until Ctrl-C")
     ui.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")
     ui.add_argument("--bind", default="127.0.0.1:0", metavar="HOST:PORT", help="default: loopback, a free port")
+
+    from .data import add_data_parser
+
+    add_data_parser(sub, _Parser)
 
     j = sub.add_parser("jobs", help="list the jobs and their config keys")
     j.add_argument("--json", action="store_true")
@@ -128,6 +138,9 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, help="number of partitions (default 1)")
     p.add_argument("--placement", choices=["hash", "range"], default=None, help="how vertices go to workers")
     p.add_argument("--run-dir", metavar="URL", help="run directory (any fsspec URL); default runs/JOB-TIMESTAMP")
+    p.add_argument("--resume-if-possible", action=argparse.BooleanOptionalAction, default=None,
+                   help="if --run-dir holds a valid checkpoint of this same job and config, continue from it "
+                        "(a restarted master: Slurm requeue, a Kubernetes restart); on by default with --from-env")
     p.add_argument("--max-supersteps", type=int, default=None, metavar="N")
     p.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S", help="cluster heartbeat period")
     p.add_argument("--worker-timeout", type=float, default=10.0, metavar="S",
@@ -155,6 +168,8 @@ def _job_args(p: argparse.ArgumentParser) -> None:
                    help="serve a live job page (state, workers, counters, curves; JSON at /api/state); "
                         "default loopback, a free port; the URL goes to stderr")
     p.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard scalars to DIR (needs tensorboardX)")
+    p.add_argument("--data-dir", metavar="DIR", help="where named data sets (data=fashion-mnist, ...) are looked for "
+                   "first (sets MARIANA_DATA; then /usr/share/datasets, then the download cache)")
 
 
 def _from_env_args(p: argparse.ArgumentParser, master: bool) -> None:

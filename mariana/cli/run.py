@@ -56,7 +56,7 @@ class Progress:
 
 def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, str | None, RunDir | None]:
     """(job, config, workers, placement, run dir to resume) from the arguments or ``--resume RUN``."""
-    resume = getattr(args, "resume", None)
+    resume = getattr(args, "resume", None) or _resume_if_possible(args)
     if not resume:
         if not args.job:
             raise UsageError("mariana run needs a JOB (see `mariana jobs`) or --resume RUN")
@@ -77,6 +77,45 @@ def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, st
                          f"restored on {args.workers}")
     job = get_job(prev["job"])
     return job, resolve_config(job, prev["config"]), prev["workers"], prev.get("placement_arg"), run_dir
+
+
+def _resume_if_possible(args: argparse.Namespace) -> str | None:
+    """``--resume-if-possible`` (on by default with ``--from-env``): the run directory to resume
+    when ``--run-dir`` holds a valid checkpoint of the same job, config and worker count; None to
+    start afresh (the records of an earlier attempt without a checkpoint are dropped then)."""
+    wanted = args.resume_if_possible
+    if wanted is None:
+        wanted = getattr(args, "from_env", None) is not None
+    if not wanted or not args.run_dir or not args.job:
+        if wanted and not args.run_dir:
+            raise UsageError("--resume-if-possible needs --run-dir: the run directory a restarted job continues")
+        return None
+    from ..engine.tracing import rewind
+    from ..storage.checkpoint import Checkpoints
+
+    try:
+        run_dir = RunDir(args.run_dir, create=False)
+    except MarianaError:
+        return None  # a first start
+    if not run_dir.exists("job.json"):
+        return None
+    prev = run_dir.read_json("job.json")
+    job = get_job(args.job)
+    config = json.loads(json.dumps(resolve_config(job, _load_toml(args.config), args.sets, args.config or ""),
+                                   default=str))
+    workers = 1 if args.workers is None else args.workers
+    differs = [what for what, mine, theirs in (("job", args.job, prev.get("job")), ("config", config, prev.get("config")),
+                                              ("workers", workers, prev.get("workers"))) if mine != theirs]
+    if differs:
+        raise UsageError(f"--resume-if-possible: {args.run_dir} holds another run (its {', '.join(differs)} "
+                         f"differ); give another --run-dir")
+    if Checkpoints(run_dir).newest_valid() is None:
+        log.warning("%s: no valid checkpoint to resume from; starting the job afresh", args.run_dir)
+        rewind(run_dir, 0)
+        return None
+    log.warning("%s holds a checkpoint of this job: resuming from it (--resume-if-possible)", args.run_dir)
+    args.sets, args.config = [], None  # the run's recorded config, checked equal above
+    return str(args.run_dir)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -223,7 +262,7 @@ def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: 
     spec = WorkerSpec(master or launch.master_endpoint, getattr(args, "host", None) or launch.local_address(),
                       args.connect_timeout, args.max_message_mb, job=job,
                       server_key=os.path.join(keys, "master.key") if keys else None,
-                      key=_worker_key(args, launch.rank) if keys else None)
+                      key=_worker_key(args, launch.rank) if keys else None, insecure=getattr(args, "insecure", False))
     return run_worker(spec, build_graph)
 
 
@@ -271,5 +310,5 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not master:
         raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
     spec = WorkerSpec(master, args.host, args.connect_timeout, args.max_message_mb, server_key=server_key, key=args.key,
-                      job=args.job, verbosity=-1 if args.quiet else args.verbose)
+                      job=args.job, verbosity=-1 if args.quiet else args.verbose, insecure=args.insecure)
     return run_worker(spec, build_graph)

@@ -17,6 +17,7 @@ foreign messages are dropped and counted (``drops``).
 from __future__ import annotations
 
 import enum
+import hmac
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -136,8 +137,11 @@ class MasterState:
     """What the master knows, and how each event changes it."""
 
     def __init__(self, workers: int, job_name: str, job_id: str, *, heartbeat_interval: float = 0.5,
-                 worker_timeout: float = 10.0, heartbeat_prefix: bytes = b"hb:", max_malformed: int = 1000) -> None:
+                 worker_timeout: float = 10.0, heartbeat_prefix: bytes = b"hb:", max_malformed: int = 1000,
+                 token: str | None = None) -> None:
         self.workers, self.job_name, self.job_id = workers, job_name, job_id
+        #: a local launch's job token: a HELLO without it is refused (only the workers it started join)
+        self.token = token
         self.heartbeat_interval, self.worker_timeout = heartbeat_interval, worker_timeout
         self.heartbeat_prefix = heartbeat_prefix
         self.drops = DropCounter("master", max_malformed)
@@ -179,6 +183,10 @@ class MasterState:
     def worker_of_pid(self, pid: int) -> WorkerInfo | None:
         return next((w for w in self.present() if w.pid == pid), None)
 
+    def also_lost(self, now: float, exited: set[int]) -> set[int]:
+        """Indices of the workers whose process has exited (``exited``: pids) or that are silent by now."""
+        return {w.index for w in self.present() if w.pid in exited or now - w.last_seen > self.worker_timeout}
+
     # -- transitions the master asks for ----------------------------------------------------
     def begin(self, superstep: int, aggregates: dict[str, Any], broadcasts: dict[str, Any], wall: float) -> list[Send]:
         """Open the barrier of ``superstep``: BEGIN to every worker."""
@@ -206,18 +214,23 @@ class MasterState:
         self.phase = Phase.DONE
         return [Send(w.identity, wire.Bye(), w) for w in self.present()]
 
-    def lose(self, index: int) -> WorkerInfo:
-        """Free the slot of lost worker ``index`` for a replacement; a new generation starts and a
-        checkpoint still being written is abandoned (it belongs to the run being rolled back)."""
-        dead = self.by_index[index]
-        assert dead is not None
-        self.joined.pop(dead.identity, None)
-        self.by_index[index] = None
+    def lose(self, indices: set[int] | int) -> list[WorkerInfo]:
+        """Free the slots of the lost workers ``indices`` for replacements: one new generation
+        starts and a checkpoint still being written is abandoned (it belongs to the run being
+        rolled back). Returns the workers retired (to be told ABORT, and killed if local)."""
+        gone = []
+        for index in sorted({indices} if isinstance(indices, int) else indices):
+            dead = self.by_index[index]
+            if dead is None:
+                continue
+            self.joined.pop(dead.identity, None)
+            self.by_index[index] = None
+            gone.append(dead)
         self.gen += 1
         self.checkpoint_ss, self.parts = None, {}
         self.ready = set()
         self.phase = Phase.REJOINING
-        return dead
+        return gone
 
     def abort(self, reason: str) -> list[Send]:
         return [Send(w.identity, wire.Abort(reason), w) for w in self.present()]
@@ -276,6 +289,8 @@ class MasterState:
         # version and job first, on the raw header: a worker of another version may speak another HELLO
         if h.get("version") != __version__:
             reason = f"worker runs mariana {h.get('version')!r} but the master runs {__version__!r}"
+        elif self.token is not None and not hmac.compare_digest(str(h.get("token") or ""), self.token):
+            reason = "no valid job token: this master admits only the workers it started"
         elif h.get("want_job") not in (None, self.job_name):
             reason = f"this master runs job {self.job_name!r}, the worker was started for {h.get('want_job')!r}"
         elif self.phase not in (Phase.JOINING, Phase.REJOINING) or self.all_joined():
@@ -329,16 +344,19 @@ class MasterState:
         return []
 
     def _tick(self, ev: Tick) -> list[Instruction]:
-        out: list[Instruction] = []
         for w in self.present():
             if ev.now - w.last_seen > self.worker_timeout:
                 return [Fail(WorkerLost(f"{w.describe()} stopped answering at superstep {self.current} "
                                         f"(no message for {ev.now - w.last_seen:.1f}s, timeout {self.worker_timeout:g}s)",
                                         w.index))]
-        if ev.now >= self._next_beat:
-            self._next_beat = ev.now + self.heartbeat_interval
-            out += [Send(self.heartbeat_prefix + w.identity, wire.Heartbeat(t=ev.wall)) for w in self.present()]
-        return out
+        return list(self.beats(ev.now, ev.wall))
+
+    def beats(self, now: float, wall: float) -> list[Send]:
+        """Our heartbeats to every worker, if one is due (they keep this master alive there)."""
+        if now < self._next_beat:
+            return []
+        self._next_beat = now + self.heartbeat_interval
+        return [Send(self.heartbeat_prefix + w.identity, wire.Heartbeat(t=wall)) for w in self.present()]
 
     def _exited(self, ev: Exited) -> list[Instruction]:
         if self.phase is Phase.DONE:

@@ -14,15 +14,15 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import MarianaError, UsageError, VertexError
-from .worker import EXIT_MASTER_LOST, GraphBuilder, Worker
+from .worker import EXIT_MASTER_LOST, TOKEN_VAR, GraphBuilder, Worker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkerSpec", "make_worker", "run_worker", "configure_logging", "LOG_FORMAT", "report_error"]
+__all__ = ["WorkerSpec", "TOKEN_VAR", "make_worker", "run_worker", "configure_logging", "LOG_FORMAT", "report_error"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -43,8 +43,12 @@ class WorkerSpec:
     job: str | None = None
     #: logging: -1 quiet (warnings), 0 normal (joins and leaves), 1-2 more
     verbosity: int = 0
-    #: extra environment a forked child applies (its BLAS thread variables)
-    env: dict[str, str] = field(default_factory=dict)
+    #: a data socket off loopback without keys (plaintext, any sender): only when asked for
+    insecure: bool = False
+    #: the job token of a local launch: a plaintext loopback master admits only workers that
+    #: have it. Never on a command line (any local user can read those): a spawned worker gets
+    #: it in its environment (``TOKEN_VAR``), a forked one in its spec on a private pipe.
+    token: str | None = None
 
     def argv(self) -> list[str]:
         """The ``mariana`` arguments that start this worker in a fresh interpreter."""
@@ -57,7 +61,13 @@ class WorkerSpec:
             args += ["--key", self.key]
         if self.job:
             args += ["--job", self.job]
+        if self.insecure:
+            args.append("--insecure")
         return args
+
+    def env(self) -> dict[str, str]:
+        """What a spawned worker needs in its environment besides its command line."""
+        return {TOKEN_VAR: self.token} if self.token else {}
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -69,8 +79,17 @@ class WorkerSpec:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def security(self) -> Any:
-        """The CURVE settings of this worker, or None for plaintext."""
+        """The CURVE settings of this worker, or None for plaintext (refused off loopback unless
+        ``insecure``: a reachable data socket would accept any sender)."""
         if not (self.server_key or self.key):
+            from ..comm import is_loopback
+
+            if not is_loopback(self.host):
+                if not self.insecure:
+                    raise UsageError(f"--host {self.host} is not loopback: a reachable worker needs CURVE keys (--key "
+                                     "and --server-key, from `mariana keys add`), or --insecure on a network you trust")
+                log.warning("INSECURE: this worker's data socket on %s accepts any sender and data travels in "
+                            "plaintext", self.host)
             return None
         if not (self.server_key and self.key):
             raise UsageError("a secure worker needs both the master's public key (--server-key or --master-file) "
@@ -102,7 +121,7 @@ def report_error(exc: BaseException) -> int:
 def make_worker(spec: WorkerSpec, build: GraphBuilder) -> Worker:
     """The worker of ``spec``, not yet joined (``run()`` joins and serves; ``leave()`` ends it)."""
     return Worker(spec.master, build, spec.host, spec.connect_timeout, spec.max_message_mb << 20,
-                  spec.security(), spec.job)
+                  spec.security(), spec.job, token=spec.token or os.environ.get(TOKEN_VAR) or None)
 
 
 def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> int:

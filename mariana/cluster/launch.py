@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def spawn_workers(spec: WorkerSpec, n: int = 1, sharing: int | None = None) -> l
     one thread per core oversubscribe the machine (measured here: 150 dnn-dp steps on 2 workers
     took 3.87 s of superstep time with 2 OpenBLAS threads each on 2 cores, 0.44 s with 1).
     """
-    env = {**os.environ, **thread_vars(n if sharing is None else sharing)}
+    env = {**os.environ, **thread_vars(n if sharing is None else sharing), **spec.env()}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
     cmd = [sys.executable, "-m", "mariana", *spec.argv()]
@@ -133,17 +134,20 @@ class LocalCluster:
         #: ``inproc://``: the workers are threads of this process (no processes, no respawn)
         self.inproc = options.bind.startswith("inproc://")
         self.threads: list[tuple[threading.Thread, Worker]] = []
+        #: the job's token: only the workers this launch starts may join its master (``WorkerSpec.token``)
+        self.token = secrets.token_hex(16)
 
     def start(self) -> None:
         workers = self.options.workers
         forked = [] if self.inproc else self._fork(workers)
         self.procs += forked
         self.master = master = Master(self.job_name, self.config, None, self.options.replace(run_dir=None),
-                                      security=self.security)
+                                      security=self.security, token=self.token)
         endpoint = master.start()
         spec = local_spec(endpoint, parse_endpoint(endpoint)[0],
                           max_message_mb=max(1, master.transport.max_message_bytes >> 20),
-                          server_key=self.security.public.decode() if self.security is not None else None)
+                          server_key=self.security.public.decode() if self.security is not None else None,
+                          token=self.token)
         for i, key_file in enumerate(self.key_files or [None] * workers):
             mine = dataclasses.replace(spec, key=key_file)
             if self.inproc:

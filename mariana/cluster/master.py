@@ -31,6 +31,7 @@ from ..errors import MarianaError, StorageError
 from ..messages import wire
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
+from ..storage.retry import keepalive
 from .control import (Arrived, Beat, Exited, Fail, Instruction, MasterState, Phase, Send, SuperstepTimeout, Tick,
                       WorkerInfo, WorkerLost)
 
@@ -51,7 +52,7 @@ class Master:
 
     def __init__(self, job_name: str, config: dict[str, Any], graph: Any, options: RunOptions, *,
                  security: Any = None, resume: CheckpointInfo | None = None,
-                 respawn: Callable[[], Any] | None = None) -> None:
+                 respawn: Callable[[], Any] | None = None, token: str | None = None) -> None:
         o = self.options = options
         self.job_name, self.config = job_name, config
         self.workers, self.placement = o.workers, o.placement
@@ -63,13 +64,14 @@ class Master:
         self.transport = transport_for(o.bind, o.max_message_bytes, security)
         self.state = MasterState(o.workers, job_name, self.job_id, heartbeat_interval=o.heartbeat_interval,
                                  worker_timeout=o.worker_timeout, heartbeat_prefix=HEARTBEAT_PREFIX,
-                                 max_malformed=o.max_malformed)
+                                 max_malformed=o.max_malformed, token=token)
         self.drops = self.state.drops
         #: the coordinator's copy taken with the checkpoint being written (committed with its parts)
         self._coordinator: dict[str, Any] | None = None
         self.children: list[Any] = []
         self.endpoint = ""
         self.dropped: dict[str, int] = {}
+        self._liveness_due = 0.0  # when the loop next checks liveness once its condition holds
         self.attach(graph, o.run_dir, resume)
 
     # what the state machine knows, under the names callers and tests use
@@ -146,13 +148,14 @@ class Master:
             driver = Driver(self, coord, run_dir=self.run_dir, on_superstep=o.on_superstep, tracer=self.tracer,
                             checkpoints=self.checkpoints is not None, checkpoint_every=o.checkpoint_every,
                             background=o.checkpoint_background)
-            while True:
-                try:
-                    driver.run()
-                    break
-                except WorkerLost as lost:
-                    self._recover(lost, coord, driver)
-            return driver.finish(self.graph.place(self.workers, None), self.job_name)
+            with keepalive(self._keepalive):  # a storage outage being retried does not lose the workers
+                while True:
+                    try:
+                        driver.run()
+                        break
+                    except WorkerLost as lost:
+                        self._recover(lost, coord, driver)
+                return driver.finish(self.graph.place(self.workers, None), self.job_name)
         except BaseException as exc:
             self._abort(str(exc) or type(exc).__name__)
             if self.tracer is not None:
@@ -215,6 +218,8 @@ class Master:
                 error = exc
             except (KeyError, TypeError) as exc:  # a malformed entry from a worker
                 error = StorageError(f"malformed part entry from a worker: {exc!r}")
+        if error is not None:
+            self.checkpoints.discard(ss)  # the parts that were written would only take the next one's space
         report(ss, error, record, self.tracer)
 
     def results(self) -> dict[str, Any]:
@@ -236,7 +241,12 @@ class Master:
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self, lost: WorkerLost, coord: Coordinator, driver: Driver) -> None:
-        """Replace the lost worker and roll everyone back to the newest valid checkpoint."""
+        """Replace every lost worker and roll everyone back to the newest valid checkpoint.
+
+        Every worker found lost (``lost`` and any other that has exited or gone silent) is
+        retired: told to stop and, if this master started it, killed, so a paused one that wakes
+        up later cannot come back. A worker lost while the others roll back is replaced too
+        (each round counts as a restart)."""
         o = self.options
         if o.max_restarts == 0 or lost.index is None:
             raise lost
@@ -249,35 +259,72 @@ class Master:
             if why:
                 lost.args = (f"{lost.args[0]} (not recovered: {why})",)
             raise lost
-        self.restarts += 1
         ss = info.superstep
-        log.warning("%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
-                    lost.args[0], ss, self.restarts, o.max_restarts)
-        self.state.lose(lost.index)
+        gone = {lost.index} | self._also_lost()
+        while True:
+            self.restarts += 1
+            log.warning("%s%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
+                        lost.args[0], f" (lost: workers {sorted(gone)})" if len(gone) > 1 else "", ss,
+                        self.restarts, o.max_restarts)
+            try:
+                self._rollback(gone, ss, coord, driver)
+                break
+            except WorkerLost as more:
+                if more.index is None or self.restarts >= o.max_restarts:
+                    raise
+                lost, gone = more, {more.index} | self._also_lost()
+        if self.tracer is not None:
+            self.tracer.event("recovery", superstep=self.current, lost=lost.index, lost_workers=sorted(gone),
+                              rollback_to=ss, restart=self.restarts)
+        log.warning("recovered: %s, continuing from superstep %d", "; ".join(
+            f"worker {i} replaced by {self.by_index[i].describe()}" for i in sorted(gone)), ss)
+
+    def _also_lost(self) -> set[int]:
+        """Indices of the workers that have exited (local processes) or gone silent by now."""
+        return self.state.also_lost(time.monotonic(), {c.pid for c in self.children if c.poll() is not None})
+
+    def _retire(self, workers: list[WorkerInfo]) -> None:
+        """Workers dropped from the job for good: ABORT to each (a paused worker reads it when it
+        wakes) and, if it is a process this master started, kill it and reap it."""
+        for w in workers:
+            try:
+                send(self.sock, wire.Abort("replaced after it was lost").to_wire(self.job_id), w.identity)
+            except Unreachable:
+                pass
+            for child in [c for c in self.children if c.pid == w.pid]:
+                if child.poll() is None:
+                    child.kill()
+                try:
+                    child.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    log.warning("worker process %d did not die on SIGKILL", child.pid)
+                self.children.remove(child)
+
+    def _rollback(self, gone: set[int], ss: int, coord: Coordinator, driver: Driver) -> None:
+        """Retire the workers ``gone``, have new ones take their partitions, and roll every worker
+        back to the checkpoint at ``ss`` (raises ``WorkerLost`` if another worker is lost meanwhile)."""
+        o = self.options
+        self._retire(self.state.lose(gone))
         self.children = [c for c in self.children if c.poll() is None]
         if self.respawn is not None:
-            self.children.append(self.respawn())
+            for _ in gone:
+                self.children.append(self.respawn())
         self._wait(self.state.all_joined, o.rejoin_timeout,
-                   f"a worker to take over worker {lost.index}'s partition (--rejoin-timeout)")
+                   f"workers to take over worker {', '.join(map(str, sorted(gone)))}'s partition (--rejoin-timeout)")
         coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
         driver.rewind(ss)
         if self.tracer is not None:
             self.tracer.flush()  # written records first, then the rewind drops the replayed ones
         rewind(self.run_dir, ss)
-        if self.tracer is not None:
-            self.tracer.event("recovery", superstep=self.current, lost=lost.index, rollback_to=ss,
-                              restart=self.restarts)
         self.state.phase = Phase.STARTING
         peers = [w.data for w in self.by_index]
         for w in self.state.present():
-            if w.index == lost.index:
+            if w.index in gone:
                 self._welcome(w, ss)
             else:
                 self._do([Send(w.identity, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]), w)])
         self._wait(self.state.all_ready, None, "workers to roll back")
         self.state.phase = Phase.RUNNING
-        log.warning("recovered: worker %d replaced by %s, continuing from superstep %d",
-                    lost.index, self.by_index[lost.index].describe(), ss)
 
     def _abort(self, reason: str) -> None:
         for ins in self.state.abort(reason):
@@ -328,16 +375,31 @@ class Master:
             if hang_at is not None and time.monotonic() > hang_at:
                 self._hang(hang_after)
             if self.poll.poll(int(min(self.heartbeat_interval, 0.2) * 1000)):
-                for identity, header, _ in drain(self.sock, True, self.drops):
-                    now, wall = time.monotonic(), time.time()
-                    of = heartbeat_of(identity)
-                    self._do(st.handle(Arrived(identity, header, now, wall) if of is None
-                                       else Beat(identity, of, header, now, wall)))
-            for child in self.children:
-                code = child.poll()
-                if code is not None:
-                    self._do(st.handle(Exited(child.pid, code)))
-            self._do(st.handle(Tick(time.monotonic(), time.time())))
+                self._receive()
+            now = time.monotonic()
+            if not condition() or now >= self._liveness_due:  # not on every barrier's path (latency)
+                self._liveness_due = now + 0.05
+                for child in self.children:
+                    code = child.poll()
+                    if code is not None:
+                        self._do(st.handle(Exited(child.pid, code)))
+                self._do(st.handle(Tick(now, time.time())))
+
+    def _keepalive(self) -> None:
+        """While a storage call of this thread waits to retry: take the workers' messages (their
+        heartbeats keep them alive here) and send ours (ours keep this master alive there)."""
+        if self.poll.poll(0):
+            self._receive()
+        self._do(self.state.beats(time.monotonic(), time.time()))
+
+    def _receive(self) -> None:
+        """Every message waiting now, as events to the state machine; its instructions carried out."""
+        st = self.state
+        for identity, header, _ in drain(self.sock, True, self.drops):
+            now, wall = time.monotonic(), time.time()
+            of = heartbeat_of(identity)
+            self._do(st.handle(Arrived(identity, header, now, wall) if of is None
+                               else Beat(identity, of, header, now, wall)))
 
     def _hang(self, after: float) -> None:
         """Name the workers missing from the barrier and the peers each waiting worker lacks."""

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 __all__ = ["Worker", "GraphBuilder", "EXIT_MASTER_LOST"]
 
 EXIT_MASTER_LOST = 3
+#: The job token a local launch gives its workers in their environment (never on a command
+#: line, which any local user can read): a plaintext master on loopback admits only them.
+TOKEN_VAR = "MARIANA_JOB_TOKEN"
 
 
 #: ``build(job_name, config, workers, placement) -> Graph``: the job's whole graph, as the
@@ -76,13 +79,15 @@ class Worker:
     """One worker process of the cluster runtime."""
 
     def __init__(self, master: str, build: GraphBuilder, host: str = "127.0.0.1", connect_timeout: float = 60.0,
-                 max_message_bytes: int = 1 << 30, security: Any = None, job: str | None = None) -> None:
+                 max_message_bytes: int = 1 << 30, security: Any = None, job: str | None = None,
+                 token: str | None = None) -> None:
         self.master = master
         self.build = build
         self.host = host
         self.connect_timeout = connect_timeout
         self.security = security
         self.want_job = job
+        self.token = token  # a local launch's job token (entry.WorkerSpec.token)
         self.transport = transport_for(master, max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.hostname, self.pid = socket.gethostname(), os.getpid()
@@ -152,7 +157,7 @@ class Worker:
 
     def _join(self, data_ep: str) -> wire.Welcome | None:
         hello = wire.Hello(version=__version__, data=data_ep, pid=self.pid, host=self.hostname,
-                           want_job=self.want_job,
+                           want_job=self.want_job, token=self.token,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         deadline = time.monotonic() + self.connect_timeout
         watch = HandshakeWatch(self.ctl) if self.security is not None else None
@@ -394,6 +399,8 @@ class Worker:
         while missing := self.inbox.missing(s, self.peers):
             if self.master_lost:
                 raise _MasterLost()
+            if self._stop.is_set():  # told to leave (an in-process worker whose job ended)
+                raise _Interrupt(wire.Abort("the worker was told to leave"))
             self.state["peers"] = missing
             events = dict(poll.poll(100))
             if self.data in events:
@@ -444,8 +451,9 @@ class Worker:
         if shm is None:
             frames = codec.encode(batch.to_wire(self.job_id))
         else:
-            for name, value in shm.notes(peer).items():
-                setattr(batch, name, value)
+            notes = shm.notes(peer)
+            if notes:
+                batch.shm_notes = notes.to_wire()
             frames, placed = shm.encode(peer, batch.to_wire(self.job_id))
             out.zero_copy[peer] += shm.zero_copy
             placed += shm.zero_copy  # shm_bytes_out: copied + zero-copy bytes
@@ -463,7 +471,7 @@ class Worker:
             if (self.shm is not None and peer is not None and header.get("job") == self.job_id
                     and header.get("src") == peer and header.get("gen", 0) == self.gen):
                 try:
-                    self.shm.notes_in(peer, header)
+                    self.shm.notes_in(peer, header.get("shm_notes"))
                 except ProtocolError as exc:
                     self.drops.malformed(identity, exc.kind, exc.detail)
                     continue

@@ -75,10 +75,13 @@ def load_keypair(path: str) -> tuple[bytes, bytes]:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"no key file at {p}")
+    try:
+        public, secret = zmq.auth.load_certificate(str(p))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{p} is not a key file: {exc}") from None
+    if not secret:  # a public key (.key) where the secret one belongs: say so, not "readable by others"
+        raise UsageError(f"{p} holds only a public key; --key takes the secret key file (NAME.key_secret)")
     _check_private(p)
-    public, secret = zmq.auth.load_certificate(str(p))
-    if not secret:
-        raise UsageError(f"{p} holds no secret key (use the .key_secret file)")
     return public, secret
 
 

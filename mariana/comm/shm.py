@@ -7,16 +7,17 @@ sent as an empty frame; the BATCH record's ``shm`` field says where it is (``[ai
 offset, length], ...]]``), so the codec's frame indices keep their meaning. The receiver maps the
 sender's segments read-only (once each) and decodes arrays as read-only views into them.
 
-Everything else rides on the BATCH parts the workers send each other every superstep (all plain
-msgpack lists, checked here):
+Everything else rides on the BATCH parts the workers send each other every superstep, as this
+layer's own record ``ShmNotes`` in the BATCH's ``shm_notes`` field (plain msgpack lists, checked
+once, in ``ShmNotes.from_wire``):
 
-- ``shm_offer`` ``[aid, host, [[seg, name, size, token], ...]]``: new segments of the sender's
+- ``offer`` ``[aid, host, [[seg, name, size, token], ...]]``: new segments of the sender's
   arena. The receiver maps one only if ``host`` is its own host identity (boot id, hostname,
   uid), the file is a regular file of its uid of that size, and it starts with ``token``.
-- ``shm_ack`` ``[aid, [[seg, ok], ...]]``: the receiver mapped (or could not map) them. The
+- ``ack`` ``[aid, [[seg, ok], ...]]``: the receiver mapped (or could not map) them. The
   sender unlinks an acknowledged segment at once (only mappings keep it alive, so a kill -9 leaves
   no file behind) and uses it only from then on; a refusal turns shm off for that peer.
-- ``shm_freed`` ``[aid, [[seg, offset], ...]]``: extents whose last view the receiver dropped
+- ``freed`` ``[aid, [[seg, offset], ...]]``: extents whose last view the receiver dropped
   (``weakref.finalize`` on the per-frame owner array every decoded view keeps alive). The sender
   reuses an extent only after it is reported free, so a vertex may keep a payload for as long as
   it likes: its extent just stays leased.
@@ -28,8 +29,8 @@ processes, and batches of the old generation are dropped anyway (their extents a
 they are collected, and reports about old arenas are ignored by ``aid``).
 
 *Send buffers* (``Pool``, ``Context.send_buffer``) avoid even the sender's copy: arrays a vertex
-asked the engine for live in pool segments every same-host peer maps (``shm_pool_offer`` /
-``shm_pool_ack``, the same checks), so a frame inside one travels as a ``shm_pool`` descriptor
+asked the engine for live in pool segments every same-host peer maps (``pool_offer`` /
+``pool_ack``, the same checks), so a frame inside one travels as a ``shm_pool`` descriptor
 ``[pool id, [[frame, seg, offset, length], ...]]`` with no copy and no lease: the vertex owns the
 memory and must not rewrite what it sent before two supersteps later (see ``Pool``).
 """
@@ -46,6 +47,7 @@ import secrets
 import socket
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -313,13 +315,54 @@ def _ints(x: Any, n: int) -> bool:
     return isinstance(x, list) and len(x) == n and all(type(v) is int and v >= 0 for v in x)
 
 
-def _note(header: dict[str, Any], key: str) -> tuple[str, list] | None:
-    raw = header.get(key)
-    if raw is None:
-        return None
-    if not (isinstance(raw, list) and len(raw) >= 2 and isinstance(raw[0], str) and isinstance(raw[-1], list)):
-        raise ProtocolError("shm", f"malformed {key}")
-    return raw[0], raw[-1]
+def _segments(x: Any) -> bool:
+    """``[[seg, name, size, token], ...]``: offered segments."""
+    return isinstance(x, list) and all(
+        isinstance(i, list) and len(i) == 4 and type(i[0]) is int and isinstance(i[1], str) and type(i[2]) is int
+        and isinstance(i[3], str) for i in x)
+
+
+def _acks(x: Any) -> bool:
+    """``[[seg, mapped?], ...]``."""
+    return isinstance(x, list) and all(isinstance(i, list) and len(i) == 2 and type(i[0]) is int
+                                       and isinstance(i[1], bool) for i in x)
+
+
+@dataclass
+class ShmNotes:
+    """This layer's own record: what one worker tells a same-host peer about their arenas and
+    send-buffer pools, riding on a BATCH part (its ``shm_notes`` field). ``from_wire`` checks the
+    whole shape once; what depends on state (segment numbers in range, the arena id) is checked
+    where the note is applied (``Shm.notes_in``)."""
+
+    offer: list | None = None  # [arena id, host id, [[segment, name, size, token], ...]]
+    ack: list | None = None  # [peer's arena id, [[segment, mapped?], ...]]
+    freed: list | None = None  # [peer's arena id, [[segment, offset], ...]]
+    pool_offer: list | None = None  # [pool id, host id, [[segment, name, size, token], ...]]
+    pool_ack: list | None = None  # [peer's pool id, [[segment, mapped?], ...]]
+
+    #: field -> (length, check of the last element)
+    _SHAPES = {"offer": (3, _segments), "ack": (2, _acks), "freed": (2, lambda x: isinstance(x, list) and all(
+        _ints(i, 2) for i in x)), "pool_offer": (3, _segments), "pool_ack": (2, _acks)}
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, name) is not None for name in self._SHAPES)
+
+    def to_wire(self) -> dict[str, list]:
+        return {name: getattr(self, name) for name in self._SHAPES if getattr(self, name) is not None}
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> ShmNotes:
+        """The notes of a BATCH's ``shm_notes`` (None: none); ``ProtocolError("shm")`` if malformed."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, dict) or set(raw) - set(cls._SHAPES):
+            raise ProtocolError("shm", "malformed shm_notes")
+        for name, value in raw.items():
+            length, check = cls._SHAPES[name]
+            if not (isinstance(value, list) and len(value) == length and isinstance(value[0], str) and check(value[-1])):
+                raise ProtocolError("shm", f"malformed shm note {name!r}")
+        return cls(**raw)
 
 
 class _Mapped:
@@ -479,32 +522,32 @@ class Shm:
             pool.reused += 1
         pool.last_sent[addr] = self.superstep
 
-    def notes(self, peer: int) -> dict[str, Any]:
-        """The shm fields of the next BATCH part to ``peer``: offers, acks, freed extents."""
-        fields: dict[str, Any] = {}
+    def notes(self, peer: int) -> ShmNotes:
+        """The notes for the next BATCH part to ``peer``: offers, acks, freed extents."""
+        notes = ShmNotes()
         arena = self.arenas.get(peer)
         if arena is not None and arena.offers:
-            fields["shm_offer"] = [arena.aid, self.host, arena.offers]
+            notes.offer = [arena.aid, self.host, arena.offers]
             arena.offers = []
         acks = self.acks.pop(peer, None)
         mapped = self.mapped.get(peer)
         if acks and mapped is not None:
-            fields["shm_ack"] = [mapped.aid, acks]
+            notes.ack = [mapped.aid, acks]
         pool = self.pool
         if pool is not None:  # (a peer that refused our arena refuses this too, and the segments go)
             offers = pool.offers(peer)
             if offers:
-                fields["shm_pool_offer"] = [pool.pid, self.host, offers]
+                notes.pool_offer = [pool.pid, self.host, offers]
         packs = self.pool_acks.pop(peer, None)
         if packs and peer in self.pool_maps:
-            fields["shm_pool_ack"] = [self.pool_maps[peer][0], packs]
+            notes.pool_ack = [self.pool_maps[peer][0], packs]
         with self._lock:
             freed = self.freed.pop(peer, None)
         if freed and mapped is not None:
             regions = [[s, off] for aid, s, off in freed if aid == mapped.aid]
             if regions:
-                fields["shm_freed"] = [mapped.aid, regions]
-        return fields
+                notes.freed = [mapped.aid, regions]
+        return notes
 
     def _arena(self, peer: int, need: int, want: int) -> None:
         arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)
@@ -521,45 +564,33 @@ class Shm:
             arena.close()
 
     # -- receiving ----------------------------------------------------------------------------
-    def notes_in(self, peer: int, header: dict[str, Any]) -> None:
-        """Apply the shm fields of a valid BATCH part from ``peer``; ``ProtocolError`` if malformed."""
-        offer = header.get("shm_offer")
-        if offer is not None:
-            if not (isinstance(offer, list) and len(offer) == 3 and isinstance(offer[0], str)
-                    and isinstance(offer[2], list)):
-                raise ProtocolError("shm", "malformed shm_offer")
-            self._map(peer, offer[0], offer[1], offer[2])
-        poffer = header.get("shm_pool_offer")
-        if poffer is not None:
-            if not (isinstance(poffer, list) and len(poffer) == 3 and isinstance(poffer[0], str)
-                    and isinstance(poffer[2], list)):
-                raise ProtocolError("shm", "malformed shm_pool_offer")
-            self._map_pool(peer, poffer[0], poffer[1], poffer[2])
-        pack = _note(header, "shm_pool_ack")
+    def notes_in(self, peer: int, raw: Any) -> None:
+        """Apply the notes of a valid part from ``peer`` (a BATCH's ``shm_notes``, or a ``ShmNotes``);
+        ``ProtocolError`` if malformed."""
+        notes = raw if isinstance(raw, ShmNotes) else ShmNotes.from_wire(raw)
+        if notes.offer is not None:
+            self._map(peer, *notes.offer)
+        if notes.pool_offer is not None:
+            self._map_pool(peer, *notes.pool_offer)
         pool = self.pool
-        if pack is not None and pool is not None and pack[0] == pool.pid:
-            for item in pack[1]:
-                if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int
-                        and 0 <= item[0] < len(pool.segs) and isinstance(item[1], bool)):
-                    raise ProtocolError("shm", "malformed shm_pool_ack")
-                pool.ack(peer, item[0], item[1])
+        if notes.pool_ack is not None and pool is not None and notes.pool_ack[0] == pool.pid:
+            for seg, ok in notes.pool_ack[1]:
+                if not 0 <= seg < len(pool.segs):
+                    raise ProtocolError("shm", "shm note 'pool_ack' names no segment of the pool")
+                pool.ack(peer, seg, ok)
         arena = self.arenas.get(peer)
-        ack = _note(header, "shm_ack")
-        if ack is not None and arena is not None and ack[0] == arena.aid:
-            for item in ack[1]:
-                if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int
-                        and 0 <= item[0] < len(arena.segs) and isinstance(item[1], bool)):
-                    raise ProtocolError("shm", "malformed shm_ack")
+        if notes.ack is not None and arena is not None and notes.ack[0] == arena.aid:
+            for item in notes.ack[1]:
+                if not 0 <= item[0] < len(arena.segs):
+                    raise ProtocolError("shm", "shm note 'ack' names no segment of the arena")
                 arena.acked(item[0], item[1])
                 if not item[1]:
                     log.debug("shm: peer %d cannot map our segments; it gets zmq frames", peer)
                     self._off(peer)
                     break
-        freed = _note(header, "shm_freed")
+        freed = notes.freed
         if freed is not None and arena is not None and freed[0] == arena.aid:
             for item in freed[1]:
-                if not _ints(item, 2):
-                    raise ProtocolError("shm", "malformed shm_freed")
                 if item[0] < len(arena.segs):
                     arena.release(item[0], item[1])
 

@@ -241,7 +241,7 @@ def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None) -
     return codec.nbytes(frames)
 
 
-#: ``resolve(identity, frames) -> frames``: what an empty buffer frame stands for (engine/shm.py).
+#: ``resolve(identity, frames) -> frames``: what an empty buffer frame stands for (comm/shm.py).
 Resolver = Callable[[bytes | None, Sequence[Any]], list[Any]]
 
 
@@ -277,6 +277,8 @@ def drain(sock: zmq.Socket, router: bool, drops: Any,
     """Every message waiting on ``sock`` now, decoded: (identity, header, bytes). Malformed ones
     are counted in ``drops`` (a ``DropCounter``) and messages of banned peers dropped there."""
     while True:
+        if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # cheaper than a recv that raises Again
+            return
         try:
             identity, header, size = recv(sock, router, resolve=resolve)
         except Again:

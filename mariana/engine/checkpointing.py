@@ -5,7 +5,7 @@ halted set, next inbox) plus its parameter snapshot, then the master's part, the
 (``storage.checkpoint``). LocalRuntime writes it on a background thread from a copy of the state
 (``BackgroundWriter``) so the next supersteps run while the disk works. On the cluster each
 worker does the same with its part and answers CHECKPOINTED when it is written; the master
-commits once every part is in, while the supersteps go on (engine/master.py).
+commits once every part is in, while the supersteps go on (cluster/master.py).
 """
 
 from __future__ import annotations

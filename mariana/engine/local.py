@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Any, Callable
 
-from ..errors import StorageError
+from ..errors import MarianaError, StorageError
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from . import checkpointing
@@ -150,8 +150,13 @@ def _checkpoint_job(checkpoints: Checkpoints, ss: int, master: dict[str, Any], p
     states = [(p.worker, *checkpointing.capture(p, copy=copy)) for p in partitions]
 
     def job() -> None:
-        entries = [e for w, snap, params in states for e in checkpointing.write_worker(checkpoints, ss, w, snap, params)]
-        checkpointing.commit(checkpoints, ss, entries, master)
+        try:
+            entries = [e for w, snap, params in states
+                       for e in checkpointing.write_worker(checkpoints, ss, w, snap, params)]
+            checkpointing.commit(checkpoints, ss, entries, master)
+        except MarianaError:
+            checkpoints.discard(ss)  # its parts would only take the space the next one needs
+            raise
 
     return job
 

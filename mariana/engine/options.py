@@ -68,6 +68,11 @@ class RunOptions:
             raise UsageError(f"workers must be >= 1, got {self.workers}")
         if self.max_supersteps is not None and self.max_supersteps < 0:
             raise UsageError(f"max_supersteps must be >= 0, got {self.max_supersteps}")
+        if not self.heartbeat_interval > 0:
+            raise UsageError(f"heartbeat interval must be > 0 s, got {self.heartbeat_interval:g}")
+        if not self.worker_timeout > self.heartbeat_interval:
+            raise UsageError(f"worker timeout {self.worker_timeout:g}s must be longer than the heartbeat interval "
+                             f"{self.heartbeat_interval:g}s (a few intervals: one late heartbeat is not a lost worker)")
         if self.runtime is not None and self.runtime not in RUNTIMES:
             raise UsageError(f"unknown runtime {self.runtime!r}; choose one of: {', '.join(RUNTIMES)}")
         if self.runtime == "inproc":  # the cluster runtime, every worker a thread of this process

@@ -1,11 +1,13 @@
 """Vertex state for checkpoints: what a vertex holds, as plain data and arrays.
 
-``vertex_state(v)`` calls ``v.state_dict()`` when the vertex defines one, else captures every
-attribute (``__dict__`` and ``__slots__``) that is plain data: None, bool, int, float, str,
-bytes, numpy arrays and scalars, ``numpy.random.Generator`` (its bit-generator state), and
-lists/tuples/dicts of those. Anything else (a model object, a callable, the subgraph a job
-rebuilds on every start) is skipped: the job's build recreates it. ``load_vertex_state`` sets
-the attributes back (or calls ``load_state_dict``).
+Each vertex says what it checkpoints: ``vertex_state(v)`` calls ``v.state_dict()`` when the
+vertex defines one, else captures the attributes its class declares in ``state_fields``
+(``("value",)`` on ``Vertex``): plain data only, None, bool, int, float, str, bytes, numpy (or
+cupy) arrays and scalars, ``numpy.random.Generator`` (its bit-generator state), and
+lists/tuples/dicts of those. A declared field that holds anything else is a mistake in the
+declaration and fails the checkpoint naming the vertex and the field. Everything not declared (a
+model object, a callable, the data and subgraph a job rebuilds on every start) is recreated by
+the job's build. ``load_vertex_state`` sets the attributes back (or calls ``load_state_dict``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MarianaError
 from .vertex import Vertex
 
-__all__ = ["vertex_state", "load_vertex_state", "default_state", "load_default_state", "plain", "detached", "SKIP"]
+__all__ = ["vertex_state", "load_vertex_state", "default_state", "load_default_state", "plain", "detached"]
 
-#: Attributes never captured: the id and the out-edges are structure the job rebuilds.
-SKIP = frozenset({"id", "edges"})
 _RNG = "__rng__"
 
 
@@ -64,15 +65,6 @@ def detached(state: Any, memo: dict[tuple, Any] | None = None) -> Any:
     return state
 
 
-def _attributes(v: Vertex) -> dict[str, Any]:
-    """Attributes to capture: all but ``SKIP`` and the class's ``static_attributes``."""
-    skip = SKIP.union(getattr(v, "static_attributes", ()))
-    names = list(getattr(v, "__dict__", {}))
-    for cls in type(v).__mro__:
-        names += [s for s in getattr(cls, "__slots__", ()) if s not in names]
-    return {n: getattr(v, n) for n in names if n not in skip and hasattr(v, n)}
-
-
 def vertex_state(v: Vertex) -> dict[str, Any]:
     """The checkpointable state of ``v``."""
     if hasattr(v, "state_dict"):
@@ -81,13 +73,17 @@ def vertex_state(v: Vertex) -> dict[str, Any]:
 
 
 def default_state(v: Vertex) -> dict[str, Any]:
-    """Every plain attribute of ``v`` (what ``vertex_state`` captures without ``state_dict``)."""
+    """The declared ``state_fields`` of ``v`` that it has (what ``vertex_state`` captures without
+    ``state_dict``); a field set only in some configurations is simply absent in the others."""
     out = {}
-    for name, value in _attributes(v).items():
-        try:
-            out[name] = plain(value)
-        except _NotPlain:
+    for name in type(v).state_fields:
+        if not hasattr(v, name):
             continue
+        try:
+            out[name] = plain(getattr(v, name))
+        except _NotPlain as exc:
+            raise MarianaError(f"vertex {v.id!r}: state field {name!r} of {type(v).__name__} holds a {exc}, "
+                               "not plain data (declare only plain fields in state_fields)") from None
     return out
 
 

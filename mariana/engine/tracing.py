@@ -82,7 +82,7 @@ def _scan(value: Any, key: str, depth: int, skip: set[int] | None) -> tuple[str,
 
 
 def state_flags(vertex: Any, scanned: set[int] | None = None) -> tuple[str, str] | None:
-    """Non-finite numbers in a vertex's ``value`` and its array attributes (not static ones).
+    """Non-finite numbers in a vertex's ``value`` and the arrays of its other state fields.
 
     The ids of the arrays scanned go into ``scanned``: messages that are views of them (a
     gradient slice, a shard's parameters) need no second scan."""
@@ -93,9 +93,9 @@ def state_flags(vertex: Any, scanned: set[int] | None = None) -> tuple[str, str]
             scanned.add(id(value))
         if hit or not hasattr(vertex, "__dict__"):
             return hit
-        static = getattr(vertex, "static_attributes", ())
-        for name, v in vars(vertex).items():
-            if isinstance(v, np.ndarray) and name not in static:
+        for name in type(vertex).state_fields:
+            v = getattr(vertex, name, None)
+            if isinstance(v, np.ndarray) and name != "value":
                 hit = _scan(v, name, 0, None)
                 if scanned is not None:
                     scanned.add(id(v))

@@ -24,13 +24,18 @@ class Vertex:
     ``result()`` is what the job collects at the end (default: ``value``).
     ``size_hint()`` says how many graph items a block vertex holds (placement tables).
 
-    Optional hooks: ``state_dict()``/``load_state_dict()`` replace the default checkpoint
+    ``state_fields`` names the attributes a checkpoint captures (plain data: numbers, strings,
+    arrays, RNGs, lists and dicts of those; ``("value",)`` here): a subclass with more state
+    declares them, e.g. ``state_fields = (*Vertex.state_fields, "seen", "rng")``; everything else
+    is rebuilt by the job. Optional hooks: ``state_dict()``/``load_state_dict()`` replace that
     capture (engine/state.py); ``params_snapshot()`` returns the model parameters this vertex
     holds (plain data with arrays), written to ``RUN/params/ss-NNNNNN/`` at every checkpoint
     so the model can be read while training goes on.
     """
 
     __slots__ = ("id", "value", "edges")
+    #: the attributes a checkpoint captures (engine/state.py)
+    state_fields: tuple[str, ...] = ("value",)
 
     def __init__(self, id: str, value: Any = None, edges: Iterable[tuple[str, Any]] | None = None) -> None:
         self.id = id

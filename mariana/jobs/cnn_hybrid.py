@@ -26,8 +26,10 @@ from ..vertices.layers import shapes_only
 from ..vertices.exchange import ParameterShardVertex, make_topology, topology_choices, topology_help
 from ..vertices.partition import PartitionVertex, join_params
 from .registry import BuildContext, Job, Key
-from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices, finish_training, flat_of, optimizer_of,
-                       partition_maker, partition_sizes, schedule, schedule_keys)
+from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices,
+                       finish_training, flat_of, named_defaults, optimizer_of, partition_maker, partition_sizes, schedule,
+                       schedule_keys, test_of, train_source)
+from ..vertices.stream import StreamedDataset
 
 DEFAULT_MODEL = ["conv:16:3:1:1:relu", "maxpool:2", "conv:32:3:1:1:relu", "maxpool:2", "dense:64:relu", "dense:10"]
 
@@ -49,7 +51,7 @@ def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, 
         raise UsageError(f"groups*partitions = {G * P} is larger than batch_size {B}")
     if config["pipeline"] < 0:
         raise UsageError(f"config key 'pipeline' must be >= 0, got {config['pipeline']}")
-    spe, total = schedule(config, len(ds.x_train), G, "groups")
+    spe, total = schedule(config, ds.train_size, G, "groups")
     opt = optimizer_of(config)
     topology = make_topology(config, partitioned=True)
     make = partition_maker(config, ds, P, G, "partitions")
@@ -80,14 +82,14 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         peers = [part_id(g, p) for p in range(P)]
         reader, prep = f"reader-g{g:02d}", f"prep-g{g:02d}"
         graph.add_lazy(reader, lambda g=g, reader=reader, prep=prep: InputReader(
-            reader, prep, ds.x_train, ds.y_train, config["batch_size"], G, g, seed, pl["total"]))
+            reader, prep, train_source(ds, config, False, pl["total"]), config["batch_size"], G, g, pl["total"]))
         graph.add_lazy(prep, lambda g=g, prep=prep, peers=peers: Preprocess(
             prep, peers, ds.scale, config["mean"], config["std"], config["augment"], config["crop"], seed, config["batch_size"]))
         for p in range(P):
             members = [part_id(h, p) for h in range(G)]
             graph.add_lazy(part_id(g, p), lambda g=g, p=p, peers=peers, members=members, reader=reader: PartitionVertex(
                 part_id(g, p), g, G, pl["make"](p, g), peers, members, pl["shards"][p], pl["topology"], pl["opt"],
-                pl["total"], pl["spe"], _normalised(ds.x_test[g::G], config), ds.y_test[g::G], reader,
+                pl["total"], pl["spe"], *_test_share(ds, g, G, config), reader,
                 config["pipeline"], pl["devices"][g * P + p]))
     for p, shards in enumerate(pl["shards"]):
         members = [part_id(h, p) for h in range(G)]
@@ -96,6 +98,13 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
                 s.id, s.lo, s.hi, flat_of(pl["make"](p).layers), pl["opt"], members), size_hint=s.hi - s.lo)
     add_training_aggregators(graph)
     return graph
+
+
+def _test_share(ds: Any, g: int, G: int, config: dict[str, Any]) -> tuple[Any, Any]:
+    """Group g's share of the test set, decoded as the preprocess vertex would (no augmentation)."""
+    if isinstance(ds, StreamedDataset):
+        return test_of(ds, g, G, config["mean"], config["std"])
+    return _normalised(ds.x_test[g::G], config), ds.y_test[g::G]
 
 
 def _normalised(x: np.ndarray, config: dict[str, Any]) -> np.ndarray:
@@ -141,8 +150,8 @@ JOB = Job(
     name="cnn-hybrid",
     description="CNN model + data parallelism: groups x partitions with transfer messages (Mariana framework 2)",
     keys=(
-        Key("data", "digits", "str", "'digits' (bundled, as 1x8x8 images) or an .npz with x (NCHW float32 or uint8) "
-                                     "and y (int) at any URL"),
+        Key("data", "digits", "str", DATA_HELP + " (the digits as 1x8x8 images; x NCHW float32 or uint8)"),
+        *DATA_KEYS,
         Key("model", DEFAULT_MODEL, "list", "layers as dnn-dp: conv:OUT:K[:STRIDE[:PAD]][:ACT], maxpool:K[:STRIDE], "
                                             "dense:UNITS[:ACT], flatten, dropout:P, relu|tanh|sigmoid"),
         Key("groups", 1, "int", "worker groups (data parallelism)"),
@@ -165,4 +174,5 @@ JOB = Job(
     finish=finish,
     progress_metric="loss",
     export=export_params,
+    adjust=named_defaults("cnn-hybrid"),
 )

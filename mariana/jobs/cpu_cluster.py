@@ -28,8 +28,9 @@ from ..vertices.exchange import ParameterServer, ParameterServerVertex
 from ..vertices.partition import PartitionVertex, join_params
 from .dnn_data_parallel import DEFAULT_MODEL
 from .registry import BuildContext, Job, Key
-from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training, flat_of, optimizer_of,
-                       partition_maker, partition_sizes, schedule, schedule_keys)
+from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training,
+                       flat_of, named_defaults, optimizer_of, partition_maker, partition_sizes, schedule, schedule_keys,
+                       test_of, train_source)
 
 
 def worker_id(g: int, k: int) -> str:
@@ -50,7 +51,7 @@ def plan(config: dict[str, Any], workers: int = 1) -> dict[str, Any]:
     for key, v in (("groups", G), ("workers_per_group", K)):
         if v < 1:
             raise UsageError(f"config key '{key}' must be >= 1, got {v}")
-    spe, total = schedule(config, len(ds.x_train), G, "groups")
+    spe, total = schedule(config, ds.train_size, G, "groups")
     opt = optimizer_of(config)
 
     make = partition_maker(config, ds, K, G, "worker slices")
@@ -72,12 +73,12 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         peers = [worker_id(g, k) for k in range(K)]
         coord = f"coord-g{g:02d}"
         graph.add_lazy(coord, lambda g=g, coord=coord, peers=peers: GroupCoordinator(
-            coord, g, G, peers, ds.x_train, ds.y_train, config["batch_size"], config["seed"], pl["total"],
+            coord, g, G, peers, train_source(ds, config, True, pl["total"]), config["batch_size"], pl["total"],
             log_samples=config["log_samples"]))
         for k in range(K):
             graph.add_lazy(worker_id(g, k), lambda g=g, k=k, peers=peers, coord=coord: PartitionVertex(
                 worker_id(g, k), g, G, pl["make"](k, g), peers, members[k], pl["shards"][k], pl["topology"],
-                pl["opt"], pl["total"], pl["spe"], ds.x_test[g::G], ds.y_test[g::G], None, 0,
+                pl["opt"], pl["total"], pl["spe"], *test_of(ds, g, G), None, 0,
                 report_to=coord, counters=True))
     for s in range(S):
         segments = [(k, pl["shards"][k][s].lo, pl["shards"][k][s].hi) for k in range(K)]
@@ -139,7 +140,8 @@ JOB = Job(
     name="cpu-cluster",
     description="CPU-cluster DNN: coordinators + model-parallel workers + parameter servers (Mariana framework 3)",
     keys=(
-        Key("data", "digits", "str", "'digits' (bundled 8x8 handwritten digits) or an .npz with arrays x and y at any URL"),
+        Key("data", "digits", "str", DATA_HELP),
+        *DATA_KEYS,
         Key("model", DEFAULT_MODEL, "list", "layers as dnn-dp: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], "
                                             "maxpool:K, flatten, dropout:P, relu|tanh|sigmoid"),
         Key("groups", 1, "int", "worker groups (data parallelism)"),
@@ -154,6 +156,7 @@ JOB = Job(
     finish=finish,
     progress_metric="loss",
     export=export_params,
+    adjust=named_defaults("cpu-cluster"),
 )
 
 __all__ = ["JOB", "counters", "final_params", "export_params"]

@@ -22,8 +22,8 @@ from ..vertices.data import DataReader
 from ..vertices.exchange import ParameterShardVertex, make_topology, topology_choices, topology_help
 from ..vertices.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
-from .trainjob import (OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices, finish_training, optimizer_of,
-                       schedule, schedule_keys)
+from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices,
+                       finish_training, named_defaults, optimizer_of, schedule, schedule_keys, test_of, train_source)
 
 DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
 
@@ -34,7 +34,7 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     if config["replicas"] < 0:
         raise UsageError(f"config key 'replicas' must be >= 0 (0: one per worker), got {config['replicas']}")
     replicas = config["replicas"] or bctx.workers
-    spe, total = schedule(config, len(ds.x_train), replicas, "replicas")
+    spe, total = schedule(config, ds.train_size, replicas, "replicas")
     with shapes_only():  # sizes for the shards; the weights are drawn where vertices are built
         num_params = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).num_params
     opt = optimizer_of(config)
@@ -53,7 +53,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     group = {**home, **{f"{kind}-{r:03d}": (r, 0) for r in range(n) for kind in ("replica", "reader")}}
     g = Graph(name="dnn-dp", placement=GroupStrategy(group.__getitem__, parts=1),
               devices=dict(zip(replica_ids, plan["devices"])))
-    seed, model = config["seed"], plan["model"]  # the model: built once per process, on first use
+    model = plan["model"]  # the model: built once per process, on first use
     init = functools.cache(lambda: np.concatenate([p.ravel() for _, p in model().named_params()]).astype(np.float32))
     taken: list[bool] = []
 
@@ -68,12 +68,12 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     for r, rid in enumerate(replica_ids):
         reader = f"reader-{r:03d}"
         g.add_lazy(reader, lambda r=r, rid=rid, reader=reader: DataReader(
-            reader, rid, ds.x_train, ds.y_train, config["batch_size"], n, r, seed, plan["total"],
+            reader, rid, train_source(ds, config, True, plan["total"]), config["batch_size"], n, r, plan["total"],
             ahead=2 if plan["topology"].replicated else 1))
         g.add_lazy(rid, lambda r=r, rid=rid, reader=reader: ReplicaVertex(
             rid, r, replica_ids, own_model, reader, plan["shards"],
             plan["topology"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
-            ds.x_test[r::n], ds.y_test[r::n], plan["devices"][r]))
+            *test_of(ds, r, n), plan["devices"][r]))
     for s in plan["shards"]:
         g.add_lazy(s.id, lambda s=s: ParameterShardVertex(s.id, s.lo, s.hi, init(), plan["opt"], replica_ids),
                    size_hint=s.hi - s.lo)
@@ -119,7 +119,8 @@ JOB = Job(
     name="dnn-dp",
     description="DNN data parallelism: replicas + parameter shards, synchronous SGD (Mariana framework 1)",
     keys=(
-        Key("data", "digits", "str", "'digits' (bundled 8x8 handwritten digits) or an .npz with arrays x and y at any URL"),
+        Key("data", "digits", "str", DATA_HELP),
+        *DATA_KEYS,
         Key("model", DEFAULT_MODEL, "list", "layers: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], maxpool:K, "
                                             "flatten, dropout:P, relu|tanh|sigmoid; softmax cross-entropy is appended"),
         Key("replicas", 0, "int", "model replicas (0: one per worker)"),
@@ -135,4 +136,5 @@ JOB = Job(
     finish=finish,
     progress_metric="loss",
     export=export_params,
+    adjust=named_defaults("dnn-dp"),
 )

@@ -55,8 +55,30 @@ class EdgeList:
         return out
 
 
+#: No edge-list line is this long: a longer one is another kind of file (the parsers' working
+#: memory is many times the text's, so it is refused before they see it).
+MAX_LINE = 1 << 20
+
+
+def _check_line_length(text: str, url: str) -> None:
+    """A ``UsageError`` naming the line if some line runs over ``MAX_LINE`` characters (one
+    ``find`` per window of ``MAX_LINE``: a line of twice that surely fills a window)."""
+    for start in range(0, len(text) - MAX_LINE + 1, MAX_LINE):
+        if text.find("\n", start, start + MAX_LINE) < 0:
+            lineno = text.count("\n", 0, start) + 1
+            raise UsageError(f"{url}:{lineno}: a line of more than {MAX_LINE} characters "
+                             f"(starting {_clip(text[start:start + 40])}): not an edge list")
+
+
+def _clip(line: str, limit: int = 80) -> str:
+    """``repr`` of a line for an error message, cut to ``limit`` characters."""
+    line = line.strip()
+    return repr(line) if len(line) <= limit else f"{line[:limit]!r}... ({len(line)} characters)"
+
+
 def parse_edges(text: str, url: str) -> EdgeList:
     """Parse an edge list; any malformed line is a ``UsageError`` naming ``url:line``."""
+    _check_line_length(text, url)
     fast = _parse_numeric(text, url)
     return fast if fast is not None else _parse_lines(text, url)
 
@@ -164,7 +186,7 @@ def _parse_lines(text: str, url: str) -> EdgeList:
                 raise UsageError(f"{url}:{lineno}: weight {parts[2]!r} must be a finite number")
         else:
             what = "only one field" if len(parts) == 1 else f"{len(parts)} fields"
-            raise UsageError(f"{url}:{lineno}: expected 'src dst [weight]', found {what}: {line.strip()!r}")
+            raise UsageError(f"{url}:{lineno}: expected 'src dst [weight]', found {what}: {_clip(line)}")
         srcs.append(parts[0])
         dsts.append(parts[1])
         weights.append(w)

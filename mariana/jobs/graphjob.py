@@ -11,6 +11,7 @@ from ..partitioner import ExplicitStrategy
 from ..storage import write_text
 from ..vertices.graph_algos import Subgraph
 from .edgelist import EdgeList, block_subgraphs
+from .graphalytics import GRAPHALYTICS_KEYS
 from .registry import BuildContext, Key
 
 __all__ = ["GRAPH_KEYS", "build_graph", "collect", "write_output"]
@@ -21,7 +22,7 @@ GRAPH_KEYS = (
     Key("mode", "block", "str", "block: one numpy block vertex per worker (fast); vertex: one vertex per graph vertex",
         choices=("block", "vertex")),
     Key("top", 10, "int", "how many results to print"),
-)
+) + GRAPHALYTICS_KEYS
 
 
 def build_graph(name: str, edges: EdgeList, bctx: BuildContext, mode: str,

@@ -135,10 +135,14 @@ def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, fi
 
             result = run_cluster(info["job"] if info else name, config, graph, options, build_graph)
         text, summary = job.finish(result, config, run_dir) if finish and job.finish else ("", {})
-    except MarianaError as exc:
+    except BaseException as exc:  # job.json never stays "running" after the job has ended
         if info is not None:
-            info.update(status="failed", error=str(exc))
-            run_dir.write_json("job.json", info)  # type: ignore[union-attr]
+            why = str(exc) if isinstance(exc, MarianaError) else f"{type(exc).__name__}: {exc}"
+            info.update(status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed", error=why)
+            try:
+                run_dir.write_json("job.json", info)  # type: ignore[union-attr]
+            except MarianaError as also:  # the storage that failed the job may fail this too: keep the first error
+                log.warning("could not record the failure in job.json: %s", also)
         raise
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (the command turns it into KeyboardInterrupt)
         if info is not None:

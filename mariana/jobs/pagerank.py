@@ -6,8 +6,8 @@ from typing import Any
 
 from ..engine import Graph, RunResult
 from ..vertices.graph_algos import PageRankBlock, PageRankVertex, pagerank_master
-from .edgelist import load_edges
-from .graphjob import GRAPH_KEYS, build_graph, check_range, collect, fmt_float, write_output
+from .graphalytics import follow, load_graph, write_result
+from .graphjob import GRAPH_KEYS, build_graph, check_range, collect
 from .registry import BuildContext, Job, Key
 
 
@@ -16,7 +16,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     check_range(config, "iterations", 0)
     check_range(config, "tol", 0.0)
     d, it, l1 = config["damping"], config["iterations"], config["tol"] > 0
-    edges = load_edges(config["graph"])
+    edges = follow(load_graph(config), config)
     g = build_graph("pagerank", edges, bctx, config["mode"],
                     lambda vid, adj: PageRankVertex(vid, adj, d, it, l1),
                     lambda bid, sub: PageRankBlock(bid, sub, d, it, l1))
@@ -28,7 +28,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     rows = collect(result)
-    write_output(config["output"], rows, fmt_float)
+    write_result(config, rows, "float")
     top = sorted(rows, key=lambda r: (-r[1], r[0]))[: config["top"]]
     updates = max(result.supersteps - 1, 0)
     lines = [f"pagerank: {len(rows)} vertices, {updates} update(s) ({result.halt_reason})"]

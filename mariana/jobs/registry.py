@@ -27,6 +27,9 @@ BUILTIN_JOBS: dict[str, str] = {
     "pagerank": "mariana.jobs.pagerank:JOB",
     "sssp": "mariana.jobs.sssp:JOB",
     "wcc": "mariana.jobs.wcc:JOB",
+    "bfs": "mariana.jobs.bfs:JOB",
+    "cdlp": "mariana.jobs.cdlp:JOB",
+    "lcc": "mariana.jobs.lcc:JOB",
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
@@ -43,6 +46,7 @@ class Key:
     type: str
     help: str
     choices: Collection[Any] | None = None
+    minimum: float | None = None  # the smallest value allowed (numbers)
 
     def check(self, value: Any, where: str) -> Any:
         """The value converted to this key's type, or a ``UsageError``."""
@@ -53,6 +57,8 @@ class Key:
             raise UsageError(f"{where}config key '{self.name}' expects {self.type}, got {type(value).__name__} {value!r}")
         if self.type == "float":
             value = float(value)
+        if self.minimum is not None and value < self.minimum:
+            raise UsageError(f"{where}config key '{self.name}' must be >= {self.minimum:g}; got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise UsageError(f"{where}config key '{self.name}' must be one of {', '.join(map(str, self.choices))}; got {value!r}")
         return value
@@ -60,8 +66,8 @@ class Key:
 
 #: Keys every job accepts: the engine reads them, not the job's build function.
 ENGINE_KEYS = (
-    Key("checkpoint_every", 0, "int", "checkpoint every N supersteps into RUN/checkpoints (0: never)"),
-    Key("keep_checkpoints", 3, "int", "how many committed checkpoints to keep"),
+    Key("checkpoint_every", 0, "int", "checkpoint every N supersteps into RUN/checkpoints (0: never)", minimum=0),
+    Key("keep_checkpoints", 3, "int", "how many committed checkpoints to keep", minimum=1),
     Key("checkpoint_background", True, "bool", "write checkpoints from a copy of the state while supersteps go on "
         "(false: between supersteps, no extra memory)"),
 )
@@ -102,6 +108,9 @@ class Job:
     progress_metric: str | None = None
     #: ``export(vertex_states, config) -> [(name, array)]``: the model held in checkpointed vertex states
     export: Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, Any]]] | None = None
+    #: ``adjust(config, explicitly_set_keys)``: change defaults that depend on other keys (a named
+    #: data set's epochs, lr, ...) in place; keys the user set are never touched
+    adjust: Callable[[dict[str, Any], set[str]], None] | None = None
     key_index: dict[str, Key] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -177,4 +186,6 @@ def resolve_config(job: Job, file_config: dict[str, Any] | None = None, sets: Se
         if key.type == "str" and raw is not None and not isinstance(value, str):
             value = raw.strip()  # --set source=1 means the vertex id "1"
         config[name] = key.check(value, where)
+    if job.adjust is not None:
+        job.adjust(config, {name for name, *_ in items})
     return config

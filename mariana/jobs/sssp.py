@@ -10,15 +10,15 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..vertices.graph_algos import SSSPBlock, SSSPVertex
-from .edgelist import load_edges
-from .graphjob import GRAPH_KEYS, build_graph, collect, fmt_float, write_output
+from .graphalytics import follow, load_graph, write_result
+from .graphjob import GRAPH_KEYS, build_graph, collect
 from .registry import BuildContext, Job, Key
 
 EXAMPLE_SOURCE = "amsterdam"
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
-    edges = load_edges(config["graph"])
+    edges = follow(load_graph(config), config)
     source = config["source"]
     if source is None:
         if config["graph"] is not None:
@@ -52,7 +52,7 @@ def _bisect(ids: list[str], v: str) -> int:
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     rows = collect(result)
-    write_output(config["output"], rows, fmt_float)
+    write_result(config, rows, "float")
     reached = sorted((r for r in rows if r[1] != float("inf")), key=lambda r: (r[1], r[0]))
     source = config["source"] or EXAMPLE_SOURCE
     lines = [f"sssp from {source}: {len(reached)} of {len(rows)} vertices reachable, {result.supersteps} supersteps"]

@@ -5,7 +5,9 @@ parameter vector of a list of layers, and the finisher that saves and reports th
 from __future__ import annotations
 
 import copy
+import difflib
 import json
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -14,13 +16,15 @@ from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..storage import save_params
 from ..vertices.data import Dataset, load_dataset
+from ..vertices.stream import InMemorySource, StreamedDataset
 from ..vertices.layers import Layer, shapes_only
 from ..vertices.model import build_model
 from ..vertices.partition import PartitionPlan, plan_partition
 from ..vertices.optim import OPTIMIZERS, Optimizer
 from .registry import Key
 
-__all__ = ["OPTIMIZER_KEYS", "schedule_keys", "dataset_of", "devices", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
+__all__ = ["OPTIMIZER_KEYS", "DATA_KEYS", "DATA_HELP", "schedule_keys", "dataset_of", "train_source", "test_of",
+           "named_defaults", "devices", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
            "partition_maker", "partition_sizes", "finish_training", "model_info"]
 
 OPTIMIZER_KEYS = (
@@ -39,32 +43,115 @@ OPTIMIZER_KEYS = (
 def schedule_keys(epochs: int, split_over: str) -> tuple[Key, ...]:
     """batch_size, epochs, steps, seed, test_fraction, classes."""
     return (
-        Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})"),
-        Key("epochs", epochs, "int", "passes over the training set"),
-        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)"),
+        Key("batch_size", 64, "int", f"global batch size (split equally over {split_over})", minimum=1),
+        Key("epochs", epochs, "int", "passes over the training set (0: none, the initial model)", minimum=0),
+        Key("steps", 0, "int", "stop after this many steps (0: epochs x steps per epoch)", minimum=0),
         Key("seed", 0, "int", "seed of the split, the initialisation and the batch order"),
         Key("test_fraction", 0.2, "float", "share of the data held out for evaluation"),
         Key("classes", 0, "int", "number of classes (0: max label + 1)"),
     )
 
 
-_LAST_DATASET: list[tuple[str, Any]] = []
+DATA_HELP = ("'digits' (bundled 8x8 handwritten digits), a named data set (fashion-mnist, mnist, cifar10: "
+             "found in --data-dir/MARIANA_DATA, /usr/share/datasets or the cache, or downloaded with download=true), "
+             "a directory/glob/comma-separated list of .npz shards (streamed; `mariana data shard`), or one .npz "
+             "with arrays x and y (loaded whole) at any URL")
+
+DATA_KEYS = (
+    Key("shuffle_buffer", 8192, "int", "sharded data: samples shuffled together (a window of the stream, rounded up "
+                                       "to a multiple of batch_size); memory per reader is about two windows' share"),
+    Key("verify_data", True, "bool", "sharded data: check every shard's sha256 against its index before training"),
+    Key("download", False, "bool", "a named data set whose files are missing is downloaded into the cache "
+                                   "(MARIANA_CACHE, default ~/.cache/mariana), its published checksum checked"),
+)
+
+#: A cache, and the only module-level state of the training jobs: the last data set opened in
+#: this process, by its data keys (the build and the finisher of one run share it; a forked
+#: worker inherits what the launcher loaded). One entry, so memory holds one data set at most.
+_DATASET_CACHE: list[tuple[str, Any]] = []
 
 
-def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset:
+def _in_memory(data: str) -> bool:
+    """digits, or one .npz file (the in-memory loader, split by test_fraction); the rest is sharded."""
+    from ..vertices.named import DATASETS
+
+    if data == "digits":
+        return True
+    if data in DATASETS or "," in data or any(c in data for c in "*?[") or not data.endswith(".npz"):
+        return False
+    return True
+
+
+def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | StreamedDataset:
     """The config's data set, kept for the next call with the same data keys in this process
     (the finisher names and shapes the exported model without reading the data again).
 
     ``images``: the digits as (1, 8, 8) images and uint8 samples left raw, for an input pipeline.
+    Named and sharded data sets are opened (index and shards checked), never loaded: the readers
+    stream them.
     """
-    key = json.dumps([images, *(config[k] for k in ("data", "test_fraction", "seed", "classes"))])
-    if _LAST_DATASET and _LAST_DATASET[0][0] == key:
-        return _LAST_DATASET[0][1]
-    shape = (1, 8, 8) if images and config["data"] == "digits" else None
-    ds = load_dataset(config["data"], config["test_fraction"], config["seed"], config["classes"],
-                      image_shape=shape, raw=images)
-    _LAST_DATASET[:] = [(key, ds)]
+    data_keys = ("data", "test_fraction", "seed", "classes", "shuffle_buffer", "verify_data", "download")
+    key = json.dumps([images, *(config.get(k) for k in data_keys)])
+    if _DATASET_CACHE and _DATASET_CACHE[0][0] == key:
+        return _DATASET_CACHE[0][1]
+    data = config["data"]
+    ds: Dataset | StreamedDataset
+    if _in_memory(data):
+        shape = (1, 8, 8) if images and data == "digits" else None
+        ds = load_dataset(data, config["test_fraction"], config["seed"], config["classes"],
+                          image_shape=shape, raw=images)
+    else:
+        from ..vertices.named import DATASETS, named_shards
+        from ..vertices.shards import open_shards
+
+        from ..vertices.shards import DataError
+
+        url = named_shards(data, None, config.get("download", False)) if data in DATASETS else data
+        try:
+            shards = open_shards(url, verify=config.get("verify_data", True), test_fraction=config["test_fraction"],
+                                 classes=config["classes"])
+        except DataError as exc:
+            hint = difflib.get_close_matches(data, [*DATASETS, "digits"], n=1)
+            raise DataError(f"{exc} (did you mean data={hint[0]}?)" if hint else str(exc)) from None
+        if config.get("shuffle_buffer", 1) < 1:
+            raise UsageError(f"config key 'shuffle_buffer' must be >= 1, got {config['shuffle_buffer']}")
+        ds = StreamedDataset(shards, config.get("shuffle_buffer", 8192))
+    _DATASET_CACHE[:] = [(key, ds)]
     return ds
+
+
+def train_source(ds: Dataset | StreamedDataset, config: dict[str, Any], decode: bool, total_steps: int = 0) -> Any:
+    """Where a reader vertex draws its batches from (one per reader: it holds its own caches)."""
+    if isinstance(ds, StreamedDataset):
+        return ds.source(config["seed"], config["batch_size"], decode, total_steps)
+    return InMemorySource(ds.x_train, ds.y_train, config["seed"], config["batch_size"])
+
+
+def test_of(ds: Dataset | StreamedDataset, r: int, n: int, mean: float = 0.0, std: float = 1.0) -> tuple[Any, Any]:
+    """Consumer r of n's share of the test set: in memory every n-th sample (as before), streamed
+    a contiguous range read in chunks (``TestStream``, with y None)."""
+    if isinstance(ds, StreamedDataset):
+        stream = ds.test_share(r, n, mean, std)
+        if stream is None:
+            return np.zeros((0, *ds.input_shape), np.float32), np.zeros(0, np.int64)
+        return stream, None
+    return ds.x_test[r::n], ds.y_test[r::n]
+
+
+def named_defaults(job: str) -> Callable[[dict[str, Any], set[str]], None]:
+    """A job's ``adjust`` hook: on a named data set, its per-job defaults for the keys not set."""
+
+    def adjust(config: dict[str, Any], explicit: set[str]) -> None:
+        from ..vertices.named import DATASETS
+
+        named = DATASETS.get(config.get("data", ""))
+        if named is None:
+            return
+        for k, v in named.defaults.get(job, {}).items():
+            if k not in explicit and k in config:
+                config[k] = v
+
+    return adjust
 
 
 def devices(kind: str, count: int, of: Any = None) -> list[str]:
@@ -150,6 +237,14 @@ def model_info(config: dict[str, Any], input_shape: tuple[int, ...], classes: in
             "seed": int(config.get("seed", 0))}
 
 
+def _number(value: Any) -> float:
+    """A metric as a float (metrics lines hold non-finite values as the strings "nan", "inf")."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,
                     params: list[tuple[str, np.ndarray]], step_prefix: str, layout: str,
                     extra: dict[str, Any] | None = None, images: bool = False) -> tuple[str, dict[str, Any]]:
@@ -172,6 +267,8 @@ def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job
     for key, value in (extra or {}).items():
         if isinstance(value, dict):
             text += f"{key}: {', '.join(f'{k} {v}' for k, v in value.items())}\n"
-    text += f"test accuracy {acc:.4f}, test loss {loss:.4f}" if acc is not None else "no evaluation ran"
+    text += f"test accuracy {_number(acc):.4f}, test loss {_number(loss):.4f}" if acc is not None else "no evaluation ran"
+    if acc is not None and not (math.isfinite(_number(loss)) and math.isfinite(_number(acc))):
+        text += "\nthe loss is not finite: training diverged (a smaller lr may help)"
     return text, {"steps": steps, "test_accuracy": acc, "test_loss": loss, **(extra or {}),
                   "params": {name: list(p.shape) for name, p in params}}

@@ -7,13 +7,13 @@ from typing import Any
 
 from ..engine import Graph, RunResult
 from ..vertices.graph_algos import WCCBlock, WCCVertex
-from .edgelist import load_edges
-from .graphjob import GRAPH_KEYS, build_graph, collect, write_output
+from .graphalytics import load_graph, write_result
+from .graphjob import GRAPH_KEYS, build_graph, collect
 from .registry import BuildContext, Job
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
-    edges = load_edges(config["graph"]).undirected()
+    edges = load_graph(config).undirected()
     g = build_graph("wcc", edges, bctx, config["mode"], WCCVertex, WCCBlock)
     g.add_combiner("min")
     g.add_aggregator("updated", "sum")
@@ -25,7 +25,7 @@ def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tu
     if rows and not isinstance(rows[0][1], str):  # block mode labels are global indices
         ids = [vid for vid, _ in rows]
         rows = [(vid, ids[label]) for vid, label in rows]
-    write_output(config["output"], rows, str)
+    write_result(config, rows, "component")
     sizes = Counter(label for _, label in rows).most_common()
     largest = sorted(sizes, key=lambda c: (-c[1], c[0]))[: config["top"]]
     lines = [f"wcc: {len(sizes)} component(s) over {len(rows)} vertices, {result.supersteps} supersteps"]

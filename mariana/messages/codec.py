@@ -251,7 +251,7 @@ def _check_version(v: Any) -> None:
 def peek(head: Any, key: str, limits: Limits = DEFAULT_LIMITS) -> Any:
     """``header[key]`` of a header frame, arrays skipped (None when absent); ``ProtocolError`` if malformed.
 
-    For a transport that must read a field before the arrays are built (engine/shm.py).
+    For a transport that must read a field before the arrays are built (comm/shm.py).
     """
     try:
         obj = msgpack.unpackb(_buffer(head, 0), raw=False, strict_map_key=True, use_list=True,

@@ -100,6 +100,7 @@ class Hello(Wire):
     host: str = "?"
     want_job: str | None = None
     key: str | None = None  # its CURVE public key (z85) in a secure job
+    token: str | None = None  # the job's token (MARIANA_JOB_TOKEN) of a local launch
 
 
 @dataclass
@@ -197,7 +198,7 @@ class Welcome(Wire):
     capture_limit: int = 64 << 20
     peer_keys: list = field(default_factory=list)
     checkpoint_background: bool = True  # write checkpoint parts from a copy while supersteps go on
-    shm: bool = False  # big frames to same-host peers through shared memory (engine/shm.py)
+    shm: bool = False  # big frames to same-host peers through shared memory (comm/shm.py)
     shm_cap_mb: int = 1024
     shm_min_kb: int = 64
 
@@ -262,10 +263,10 @@ class Batch(Wire):
     A batch may travel in parts (a worker streams a peer's messages while its vertices compute):
     ``part`` 0, 1, ... in order, the last one with ``last`` true; the receiver concatenates them.
 
-    Same-host peers move big buffer frames through shared memory (engine/shm.py): ``shm`` says
-    where this part's emptied frames are; ``shm_offer``, ``shm_ack`` and ``shm_freed`` are notes
-    about the two workers' arenas that ride on whatever part goes next (their contents are
-    checked by engine/shm.py).
+    Same-host peers move big buffer frames through shared memory (comm/shm.py): ``shm`` and
+    ``shm_pool`` say where this part's emptied frames are (read before the frames are decoded);
+    ``shm_notes`` is that layer's own record (``comm.shm.ShmNotes``: offers, acks, freed extents
+    about the two workers' arenas and pools), riding on whatever part goes next.
     """
 
     KIND = Kind.BATCH
@@ -276,12 +277,8 @@ class Batch(Wire):
     part: int = 0
     last: bool = True
     shm: list | None = None  # [arena id, [[frame, segment, offset, length], ...]]
-    shm_offer: list | None = None  # [arena id, host id, [[segment, name, size, token], ...]]
-    shm_ack: list | None = None  # [peer's arena id, [[segment, mapped?], ...]]
-    shm_freed: list | None = None  # [peer's arena id, [[segment, offset], ...]]
     shm_pool: list | None = None  # [pool id, [[frame, segment, offset, length], ...]]: send buffers, no copy
-    shm_pool_offer: list | None = None  # [pool id, host id, [[segment, name, size, token], ...]]
-    shm_pool_ack: list | None = None  # [peer's pool id, [[segment, mapped?], ...]]
+    shm_notes: dict | None = None  # comm.shm.ShmNotes.to_wire()
 
 
 RECORDS: dict[int, type[Wire]] = {cls.KIND: cls for cls in (

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import StorageError
 from . import partfile
 from .partfile import pack, unpack
+from .retry import cause, retrying
 from .rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -69,10 +70,37 @@ class Checkpoints:
     def write_part(self, superstep: int, name: str, state: Any) -> dict[str, Any]:
         """Stream one part to storage; returns its manifest entry."""
         file = f"{name}.part"
-        with self.run_dir.open_write(f"{self.folder(superstep)}/{file}", sync_dir=False) as f:  # commit syncs it
-            digest = partfile.stream_part(f, state)
-        size, sha = digest()  # the last chunks were hashed while the file was fsynced
+        rel = f"{self.folder(superstep)}/{file}"
+
+        def write() -> tuple[int, str]:
+            with self.run_dir.open_write(rel, sync_dir=False) as f:  # commit syncs it
+                digest = partfile.stream_part(f, state)
+            return digest()  # the last chunks were hashed while the file was fsynced
+        # the state is in memory: a failed attempt is written again whole
+        size, sha = retrying(f"writing {self.run_dir.url}/{rel}", write, offload=self.run_dir.remote)
         return {"name": name, "file": file, "bytes": size, "sha256": sha, "store": self.root}
+
+    def discard(self, superstep: int) -> None:
+        """Remove what a failed (never committed) checkpoint of ``superstep`` left behind, in this
+        store and in its parameter snapshots: the space is free for the next one. Best effort."""
+        for store in (self, self.params):
+            path = store.run_dir.path(store.folder(superstep))
+            if store.exists_committed(superstep):
+                continue  # committed after all (never remove a checkpoint that exists)
+            try:
+                retrying(f"removing {path}", lambda: store.run_dir.fs.rm(path, recursive=True),
+                         offload=self.run_dir.remote)
+            except FileNotFoundError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - best effort: a later prune retries
+                log.warning("could not remove the failed checkpoint %s: %s", path, cause(exc))
+
+    def exists_committed(self, superstep: int) -> bool:
+        """Whether the checkpoint of ``superstep`` has a manifest (committed)."""
+        try:
+            return self.run_dir.exists(f"{self.folder(superstep)}/manifest.json")
+        except StorageError:
+            return False
 
     def commit(self, superstep: int, parts: list[dict[str, Any]], **meta: Any) -> None:
         """Write the manifest (the commit point), then prune older checkpoints."""
@@ -89,11 +117,16 @@ class Checkpoints:
     def _folders(self) -> dict[int, list[str]]:
         """``{superstep: file names}`` of every non-empty ``ss-`` folder, from one recursive listing."""
         top = self.run_dir.path(self.root).rstrip("/")
-        self.run_dir.fs.invalidate_cache(top)  # other processes write here
+
+        def find() -> Any:
+            self.run_dir.fs.invalidate_cache(top)  # other processes write here
+            return self.run_dir.fs.find(top, maxdepth=2)
         try:
-            found = self.run_dir.fs.find(top, maxdepth=2)
+            found = retrying(f"listing {self.run_dir.url}/{self.root}", find, offload=self.run_dir.remote)
         except FileNotFoundError:
             return {}
+        except Exception as exc:  # noqa: BLE001 - any filesystem failure: one clear error
+            raise StorageError(f"cannot list {self.run_dir.url}/{self.root}: {cause(exc)}") from exc
         out: dict[int, list[str]] = {}
         for path in found:
             rel = path.rstrip("/")[len(top) + 1:].split("/")
@@ -177,9 +210,28 @@ class Checkpoints:
         return {p["name"]: self.read(superstep, p["name"], manifest) for p in manifest["parts"]}
 
     def manifest(self, superstep: int) -> dict[str, Any]:
+        """The manifest of a checkpoint, checked for shape: every part entry has its name, file,
+        size and sha256, and a checkpoint's manifest lists one part per worker."""
+        where = f"{self.run_dir.url}/{self.folder(superstep)}/manifest.json"
         manifest = self.run_dir.read_json(f"{self.folder(superstep)}/manifest.json")
         if not isinstance(manifest, dict) or not isinstance(manifest.get("parts"), list):
-            raise StorageError(f"{self.run_dir.url}/{self.folder(superstep)}/manifest.json: no list of parts")
+            raise StorageError(f"{where}: no list of parts")
+        for i, part in enumerate(manifest["parts"]):
+            if not isinstance(part, dict):
+                raise StorageError(f"{where}: part {i} is not an entry")
+            for key, kind in (("name", str), ("bytes", int), ("sha256", str)):
+                if not isinstance(part.get(key), kind) or isinstance(part.get(key), bool):
+                    raise StorageError(f"{where}: part {part.get('name', i)!r} has no valid {key!r}")
+            if "file" in part and not isinstance(part["file"], str):
+                raise StorageError(f"{where}: part {part['name']!r} has no valid 'file'")
+        if "workers" in manifest:
+            n = manifest["workers"]
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise StorageError(f"{where}: 'workers' is {n!r}, not a count of workers")
+            names = {p["name"] for p in manifest["parts"]}
+            missing = sorted({f"worker-{i}" for i in range(n)} - names, key=lambda x: int(x[7:]))
+            if missing:
+                raise StorageError(f"{where}: no part for {', '.join(missing)} ({n} workers)")
         return manifest
 
     def prune(self, committed: int | None = None) -> None:
@@ -198,10 +250,12 @@ class Checkpoints:
             stale = [ss for ss in folders if ss < kept[0] and ss not in kept]
         doomed, self._kept = kept[self.keep:] + stale, kept[:self.keep]
         for ss in sorted(doomed):
+            path = self.run_dir.path(self.folder(ss))
             try:
-                self.run_dir.fs.rm(self.run_dir.path(self.folder(ss)), recursive=True)
+                retrying(f"deleting {path}", lambda: self.run_dir.fs.rm(path, recursive=True),
+                         offload=self.run_dir.remote)
             except Exception as exc:  # noqa: BLE001 - pruning is best effort, never fatal
-                log.warning("could not delete old checkpoint %s: %s", self.folder(ss), exc)
+                log.warning("could not delete old checkpoint %s: %s", self.folder(ss), cause(exc))
 
 
 def _file(entry: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import StorageError
+from .retry import retrying
 from .rundir import RunDir
 
 __all__ = ["save_params", "load_params"]
@@ -31,9 +32,12 @@ def save_params(run_dir: RunDir, named: list[tuple[str, np.ndarray]], prefix: st
         digest = hashlib.sha256(head.getvalue())
         body = memoryview(arr.reshape(-1)).cast("B") if arr.size else memoryview(b"")  # keeps 0-d arrays 0-d
         digest.update(body)
-        with run_dir.open_write(f"{prefix}/{name}.npy", sync_dir=False) as f:
-            f.write(head.getvalue())
-            f.write(body)
+
+        def write(name: str = name, head: io.BytesIO = head, body: memoryview = body) -> None:
+            with run_dir.open_write(f"{prefix}/{name}.npy", sync_dir=False) as f:  # all or nothing
+                f.write(head.getvalue())
+                f.write(body)
+        retrying(f"writing {run_dir.url}/{prefix}/{name}.npy", write, offload=run_dir.remote)
         index.append({"name": name, "shape": list(arr.shape), "dtype": str(arr.dtype),
                       "bytes": len(head.getvalue()) + body.nbytes, "sha256": digest.hexdigest()})
     run_dir.sync_dir(prefix)  # the tensors' names are durable before the index names them

@@ -11,11 +11,18 @@ Layout (docs/design.md, "The run directory")::
 JSON documents are written whole (temp file + ``os.replace`` on a local disk, a single PUT on
 object stores). JSON-lines files are appended where the filesystem can append (local, memory)
 and rewritten whole elsewhere, so a reader never sees a half-written document.
+
+Writes are all-or-nothing: on a local disk every ``write`` is checked for its length (a full
+disk returns short writes before it fails) and the file's size against the bytes written before
+the fsync and the rename; a failed append is cut back to where it started. Transient errors of
+a storage server (connection refused, timeouts, throttling) are retried (``storage.retry``), and
+a failure names its cause.
 """
 
 from __future__ import annotations
 
 import builtins
+import errno
 import json
 import logging
 import os
@@ -30,6 +37,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
 from ..errors import MarianaError, StorageError
+from .retry import cause, retrying
 
 log = logging.getLogger(__name__)
 
@@ -72,20 +80,25 @@ class RunDir:
     def __init__(self, url: str, create: bool = True) -> None:
         self.url = url
         self.fs, self.root = _fs(url)
+        self.remote = not isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))  # calls that may hang
         if not create:
             try:
-                found = self.fs.isdir(self.root)
+                found = self._retry(f"opening {url}", lambda: self.fs.isdir(self.root))
             except _FS_ERRORS as exc:
-                raise StorageError(f"cannot open run directory {url}: {exc}") from exc
+                raise StorageError(f"cannot open run directory {url}: {cause(exc)}") from exc
             if not found:
                 raise StorageError(f"{url}: no such run directory")
         try:
-            self.fs.makedirs(self.root, exist_ok=True)
+            self._retry(f"creating {url}", lambda: self.fs.makedirs(self.root, exist_ok=True))
         except _FS_ERRORS as exc:
-            raise StorageError(f"cannot create run directory {url}: {exc}") from exc
+            raise StorageError(f"cannot create run directory {url}: {cause(exc)}") from exc
         self._can_append = isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))
         self._lines: dict[str, list[str]] = {}
         self._dirs: set[str] = set()
+
+    def _retry(self, what: str, call: Any) -> Any:
+        """``storage.retry.retrying``; a local disk's calls stay on the calling thread."""
+        return retrying(what, call, offload=self.remote)
 
     def path(self, rel: str) -> str:
         return posixpath.join(self.root, rel)
@@ -93,13 +106,21 @@ class RunDir:
     def exists(self, rel: str) -> bool:
         """Whether ``rel`` exists now (listing caches are dropped: other processes write here too)."""
         path = self.path(rel)
-        self.fs.invalidate_cache(posixpath.dirname(path))
-        return self.fs.exists(path)
+
+        def look() -> bool:
+            self.fs.invalidate_cache(posixpath.dirname(path))
+            return self.fs.exists(path)
+        try:
+            return self._retry(f"looking for {self.url}/{rel}", look)
+        except _FS_ERRORS as exc:
+            raise StorageError(f"cannot look for {self.url}/{rel}: {cause(exc)}") from exc
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a whole file so that readers see the old or the new content, never a mix."""
-        with self.open_write(rel) as f:
-            f.write(data)
+        def write() -> None:
+            with self.open_write(rel) as f:
+                f.write(data)
+        self._retry(f"writing {self.url}/{rel}", write)
 
     @contextmanager
     def open_write(self, rel: str, fsync: bool = True, sync_dir: bool = True) -> Iterator[IO[bytes]]:
@@ -117,7 +138,7 @@ class RunDir:
         except MarianaError:
             raise
         except _FS_ERRORS as exc:
-            raise StorageError(f"cannot write {self.url}/{rel}: {exc}") from exc
+            raise StorageError(f"cannot write {self.url}/{rel}: {cause(exc)}") from exc
 
     def sync_dir(self, rel: str) -> None:
         """Make the names created in folder ``rel`` durable (fsync of the directory; local disk only)."""
@@ -132,26 +153,27 @@ class RunDir:
         """A file to stream from (unbuffered on a local disk: ``readinto`` lands in the caller's buffer)."""
         path = self.path(rel)
         try:
-            f = open(path, "rb", buffering=0) if isinstance(self.fs, LocalFileSystem) else self.fs.open(path, "rb")
+            f = self._retry(f"opening {self.url}/{rel}", lambda: open(path, "rb", buffering=0)
+                         if isinstance(self.fs, LocalFileSystem) else self.fs.open(path, "rb"))
         except FileNotFoundError:
             raise StorageError(f"{self.url}/{rel}: no such file") from None
         except _FS_ERRORS as exc:
-            raise StorageError(f"cannot read {self.url}/{rel}: {exc}") from exc
+            raise StorageError(f"cannot read {self.url}/{rel}: {cause(exc)}") from exc
         try:
             with f:
                 yield f
         except MarianaError:
             raise
         except _FS_ERRORS as exc:
-            raise StorageError(f"cannot read {self.url}/{rel}: {exc}") from exc
+            raise StorageError(f"cannot read {self.url}/{rel}: {cause(exc)}") from exc
 
     def read_bytes(self, rel: str) -> bytes:
         try:
-            return self.fs.cat_file(self.path(rel))
+            return self._retry(f"reading {self.url}/{rel}", lambda: self.fs.cat_file(self.path(rel)))
         except FileNotFoundError:
             raise StorageError(f"{self.url}/{rel}: no such file") from None
         except _FS_ERRORS as exc:
-            raise StorageError(f"cannot read {self.url}/{rel}: {exc}") from exc
+            raise StorageError(f"cannot read {self.url}/{rel}: {cause(exc)}") from exc
 
     def write_json(self, rel: str, obj: Any) -> None:
         self.write_bytes(rel, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
@@ -168,23 +190,30 @@ class RunDir:
         if not lines:
             return
         path = self.path(rel)
-        try:
+        data = "".join(lines).encode()
+
+        def append() -> None:
             if self._can_append:
                 parent = posixpath.dirname(path)
                 if parent not in self._dirs:
                     self.fs.makedirs(parent, exist_ok=True)
                     self._dirs.add(parent)
-                with self.fs.open(path, "ab") as f:
-                    f.write("".join(lines).encode())
+                if isinstance(self.fs, LocalFileSystem):
+                    _append_whole(path, data)
+                else:
+                    with self.fs.open(path, "ab") as f:
+                        f.write(data)
             else:  # object stores cannot append: keep the object's lines and rewrite it whole
                 if rel not in self._lines:
                     old = self.fs.cat_file(path).decode() if self.fs.exists(path) else ""
                     self._lines[rel] = old.splitlines(keepends=True)
-                kept = self._lines[rel]
-                kept.extend(lines)
+                kept = self._lines[rel] + lines
                 self.fs.pipe_file(path, "".join(kept).encode())
+                self._lines[rel] = kept  # only once stored: a retried append adds its lines once
+        try:
+            self._retry(f"appending to {self.url}/{rel}", append)
         except _FS_ERRORS as exc:
-            raise StorageError(f"cannot append to {self.url}/{rel}: {exc}") from exc
+            raise StorageError(f"cannot append to {self.url}/{rel}: {cause(exc)}") from exc
 
     def truncate_jsonl(self, rel: str, keep: Any) -> None:
         """Rewrite ``rel`` with only the lines whose record satisfies ``keep(record)`` (resume)."""
@@ -196,20 +225,38 @@ class RunDir:
         self._lines[rel] = lines
 
     def read_jsonl(self, rel: str) -> list[dict[str, Any]]:
-        text = self.read_bytes(rel).decode()
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        """The records of a JSON-lines file. A last line cut short (a crash or a full disk in the
+        middle of an append) is left out with a warning; a damaged line elsewhere is a
+        ``StorageError`` naming the file and line."""
+        text = self.read_bytes(rel).decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        out = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except ValueError as exc:
+                if n == len(lines):  # no newline after it: an append that did not finish
+                    log.warning("%s/%s:%d: ignoring a partly written last line (%d bytes)", self.url, rel, n, len(line))
+                    continue
+                raise StorageError(f"{self.url}/{rel}:{n}: not a JSON record ({exc})") from None
+        return out
 
     def list(self, rel: str) -> builtins.list[str]:
         """The names in folder ``rel``, sorted; none when it does not exist (listing caches are
         dropped: other processes write here too). ``StorageError`` when it cannot be listed."""
         path = self.path(rel).rstrip("/")
-        self.fs.invalidate_cache(path)
+
+        def ls() -> Any:
+            self.fs.invalidate_cache(path)
+            return self.fs.ls(path, detail=False)
         try:
-            names = self.fs.ls(path, detail=False)
+            names = self._retry(f"listing {self.url}/{rel}", ls)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except _FS_ERRORS as exc:
-            raise StorageError(f"{self.url}/{rel}: cannot list: {exc}") from exc
+            raise StorageError(f"{self.url}/{rel}: cannot list: {cause(exc)}") from exc
         return sorted(posixpath.basename(str(n).rstrip("/")) for n in names)
 
 
@@ -227,9 +274,9 @@ def write_bytes(url: str, data: bytes) -> None:
     """Write a whole file at a path or fsspec URL (temp file + rename on a local disk)."""
     fs, path = _fs(url)
     try:
-        _write_whole(fs, path, data, fsync=False)
+        retrying(f"writing {url}", lambda: _write_whole(fs, path, data, fsync=False))
     except _FS_ERRORS as exc:
-        raise StorageError(f"cannot write {url}: {exc}") from exc
+        raise StorageError(f"cannot write {url}: {cause(exc)}") from exc
 
 
 def _write_whole(fs: Any, path: str, data: bytes, fsync: bool) -> None:
@@ -257,16 +304,63 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Itera
         return
     tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(tmp, "wb", buffering=0) as f:
-            yield f
+        with open(tmp, "wb", buffering=0) as raw:
+            f = _FullWriter(raw)
+            yield f  # type: ignore[misc]  # a file object in all but name
+            size = os.fstat(raw.fileno()).st_size
+            if size != f.written:
+                raise OSError(errno.EIO, f"short write: {size} of {f.written} bytes reached the file")
             if fsync:
-                os.fsync(f.fileno())
+                os.fsync(raw.fileno())
         os.replace(tmp, path)
         if fsync and sync_dir:  # the rename itself must survive a crash: it is what commits a checkpoint
             _fsync_dir(parent or ".")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+class _FullWriter:
+    """An unbuffered local file whose ``write`` writes everything or raises: a raw write may
+    return short (a full disk writes what fits; the next write raises ENOSPC), which ``write``
+    repeats until the rest is written or the error comes."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.written = raw, 0
+
+    def write(self, data: Any) -> int:
+        mv = memoryview(data).cast("B")
+        total = mv.nbytes
+        while mv.nbytes:
+            n = self.raw.write(mv)
+            if not n:
+                raise OSError(errno.ENOSPC, "the write made no progress")
+            self.written += n
+            mv = mv[n:]
+        return total
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+def _append_whole(path: str, data: bytes) -> None:
+    """Append ``data`` to a local file, all or nothing: a failed append is cut back off."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            mv = memoryview(data)
+            while mv.nbytes:
+                n = os.write(fd, mv)
+                if not n:
+                    raise OSError(errno.ENOSPC, "the write made no progress")
+                mv = mv[n:]
+        except BaseException:
+            with suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:
@@ -281,13 +375,13 @@ def read_bytes(url: str) -> bytes:
     """The whole content of a file at a path or fsspec URL."""
     fs, path = _fs(url)
     try:
-        return fs.cat_file(path)
+        return retrying(f"reading {url}", lambda: fs.cat_file(path))
     except FileNotFoundError:
         raise StorageError(f"{url}: no such file") from None
     except IsADirectoryError:
         raise StorageError(f"{url}: is a directory, not a file") from None
     except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot read: {exc}") from exc
+        raise StorageError(f"{url}: cannot read: {cause(exc)}") from exc
 
 
 def fsspec_version() -> str:

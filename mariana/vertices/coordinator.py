@@ -21,11 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..engine import Context, Message, Vertex
 from ..engine.graph import MasterContext
-from .data import batch_rows
 
 __all__ = ["GroupCoordinator", "DataLedger"]
 
@@ -51,18 +48,19 @@ class DataLedger:
 class GroupCoordinator(Vertex):
     """Group ``group``'s coordinator: mini-batches out to the workers, loss in, counters."""
 
-    static_attributes = ("x", "y", "_perm")
+    state_fields = (*Vertex.state_fields, "batch_size", "depth", "group", "groups", "log_samples", "position", "served",
+                    "shard_size", "total_steps", "trained", "workers")  # not the data source: rebuilt
 
-    def __init__(self, id: str, group: int, groups: int, workers: list[str], x: np.ndarray, y: np.ndarray,
-                 batch_size: int, seed: int, total_steps: int, depth: int = 2, log_samples: bool = False) -> None:
+    def __init__(self, id: str, group: int, groups: int, workers: list[str], source: Any,
+                 batch_size: int, total_steps: int, depth: int = 2, log_samples: bool = False) -> None:
         super().__init__(id, 0)
         self.group, self.groups, self.workers = group, groups, workers
-        self.x, self.y, self.batch_size, self.seed = x, y, batch_size, seed
+        self.source, self.batch_size = source, batch_size
         self.total_steps, self.depth, self.log_samples = total_steps, depth, log_samples
         self.shard_size = batch_size // groups
         self.served = 0  # steps whose batch went out
         self.trained = 0  # steps whose loss came back
-        self._perm: list[Any] = []
+        self.position: dict[str, int] = {}
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         for m in messages:
@@ -81,14 +79,15 @@ class GroupCoordinator(Vertex):
 
     def _serve(self, ctx: Context, assign: dict[str, Any]) -> None:
         step, shard = assign["step"], assign["shards"][self.group]
-        k = step % (len(self.x) // self.batch_size)
+        k = step % (self.source.size // self.batch_size)
         within = shard - k * self.groups  # which shard of the step: the offset inside the global batch
-        idx, pos = batch_rows(self.seed, len(self.x), self.batch_size, step, within * self.shard_size,
-                              self.shard_size, self._perm)
-        batch = {"step": step, "x": self.x[idx], "y": self.y[idx], "pos": pos}
+        x, y, pos = self.source.rows(step, within * self.shard_size, self.shard_size)
+        batch = {"step": step, "x": x, "y": y, "pos": pos}
         for w in self.workers:
             ctx.send(w, batch, tag="batch")
         if self.log_samples:
-            ctx.aggregate("samples_served", [assign["epoch"], idx.tolist()])
+            ctx.aggregate("samples_served", [assign["epoch"], self.source.ids(step, within * self.shard_size,
+                                                                              self.shard_size).tolist()])
         self.served += 1
         self.value = step
+        self.position = self.source.position(step)

@@ -50,6 +50,10 @@ class Dataset:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
+    @property
+    def train_size(self) -> int:
+        return len(self.x_train)
+
 
 def _read_npz(url: str) -> tuple[np.ndarray, np.ndarray]:
     try:
@@ -145,33 +149,33 @@ def batch_rows(seed: int, epoch_size: int, global_batch: int, step: int, start: 
 class DataReader(Vertex):
     """Serves replica ``rank`` its slice of each global batch; ``ahead`` batches ahead of the replica.
 
-    Batches come from one seeded permutation of the training set per epoch, shared by all
-    readers, so N replicas with batch B/N see exactly the samples one replica with batch B sees.
+    Batches come from ``source`` (``stream.InMemorySource`` or ``stream.StreamSource``), whose
+    order depends only on the data, the seed and the global batch, so N replicas with batch B/N
+    see exactly the samples one replica with batch B sees. ``position`` (epoch, window, batch of
+    the last step served) is checkpointed with the reader; the order is a function of the step,
+    so a resume continues mid-epoch exactly.
     """
 
-    static_attributes = ("x", "y", "_perm")  # data and a cache: rebuilt, never checkpointed
+    state_fields = (*Vertex.state_fields, "ahead", "global_batch", "local", "position", "rank", "replica",
+                    "total_steps")  # not the data source and its caches: rebuilt, never checkpointed
 
-    def __init__(self, id: str, replica: str, x: np.ndarray, y: np.ndarray, batch_size: int, replicas: int,
-                 rank: int, seed: int, total_steps: int, ahead: int = 1) -> None:
+    def __init__(self, id: str, replica: str, source: Any, batch_size: int, replicas: int,
+                 rank: int, total_steps: int, ahead: int = 1) -> None:
         super().__init__(id, 0)
         self.ahead = ahead
-        self.replica, self.x, self.y = replica, x, y
+        self.replica, self.source = replica, source
         self.global_batch, self.local = batch_size, batch_size // replicas
-        self.rank, self.seed, self.total_steps = rank, seed, total_steps
-        self.steps_per_epoch = len(x) // batch_size
-        self._perm: list[Any] = []
-
-    def indices(self, step: int) -> np.ndarray:
-        return batch_indices(self.seed, len(self.x), self.global_batch, step, self.rank * self.local, self.local,
-                             self._perm)
+        self.rank, self.total_steps = rank, total_steps
+        self.position: dict[str, int] = {}
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         wanted = list(range(self.ahead)) if ctx.superstep == 0 else [int(m.payload) for m in messages]
         for step in wanted:
             if step < self.total_steps:
-                idx = self.indices(step)
-                ctx.send(self.replica, {"step": step, "x": self.x[idx], "y": self.y[idx]}, tag="batch")
+                x, y, _ = self.source.rows(step, self.rank * self.local, self.local)
+                ctx.send(self.replica, {"step": step, "x": x, "y": y}, tag="batch")
                 self.value = step
+                self.position = self.source.position(step)
         ctx.vote_to_halt()
 
 
@@ -211,24 +215,24 @@ class InputReader(Vertex):
     """Storage -> raw samples: for every requested step, the group's share of the global batch,
     as stored (no decoding), sent to the group's ``Preprocess`` vertex."""
 
-    static_attributes = ("x", "y", "_perm")
+    state_fields = (*Vertex.state_fields, "global_batch", "group", "local", "position", "preprocess", "total_steps")
 
-    def __init__(self, id: str, preprocess: str, x: np.ndarray, y: np.ndarray, batch_size: int, groups: int,
-                 group: int, seed: int, total_steps: int) -> None:
+    def __init__(self, id: str, preprocess: str, source: Any, batch_size: int, groups: int,
+                 group: int, total_steps: int) -> None:
         super().__init__(id, -1)
-        self.preprocess, self.x, self.y = preprocess, x, y
+        self.preprocess, self.source = preprocess, source
         self.global_batch, self.local = batch_size, batch_size // groups
-        self.group, self.seed, self.total_steps = group, seed, total_steps
-        self._perm: list[Any] = []
+        self.group, self.total_steps = group, total_steps
+        self.position: dict[str, int] = {}
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         for m in messages:  # requests, in the order the consumer made them
             step = int(m.payload)
             if step < self.total_steps:
-                idx, pos = batch_rows(self.seed, len(self.x), self.global_batch, step, self.group * self.local,
-                                      self.local, self._perm)
-                ctx.send(self.preprocess, {"step": step, "x": self.x[idx], "y": self.y[idx], "pos": pos}, tag="raw")
+                x, y, pos = self.source.rows(step, self.group * self.local, self.local)
+                ctx.send(self.preprocess, {"step": step, "x": x, "y": y, "pos": pos}, tag="raw")
                 self.value = step
+                self.position = self.source.position(step)
         ctx.vote_to_halt()
 
 
@@ -240,6 +244,8 @@ class Preprocess(Vertex):
     when or where a batch is decoded (pipelined or not, any placement or number of groups, after
     a rollback).
     """
+
+    state_fields = (*Vertex.state_fields, "augment", "batch_size", "consumers", "crop", "mean", "scale", "seed", "std")
 
     def __init__(self, id: str, consumers: list[str], scale: float, mean: float, std: float, augment: bool,
                  crop: int, seed: int, batch_size: int) -> None:

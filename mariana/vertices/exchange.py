@@ -301,8 +301,8 @@ class SyncedMember:
     Call ``init_sync`` once the flat ``self.flat`` / ``self.grad`` buffers exist (``self.xp`` is
     their array module) and ``layers`` are bound to them. Members compute the gradient of the *global* batch's mean loss (their
     mean loss times local / global batch, applied to the loss gradient, not in an extra pass
-    over the parameters' gradient), so the shards only sum. ``topology``
-    belongs in the class's ``static_attributes``. During backward, ``push_ready(ctx, offset)``
+    over the parameters' gradient), so the shards only sum. ``topology`` and the layers are
+    rebuilt, never in the class's ``state_fields``. During backward, ``push_ready(ctx, offset)``
     sends the buckets whose gradients are final (offset and after: backward runs from the last
     layer to the first) and lets them leave at once (``ctx.flush``), so the transfer overlaps
     the rest of backward; ``push_gradients`` sends the rest.
@@ -438,7 +438,7 @@ def _summed(grads: list[dict[str, Any]]) -> tuple[list[Any], Any]:
 class ParameterShardVertex(Vertex):
     """Owns ``[lo, hi)`` of the flat parameter vector and its optimizer state."""
 
-    static_attributes = ("optimizer", "replicas", "on_send_buffers")
+    state_fields = (*Vertex.state_fields, "hi", "lo", "state", "updates")
 
     def __init__(self, id: str, lo: int, hi: int, init: np.ndarray, optimizer: Optimizer, replicas: list[str]) -> None:
         super().__init__(id, np.array(init[lo:hi], dtype=np.float32))
@@ -496,7 +496,7 @@ class ParameterServerVertex(Vertex):
     as the aggregate ``counter/ID/bytes``.
     """
 
-    static_attributes = ("optimizer", "members", "partition_of", "on_send_buffers")
+    state_fields = (*Vertex.state_fields, "counters", "segments", "states", "updates", "values")
 
     def __init__(self, id: str, segments: list[tuple[int, int, int]], inits: list[np.ndarray], optimizer: Optimizer,
                  members: list[list[str]], counters: bool = False) -> None:

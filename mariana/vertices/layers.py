@@ -309,7 +309,7 @@ class Flatten(Layer):
         return x.reshape(x.shape[0], -1)
 
     def backward(self, dy: Array) -> Array:
-        return dy.reshape(self._shape)
+        return None if dy is None else dy.reshape(self._shape)  # None: the layer above skipped d(input)
 
 
 class Conv2D(Layer):

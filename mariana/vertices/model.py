@@ -155,8 +155,11 @@ class Model:
         self.dtype = np.dtype(dtype)
         self.loss = SoftmaxCrossEntropy()
         self.xp: Any = np
-        if layers and hasattr(layers[0], "input_grad"):
-            layers[0].input_grad = False  # d(loss)/d(data) is never used: skip that matmul
+        for layer in layers:  # the first layer that sees the data (a Flatten before it changes nothing)
+            if hasattr(layer, "input_grad"):
+                layer.input_grad = False  # d(loss)/d(data) is never used: skip that matmul
+            if not isinstance(layer, Flatten):
+                break
 
     # ---------------------------------------------------------------------------------------
     def forward(self, x: Array, train: bool = True) -> Array:

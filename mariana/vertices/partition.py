@@ -39,7 +39,8 @@ from .exchange import Shard, SyncedMember, Topology
 from .layers import Array, Dropout, Layer, SoftmaxCrossEntropy, array_module_of, to_module
 from .model import Model, bind_layers
 from .optim import Optimizer
-from .training import evaluate_logits, on_device
+from .stream import TestStream
+from .training import eval_sums, evaluate_logits, on_device
 
 __all__ = ["Stage", "PartitionPlan", "plan_partition", "SliceDropout", "PartitionVertex", "join_params"]
 
@@ -162,8 +163,12 @@ class PartitionVertex(SyncedMember, Vertex):
     run forward on this group's share of the test set.
     """
 
-    static_attributes = ("plan", "xp", "topology", "x_test", "y_test", "loss_layer", "stage_offsets", "buckets",
-                         "on_send_buffers")
+    state_fields = (*Vertex.state_fields, "act", "awaiting", "backward", "batches", "block", "counters", "depth",
+                    "device", "eval_due", "flat", "grad", "group", "groups", "labels", "member_ids", "members",
+                    "mine", "next_bucket", "params_fresh", "params_ready", "part", "parts", "peers",
+                    "pending_params", "phase", "pieces", "rank", "report_to", "requested", "requests", "scale",
+                    "sent_bytes", "shards", "stage", "stats_kind", "step", "steps_per_epoch", "sync_bytes",
+                    "total_steps", "tree_stats", "tree_waiting")
 
     def __init__(self, id: str, group: int, groups: int, plan: PartitionPlan, peers: list[str], members: list[str],
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, total_steps: int,
@@ -203,6 +208,9 @@ class PartitionVertex(SyncedMember, Vertex):
         self.pieces: dict[str, Any] = {}
         self.mine: Any = None  # this partition's own piece of the transfer in flight
         self.eval_due = False
+        self.eval_chunk = 0  # streamed test set: the chunk being evaluated, and the sums so far
+        self.eval_total: list[float] = [0.0, 0.0, 0.0]
+        self.eval_labels: Any = None
 
     # -- the loop -------------------------------------------------------------------------------
     def compute(self, ctx: Context, messages: list[Message]) -> None:
@@ -256,7 +264,12 @@ class PartitionVertex(SyncedMember, Vertex):
             return False
         if self.eval_due:
             self.eval_due = False
-            if len(self.y_test):
+            if isinstance(self.x_test, TestStream):
+                if self.x_test.n_chunks:
+                    self.eval_chunk, self.eval_total = 0, [0.0, 0.0, 0.0]
+                    self._eval_chunk()
+                    return True
+            elif len(self.y_test):
                 self.phase, self.act, self.labels = "eval", self.xp.asarray(self.x_test), None
                 self.stage, self.backward = 0, False
                 return True
@@ -272,6 +285,13 @@ class PartitionVertex(SyncedMember, Vertex):
         if self.depth:
             self._request(ctx, self.step + self.depth)
         return True
+
+    def _eval_chunk(self) -> None:
+        """Start the forward pass of chunk ``eval_chunk`` of the streamed test share."""
+        assert isinstance(self.x_test, TestStream)
+        x, self.eval_labels = self.x_test.chunk_at(self.eval_chunk)
+        self.phase, self.act, self.labels = "eval", self.xp.asarray(x), None
+        self.stage, self.backward = 0, False
 
     def _request(self, ctx: Context, upto: int) -> None:
         """Partition 0 asks the group's input pipeline for every step up to ``upto``."""
@@ -294,6 +314,21 @@ class PartitionVertex(SyncedMember, Vertex):
 
     def _loss(self, ctx: Context) -> None:
         logits = self.act
+        if self.phase == "eval" and isinstance(self.x_test, TestStream):
+            if self.part == 0:
+                for i, v in enumerate(eval_sums(logits, self.eval_labels)):
+                    self.eval_total[i] += v
+            self.eval_chunk += 1
+            if self.eval_chunk < self.x_test.n_chunks:
+                self._eval_chunk()
+                return
+            if self.part == 0:
+                loss, correct, n = self.eval_total
+                ctx.aggregate("test_loss", (loss, int(n)))
+                ctx.aggregate("test_accuracy", (int(correct), int(n)))
+                ctx.aggregate("epoch", self.step / self.steps_per_epoch)
+            self.phase, self.act, self.eval_labels = "idle", None, None
+            return
         if self.phase == "eval":
             if self.part == 0:
                 evaluate_logits(ctx, logits, self.y_test)

@@ -37,10 +37,11 @@ from ..engine.vertex import array_module
 from .exchange import Shard, SyncedMember, Topology
 from .layers import to_module
 from .optim import Optimizer
+from .stream import TestStream
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplicaVertex", "on_device", "evaluate_logits"]
+__all__ = ["ReplicaVertex", "on_device", "evaluate_logits", "eval_sums", "aggregate_eval"]
 
 
 def on_device(device: str) -> Any:
@@ -50,20 +51,33 @@ def on_device(device: str) -> Any:
     return array_module(device).cuda.Device(int(device.partition(":")[2] or 0))
 
 
-def evaluate_logits(ctx: Context, logits: Any, labels: np.ndarray) -> None:
-    """Aggregate test loss and accuracy of ``logits`` against ``labels`` (weighted-mean aggregates)."""
+def eval_sums(logits: Any, labels: np.ndarray) -> tuple[float, int, int]:
+    """(summed test loss, correct predictions, samples) of ``logits`` against ``labels``."""
     logits = to_module(logits, np).astype(np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     n = len(labels)
-    ctx.aggregate("test_loss", (float(-logp[np.arange(n), labels].sum()), n))
-    ctx.aggregate("test_accuracy", (int((logits.argmax(axis=1) == labels).sum()), n))
+    return float(-logp[np.arange(n), labels].sum()), int((logits.argmax(axis=1) == labels).sum()), n
+
+
+def evaluate_logits(ctx: Context, logits: Any, labels: np.ndarray) -> None:
+    """Aggregate test loss and accuracy of ``logits`` against ``labels`` (weighted-mean aggregates)."""
+    aggregate_eval(ctx, eval_sums(logits, labels))
+
+
+def aggregate_eval(ctx: Context, sums: tuple[float, int, int]) -> None:
+    loss, correct, n = sums
+    ctx.aggregate("test_loss", (loss, n))
+    ctx.aggregate("test_accuracy", (correct, n))
 
 
 class ReplicaVertex(SyncedMember, Vertex):
     """A whole model on one device: forward and backward of one step in one ``compute``."""
 
-    static_attributes = ("x_test", "y_test", "model", "xp", "topology", "offsets", "buckets", "on_send_buffers")
+    state_fields = (*Vertex.state_fields, "ahead", "batches", "block", "device", "flat", "grad", "grad_spare",
+                    "incoming", "member_ids", "members", "next_bucket", "opt_state", "own_stats", "params_fresh",
+                    "params_ready", "pending_params", "rank", "reader", "scale", "shards", "stats_kind", "step",
+                    "steps_per_epoch", "sync_bytes", "total_steps", "tree_stats", "tree_waiting")
 
     def __init__(self, id: str, rank: int, replica_ids: list[str], make_model: Callable[[], Any], reader: str,
                  shards: list[Shard], topology: Topology, optimizer: Optimizer, scale: float,
@@ -129,6 +143,15 @@ class ReplicaVertex(SyncedMember, Vertex):
 
     def evaluate(self, ctx: Context) -> None:
         """Test loss and accuracy of this replica's share of the test set (weighted-mean aggregates)."""
+        if isinstance(self.x_test, TestStream):  # streamed: chunk by chunk, one aggregate
+            total = [0.0, 0, 0]
+            for x, y in self.x_test.chunks():
+                for i, v in enumerate(eval_sums(self.model.predict(x), y)):
+                    total[i] += v
+            if total[2]:
+                aggregate_eval(ctx, (total[0], int(total[1]), int(total[2])))
+                ctx.aggregate("epoch", self.step / self.steps_per_epoch)
+            return
         if len(self.y_test) == 0:
             return
         evaluate_logits(ctx, self.model.predict(self.x_test), self.y_test)

@@ -156,3 +156,20 @@ def test_a_hang_report_names_who_is_missing_and_what_it_waits_for():
     assert "superstep 7 exceeded --superstep-timeout 2s" in report and "waiting for the batches of peer(s) [0]" in report
     assert missing == [{"worker": 1, "host": "h1", "state": "waiting", "for_s": 5.0}] and waiting == {"1": [0]}
     assert stuck == 1 and issubclass(SuperstepTimeout, WorkerLost)
+
+
+def test_with_a_job_token_only_workers_that_have_it_join():
+    st = MasterState(1, "pagerank", JOB, token="s3cret")
+    [refuse] = st.handle(hello(0))
+    assert "no valid job token" in refuse.msg.reason and not st.joined
+    h = header(wire.Hello(version=__version__, data="tcp://127.0.0.1:7000", pid=100, host="h0", token="s3cret"))
+    assert st.handle(Arrived(b"w0", h, 0.0, 0.0)) == [] and st.all_joined()
+
+
+def test_every_worker_lost_at_once_is_retired_in_one_generation():
+    st = running(3)
+    st.worker_timeout = 5.0
+    st.handle(arrive(1, wire.Heartbeat(), now=9.0))
+    assert st.also_lost(now=9.5, exited={102}) == {0, 2}  # 0 silent since 1.0, 2's process ended
+    gone = st.lose({0, 2})
+    assert [w.index for w in gone] == [0, 2] and st.gen == 1 and [w is None for w in st.by_index] == [True, False, True]

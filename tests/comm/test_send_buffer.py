@@ -1,5 +1,5 @@
 """Send buffers (``Context.send_buffer``): a worker-wide shared-memory pool every same-host peer
-maps, so arrays sent from it travel as descriptors with no copy (engine/shm.py ``Pool``)."""
+maps, so arrays sent from it travel as descriptors with no copy (comm/shm.py ``Pool``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared memory between same-host workers (engine/shm.py): allocation, leases released by GC,
+"""Shared memory between same-host workers (comm/shm.py): allocation, leases released by GC,
 growth and fallback at the cap, descriptors, and 2-worker cluster runs with and without it."""
 
 from __future__ import annotations
@@ -198,11 +198,12 @@ def test_bad_descriptors_are_protocol_errors(pair):
 
 def test_notes_are_checked():
     b = Shm("c" * 32, 1)
-    for header in ({"shm_offer": "x"}, {"shm_offer": ["a", "h", [[0, "n"]]]}, {"shm_freed": [1, 2]}):
+    for notes in ({"offer": "x"}, {"offer": ["a", "h", [[0, "n"]]]}, {"freed": [1, 2]}, {"freed": ["a", [[1, -2]]]},
+                  {"ack": ["a", [[0, "yes"]]]}, {"unknown": []}, ["offer"]):
         with pytest.raises(ProtocolError):
-            b.notes_in(0, header)
-    b.notes_in(0, {"shm_offer": ["mariana-c-w0-1-g0-p1", b.host, [[0, "../../etc/passwd", 8192, "t"]]]})
-    assert b.notes(0)["shm_ack"] == ["mariana-c-w0-1-g0-p1", [[0, False]]]
+            b.notes_in(0, notes)
+    b.notes_in(0, {"offer": ["mariana-c-w0-1-g0-p1", b.host, [[0, "../../etc/passwd", 8192, "t"]]]})
+    assert b.notes(0).ack == ["mariana-c-w0-1-g0-p1", [[0, False]]]
     b.close()
     assert not files(b.prefix)
 

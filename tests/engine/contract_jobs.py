@@ -209,6 +209,8 @@ class InPlace(Vertex):
     """Adds 1 to every element of its array in place each superstep and sends the array itself
     (the same buffer) to the next vertex: a checkpoint must hold the values at its barrier."""
 
+    state_fields = (*Vertex.state_fields, "nxt", "seen")
+
     def __init__(self, id: str, nxt: str, n: int) -> None:
         super().__init__(id, np.zeros(n))
         self.nxt, self.seen = nxt, 0.0
@@ -234,6 +236,8 @@ class DoubleBuffered(Vertex):
     """Writes ``value + superstep`` into one of ``buffers`` send buffers (alternating) and sends it
     in two halves to the next vertex, which folds them into its value. With two buffers the
     send-buffer contract holds; with one it is broken (each buffer is sent every superstep)."""
+
+    state_fields = (*Vertex.state_fields, "bufs", "k", "last", "n", "nxt")
 
     def __init__(self, id: str, nxt: str, n: int, buffers: int, last: int) -> None:
         super().__init__(id, np.full(n, float(len(id) + ord(id[-1])), dtype=np.float32))

@@ -39,12 +39,37 @@ DNN = get_job("dnn-dp")
 
 # -- state capture -------------------------------------------------------------------------------
 class Stateful(Vertex):
-    static_attributes = ("table",)
+    state_fields = (*Vertex.state_fields, "rng", "count", "names")  # not the table, never the function
 
     def __init__(self, id):
         super().__init__(id, np.arange(4.0), [("x", 1.0)])
         self.rng = np.random.default_rng(7)
         self.count, self.names, self.table, self.fn = 3, ("a", "b"), np.ones(1000), print
+
+
+def test_a_declared_field_that_is_not_plain_data_fails_naming_vertex_and_field():
+    class Bad(Stateful):
+        state_fields = (*Stateful.state_fields, "fn")
+
+    with pytest.raises(mariana.MarianaError, match="vertex 'v': state field 'fn' of Bad holds a builtin_function"):
+        vertex_state(Bad("v"))
+
+
+def test_every_vertex_class_of_the_library_says_what_it_checkpoints():
+    """Explicit state: a library vertex declares its ``state_fields`` (or a ``state_dict``) in its own
+    class body, so nothing it holds is captured, or left out, by accident."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import mariana.vertices
+
+    modules = [importlib.import_module(f"mariana.vertices.{m.name}") for m in pkgutil.iter_modules(mariana.vertices.__path__)]
+    found = [c for m in modules for _, c in inspect.getmembers(m, inspect.isclass)
+             if issubclass(c, Vertex) and c is not Vertex and c.__module__ == m.__name__]
+    assert len(found) >= 10
+    silent = [c.__name__ for c in found if not {"state_fields", "state_dict"} & set(vars(c))]
+    assert not silent, f"declare state_fields (Vertex.state_fields if only the value) in: {sorted(silent)}"
 
 
 def test_default_state_captures_plain_data_and_rngs_and_restores_in_place():

@@ -519,7 +519,7 @@ def test_set_values_reach_the_config(graph):
                                      'output="out.tsv"', "top=3"])
     assert cfg == {"graph": str(graph), "damping": 0.5, "iterations": 7, "tol": 0.0, "mode": "vertex",
                    "output": "out.tsv", "top": 3, "checkpoint_every": 0, "keep_checkpoints": 3,
-                   "checkpoint_background": True}
+                   "checkpoint_background": True, "vertices": None, "directed": True, "format": "auto"}
     assert isinstance(cfg["tol"], float)  # an int given for a float key becomes a float
     cfg = resolve_config(job, None, ["damping=1", "mode='block'", "iterations=2", "iterations=5"])
     assert cfg["damping"] == 1.0 and isinstance(cfg["damping"], float)

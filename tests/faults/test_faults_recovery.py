@@ -1,0 +1,71 @@
+"""Lost workers: a worker paused (SIGSTOP) past the timeout and woken up after the recovery, two
+workers killed at once. Both end bit-identical to an uninterrupted run, and a replaced worker
+process is killed, never left to come back."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from mariana.jobs import get_job, resolve_config
+from mariana.jobs.dnn_data_parallel import final_params
+from mariana.jobs.launch import run_job
+from mariana.storage import RunDir
+from test_cluster import alive
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
+
+DNN = get_job("dnn-dp")
+SETS = ["epochs=3", "checkpoint_every=8", "batch_size=48"]  # 48: splits over 2 and 3 replicas
+FAST = {"heartbeat_interval": 0.2, "worker_timeout": 2.0}  # a loss is noticed within 2 s
+
+
+def _train(run_dir: Any, workers: int = 2, **kw: Any) -> tuple[dict[str, bytes], Any]:
+    config = resolve_config(DNN, None, SETS)
+    result = run_job(DNN, config, workers=workers, runtime="cluster", run_dir=RunDir(str(run_dir)), **kw)
+    return {k: v.tobytes() for k, v in final_params(result, config)}, result
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, bytes]]:
+    """Parameters of uninterrupted runs, by worker count."""
+    return {n: _train(tmp_path_factory.mktemp(f"reference{n}"), workers=n)[0] for n in (2, 3)}
+
+
+def test_a_worker_paused_past_the_timeout_is_replaced_and_killed(tmp_path, reference):
+    procs: list[Any] = []
+    paused: list[int] = []
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == 20 and not paused:
+            paused.append(procs[1].pid)
+            os.kill(procs[1].pid, signal.SIGSTOP)
+        if paused and line.get("restarts") and alive(paused[0]):
+            os.kill(paused[0], signal.SIGCONT)  # wakes up after the job went on without it
+
+    params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
+    assert paused and params == reference[2]
+    assert result.metrics[-1]["restarts"] == 1
+    assert not alive(paused[0])  # killed by the master when it was replaced
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_losing_all_but_one_or_every_worker_at_once_is_recovered(tmp_path, reference, workers):
+    procs: list[Any] = []
+    killed: list[int] = []
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == 30 and not killed:
+            for p in procs[-2:] if workers == 3 else procs:  # two of three, or both of two
+                killed.append(p.pid)
+                os.kill(p.pid, signal.SIGKILL)
+
+    params, result = _train(tmp_path / "run", workers=workers, on_superstep=hook,
+                            on_start=lambda m, p: procs.extend(p), **FAST)
+    assert len(killed) == 2 and params == reference[workers]
+    assert result.metrics[-1]["restarts"] == 1
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))

@@ -98,9 +98,9 @@ def test_a_job_module_in_the_current_directory_is_found(tmp_path, monkeypatch, c
 
 
 @pytest.mark.parametrize(("job", "sets", "needle"), [
-    ("dnn-dp", ["batch_size=0"], "'batch_size' must be >= 1, got 0"),
-    ("cnn-hybrid", ["batch_size=0"], "'batch_size' must be >= 1, got 0"),
-    ("cpu-cluster", ["batch_size=-4"], "'batch_size' must be >= 1, got -4"),
+    ("dnn-dp", ["batch_size=0"], "'batch_size' must be >= 1; got 0"),
+    ("cnn-hybrid", ["batch_size=0"], "'batch_size' must be >= 1; got 0"),
+    ("cpu-cluster", ["batch_size=-4"], "'batch_size' must be >= 1; got -4"),
     ("dnn-dp", ["replicas=-2"], "'replicas' must be >= 0 (0: one per worker), got -2"),
 ])
 def test_bad_sizes_say_what_is_wrong(tmp_path, capsys, job, sets, needle):

@@ -49,6 +49,8 @@ def imports(path: Path) -> set[str]:
                 target = node.module or ""
             if target.split(".")[0] != "mariana":
                 continue
+            if target == "mariana" and all(a.name == "__version__" for a in node.names):
+                continue  # a constant the face defines before any import: no edge to what the face imports
             for alias in node.names:  # `from . import codec` names a module, not the package
                 if (PACKAGE.parent / Path(*f"{target}.{alias.name}".split("."))).with_suffix(".py").exists():
                     found.add(f"{target}.{alias.name}")

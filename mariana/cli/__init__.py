@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Callable, Sequence
 
 from ..errors import MarianaError, VertexError
@@ -31,7 +33,26 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that a run records ``interrupted`` and stops its workers."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         chatty = args.command in ("master", "worker") and not args.quiet  # joins and leaves
@@ -55,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MarianaError as exc:
         print(f"mariana: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Terminated:
+        print("mariana: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("mariana: interrupted", file=sys.stderr)
         return 130

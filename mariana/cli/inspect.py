@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from ..errors import MarianaError, StorageError, UsageError
-from ..jobs.registry import BUILTIN_JOBS, get_job, resolve_config
+from ..jobs.registry import BUILTIN_JOBS, get_job
 from ..storage import RunDir
 
 log = logging.getLogger("mariana")
@@ -38,14 +38,11 @@ def cmd_params(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from ..storage import load_params, write_bytes
+    from ..jobs.export import run_params
+    from ..storage import write_bytes
 
     try:
-        run_dir = RunDir(args.run, create=False)
-        if args.checkpoint is None and run_dir.exists("params/index.json"):
-            named, source = load_params(run_dir), "final parameters"
-        else:
-            named, source = _params_from_checkpoint(run_dir, args.checkpoint)
+        named, source = run_params(args.run, args.checkpoint)
     except MarianaError as exc:
         raise UsageError(str(exc)) from None
     buf = io.BytesIO()
@@ -53,39 +50,6 @@ def cmd_params(args: argparse.Namespace) -> int:
     write_bytes(args.to, buf.getvalue())
     print(f"wrote {len(named)} arrays ({', '.join(n for n, _ in named)}) from the {source} to {args.to}")
     return 0
-
-
-def _params_from_checkpoint(run_dir: RunDir, superstep: int | None) -> tuple[list[tuple[str, Any]], str]:
-    """The model from a parameter snapshot (RUN/params/ss-N), else from the checkpoint of that superstep."""
-    from ..storage.checkpoint import Checkpoints
-
-    prev = run_dir.read_json("job.json")
-    job = get_job(prev["job"])
-    if job.export is None:
-        raise UsageError(f"job {job.name} has no model parameters to export")
-    ck = Checkpoints(run_dir)
-    parts, source = None, ""
-    for store, what in ((ck.params, "parameter snapshot"), (ck, "checkpoint")):
-        if superstep is None:
-            info = store.newest_valid(load=True)
-            if info is not None:
-                parts, source = info.loaded or {}, f"{what} at superstep {info.superstep}"
-        elif superstep in store.supersteps():
-            try:
-                parts, source = store.load(superstep), f"{what} at superstep {superstep}"
-            except StorageError as exc:
-                log.warning("%s", exc)
-        if parts is not None:
-            break
-    if parts is None:
-        which = f"at superstep {superstep}" if superstep is not None else "at all"
-        raise UsageError(f"{run_dir.url}: no valid parameter snapshot or checkpoint {which} to export from "
-                         "(`mariana checkpoint list` shows what there is)")
-    states: dict[str, Any] = {}
-    for name, part in sorted(parts.items()):
-        if name.startswith("worker-"):
-            states.update(part.get("vertices", part))  # a checkpoint part, or a snapshot {vertex: params}
-    return job.export(states, resolve_config(job, prev["config"])), source
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -104,6 +68,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                   f"{len(info['figures'])} plots ({info['bytes'] // 1024} KiB, opens without a network)")
         return 0
 
+    if args.out is None:  # beside the run it describes, not in the current directory
+        args.out = RunDir(args.run, create=False).url.rstrip("/") + "/report.html"
     doc = write_report(args.run, args.out)
     if args.json:
         print(json.dumps(doc))

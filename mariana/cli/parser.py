@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--secure", action="store_true", help="use --keys on loopback too")
     m.add_argument("--insecure", action="store_true",
                    help="allow a plaintext master off loopback (only on a network you trust)")
-    m.add_argument("--master-file", metavar="FILE", help="where to write endpoint + public key (default DIR/master.json)")
+    m.add_argument("--master-file", metavar="FILE", help="where to write the endpoint (+ public key with --keys; default DIR/master.json)")
     _from_env_args(m, master=True)
 
     w = sub.add_parser("worker", help="join a master as one worker")
@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="one self-contained HTML file about a run: curves, timeline, stragglers, ...")
     rp.add_argument("run", metavar="RUN", help="run directory (any fsspec URL; a run still going is fine)")
-    rp.add_argument("--out", default="report.html", metavar="FILE.html", help="where to write it (default report.html)")
+    rp.add_argument("--out", default=None, metavar="FILE.html", help="where to write it (default RUN/report.html)")
     rp.add_argument("--json", action="store_true", help="print what was written as JSON on stdout")
     ui = sub.add_parser("ui", help="serve the job page of a run directory (running or finished) until Ctrl-C")
     ui.add_argument("run", metavar="RUN", help="run directory (any fsspec URL)")

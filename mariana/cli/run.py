@@ -201,9 +201,12 @@ def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
             master_file = args.master_file or os.path.join(args.keys, "master.json")
             with open(master_file, "w") as f:
                 json.dump({"endpoint": endpoint, "server_key": security.public.decode(), "job": master.job_name}, f)
-            how = f"mariana worker --master-file {master_file} --key {args.keys}/NAME.key_secret"
+            how = f"mariana worker --master-file {master_file} --key {os.path.join(args.keys, 'NAME.key_secret')}"
         else:
             how = f"mariana worker --master {endpoint}"
+            if args.master_file:  # endpoint only: the workers speak plaintext
+                with open(args.master_file, "w") as f:
+                    json.dump({"endpoint": endpoint, "job": master.job_name}, f)
         print(f"mariana master: waiting for {master.workers} worker(s) at {endpoint}{where}; on each worker host "
               f"run:\n    {how}", file=sys.stderr, flush=True)
 
@@ -211,11 +214,13 @@ def _worker_hint(args: argparse.Namespace, security: Any) -> Any:
 
 
 def _master_security(args: argparse.Namespace) -> Any:
-    """CURVE for ``mariana master``: required off loopback unless --insecure; None means plaintext."""
+    """CURVE for ``mariana master``: required off loopback unless --insecure; None means plaintext.
+    ``--keys DIR`` always means CURVE (also on loopback), so that workers following the printed
+    command (``--master-file DIR/master.json``) can join."""
     from ..comm import is_loopback, parse_endpoint
 
     host, _ = parse_endpoint(args.bind)
-    if args.keys and (args.secure or not is_loopback(host)):
+    if args.keys:
         from ..comm.security import Security
 
         return Security.for_master(args.keys)

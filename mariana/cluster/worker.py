@@ -35,7 +35,7 @@ from ..comm.shm import Shm
 from ..engine.graph import Graph
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
-from ..comm import Again, drain, poller, recv, send, send_frames, transport_for
+from ..comm import Again, HandshakeWatch, drain, poller, recv, send, send_frames, transport_for, writable
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +160,24 @@ class Worker:
                            want_job=self.want_job, token=self.token,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         deadline = time.monotonic() + self.connect_timeout
-        wait = 0.1
+        watch = HandshakeWatch(self.ctl) if self.security is not None else None
+        try:
+            return self._join_loop(hello, deadline, watch)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def _join_loop(self, hello: dict[str, Any], deadline: float, watch: HandshakeWatch | None) -> wire.Welcome | None:
+        wait, refused = 0.1, None
         while time.monotonic() < deadline and not self._stop.is_set():
-            send(self.ctl, hello)
+            # never block in send: a DEALER whose handshakes keep failing has no peer to queue for
+            if writable(self.ctl):
+                send(self.ctl, hello)
+            if watch is not None and (why := watch.failed()) is not None:
+                if why.startswith("the master refused"):  # its allow-list is fixed: retrying cannot help
+                    log.error("%s at %s", why, self.master)
+                    return None
+                refused = why
             if self.ctl.poll(int(wait * 1000)):
                 try:
                     _, header, _ = recv(self.ctl, router=False)
@@ -184,7 +199,10 @@ class Worker:
                     return None
             wait = min(wait * 2, 2.0)
             log.info("waiting for the master at %s ...", self.master)
-        log.error("no master answered at %s within %.0fs", self.master, self.connect_timeout)
+        if refused is not None:
+            log.error("gave up joining the master at %s after %.0fs: %s", self.master, self.connect_timeout, refused)
+        else:
+            log.error("no master answered at %s within %.0fs", self.master, self.connect_timeout)
         return None
 
     def _build(self, welcome: wire.Welcome) -> Partition:

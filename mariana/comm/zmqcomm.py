@@ -190,6 +190,38 @@ class Transport:
             self.ctx.term()
 
 
+def writable(sock: zmq.Socket) -> bool:
+    """Whether a send on ``sock`` would not block now (a DEALER with no connected peer blocks)."""
+    return bool(sock.poll(0, zmq.POLLOUT))
+
+
+class HandshakeWatch:
+    """Watches a CURVE client socket for handshake failures (the server refused our key, or
+    speaks another security mechanism), so a worker can say so instead of waiting in silence."""
+
+    _FAILED = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock = sock
+        self.mon = sock.get_monitor_socket(self._FAILED)
+
+    def failed(self) -> str | None:
+        """Why a handshake failed since the last call, or None."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        why = None
+        while self.mon.poll(0):
+            event = recv_monitor_message(self.mon)["event"]
+            why = ("the master refused this worker's key (is its public key in the master's allow-list DIR/allowed/?)"
+                   if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                   else "the CURVE handshake with the master failed (wrong --server-key, or a master without --keys?)")
+        return why
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.mon.close(linger=0)
+
+
 def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None) -> int:
     """Encode ``header`` (arrays become zero-copy frames) and send it; returns bytes sent."""
     return send_frames(sock, codec.encode(header), identity)

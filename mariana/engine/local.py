@@ -133,7 +133,7 @@ def blas_threads_of(workers: int) -> Any:
 
     OpenBLAS sums in a different order with a different number of threads, so the in-process
     reference uses the cluster's per-worker count: the same placement then gives bit-identical
-    results on both runtimes (DESIGN section 2.9). Thread variables the user set win everywhere.
+    results on both runtimes (docs/design.md, superstep contract point 9). Thread variables the user set win everywhere.
     """
     from threadpoolctl import threadpool_limits
 

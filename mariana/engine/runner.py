@@ -33,10 +33,12 @@ def run(graph: Graph, *, workers: int = 1, runtime: str = "local", placement: An
     state unless ``checkpoint_background`` is false). ``resume``: continue from the newest
     valid checkpoint in ``run_dir``. ``trace``: write superstep traces to ``run_dir/trace``;
     ``capture``: store the messages of vertices matching this glob (docs/traces.md).
-    (A graph whose workers are processes is run by name: ``mariana.jobs.run_job``.)
+    (``mariana.run(graph, runtime="cluster")`` runs it on forked worker processes; a job runs by
+    name on any runtime with ``mariana.jobs.launch.run_job``.)
     """
     if runtime != "local":
-        raise UsageError(f"unknown runtime {runtime!r}; available: local (the cluster runs jobs by name: run_job)")
+        raise UsageError(f"unknown runtime {runtime!r} here: this runs graphs in this process; "
+                         f"mariana.run(graph, runtime='cluster') runs them on worker processes")
     return run_local(graph, RunOptions(
         workers=workers, runtime=runtime, placement=placement, max_supersteps=max_supersteps, run_dir=run_dir,
         on_superstep=on_superstep, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,

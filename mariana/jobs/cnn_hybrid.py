@@ -45,6 +45,8 @@ def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, 
     for key, v in (("groups", G), ("partitions", P)):
         if v < 1:
             raise UsageError(f"config key '{key}' must be >= 1, got {v}")
+    if B < 1:
+        raise UsageError(f"config key 'batch_size' must be >= 1, got {B}")
     if G * P > B:
         raise UsageError(f"groups*partitions = {G * P} is larger than batch_size {B}")
     if config["pipeline"] < 0:
@@ -141,7 +143,7 @@ def export_params(states: dict[str, Any], config: dict[str, Any]) -> list[tuple[
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     return finish_training(result, config, run_dir, "cnn-hybrid", final_params(result, config), "part-",
                            f"{config['groups']} group(s) x {config['partitions']} partition(s), "
-                           f"exchange={config['exchange']}")
+                           f"exchange={config['exchange']}", images=True)
 
 
 JOB = Job(

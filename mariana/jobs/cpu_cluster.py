@@ -87,7 +87,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
             size_hint=sum(hi - lo for _, lo, hi in segments))
     graph.master_compute = DataLedger(G, pl["spe"], pl["total"])
     add_training_aggregators(graph)
-    graph.add_aggregator("want", "min")
+    graph.add_aggregator("_want", "min")  # internal ("_": not plotted)
     for name in ["counter/samples", *(f"counter/ps-{s:03d}/bytes" for s in range(S)),
                  *(f"counter/g{g:02d}/bytes" for g in range(G))]:
         graph.add_aggregator(name, "sum")

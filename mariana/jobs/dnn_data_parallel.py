@@ -31,9 +31,9 @@ DEFAULT_MODEL = ["dense:256:relu", "dense:256:relu", "dense:10"]
 def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     """Everything the graph and the finisher need, validated (one UsageError per mistake)."""
     ds = dataset_of(config)
+    if config["replicas"] < 0:
+        raise UsageError(f"config key 'replicas' must be >= 0 (0: one per worker), got {config['replicas']}")
     replicas = config["replicas"] or bctx.workers
-    if replicas < 1:
-        raise UsageError(f"config key 'replicas' must be >= 1, got {replicas}")
     spe, total = schedule(config, ds.train_size, replicas, "replicas")
     with shapes_only():  # sizes for the shards; the weights are drawn where vertices are built
         num_params = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).num_params
@@ -124,7 +124,8 @@ JOB = Job(
         Key("model", DEFAULT_MODEL, "list", "layers: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], maxpool:K, "
                                             "flatten, dropout:P, relu|tanh|sigmoid; softmax cross-entropy is appended"),
         Key("replicas", 0, "int", "model replicas (0: one per worker)"),
-        Key("exchange", "linear", "str", "gradient exchange: " + topology_help(), choices=topology_choices()),
+        # allreduce is the default: the same parameters as linear, bit for bit, in one superstep per step
+        Key("exchange", "allreduce", "str", "gradient exchange: " + topology_help(), choices=topology_choices()),
         Key("ps_shards", 1, "int", "parameter-server vertices for exchange=ps (all on worker 0)"),
         *OPTIMIZER_KEYS,
         *schedule_keys(20, "replicas"),

@@ -20,13 +20,13 @@ from ..engine import RunResult
 from ..engine.graph import Graph
 from ..engine.options import RUNTIMES, RunOptions
 from ..engine.runner import run_local
-from ..errors import MarianaError
+from ..errors import MarianaError, UsageError
 from ..storage import RunDir
-from .registry import BuildContext, Job, get_job, resolve_config
+from .registry import LOCAL_JOBS, BuildContext, Job, get_job, resolve_config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_job", "launch", "Launched", "build_graph", "explain_placement", "RUNTIMES"]
+__all__ = ["run_job", "run_graph", "launch", "Launched", "build_graph", "explain_placement", "RUNTIMES"]
 
 
 def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence[str] = (), *,
@@ -47,6 +47,38 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
     return launch(job, resolved, run_options, name=name).result
 
 
+def run_graph(graph: Graph, *, workers: int = 1, runtime: str = "local", **options: Any) -> RunResult:
+    """``mariana.run``: run a ``Graph`` object on the local runtime, or with ``runtime="cluster"`` on
+    ``workers`` worker processes forked from this one (they inherit the graph; nothing executable
+    travels), or with ``runtime="inproc"`` on the cluster runtime's threads in this process. Where
+    this process cannot fork safely (threads running, a zmq context open, no ``os.fork``), write
+    the graph as a ``Job`` and run it by name (``run_job("module:JOB", ...)``)."""
+    if runtime == "local":
+        from ..engine.runner import run
+
+        return run(graph, workers=workers, runtime=runtime, **options)
+    if runtime not in ("cluster", "inproc"):
+        raise UsageError(f"unknown runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
+    from ..cluster.forking import fork_is_safe
+
+    why = None if runtime == "inproc" else fork_is_safe() if options.get("fork", True) else "fork=False"
+    if why is not None:
+        raise UsageError(f"runtime='cluster' runs a Graph object on workers forked from this process, which it cannot "
+                         f"do now ({why}); write the graph as a mariana.jobs.Job and run it by name: "
+                         f"run_job('module:JOB', workers={workers}) or `mariana run module:JOB --workers {workers}`")
+    name = f"graph:{graph.name}:{os.getpid()}:{id(graph)}"
+    job = Job(name, "a Graph object given to mariana.run", (), lambda config, bctx: graph)
+    config: dict[str, Any] = {k: options.pop(k) for k in ("checkpoint_every", "keep_checkpoints", "checkpoint_background")
+              if k in options}
+    resolved = resolve_config(job, config)
+    LOCAL_JOBS[name] = job
+    try:
+        return launch(job, resolved, RunOptions.from_config(resolved, workers=workers, runtime=runtime, **options),
+                      name=name).result
+    finally:
+        del LOCAL_JOBS[name]
+
+
 @dataclass
 class Launched:
     """What ``launch`` hands back: the result and, with ``finish``, the job's summary text and fields."""
@@ -63,7 +95,8 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
 
     ``name``: how the job is referred to (a built-in name or ``package.module:JOB``: the cluster
     workers build it from that). ``finish``: also run the job's ``finish`` (write outputs, summary).
-    ``RUN/job.json`` says ``running`` before the first superstep, then ``finished`` or ``failed``;
+    ``RUN/job.json`` says ``running`` before the first superstep, then ``finished``, ``failed`` or
+    ``interrupted`` (Ctrl-C, SIGTERM);
     ``options.run_dir`` may be a URL, created once the graph is built (a job that cannot build
     leaves nothing behind).
     """
@@ -110,6 +143,11 @@ def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, fi
                 run_dir.write_json("job.json", info)  # type: ignore[union-attr]
             except MarianaError as also:  # the storage that failed the job may fail this too: keep the first error
                 log.warning("could not record the failure in job.json: %s", also)
+        raise
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (the command turns it into KeyboardInterrupt)
+        if info is not None:
+            info.update(status="interrupted", error="stopped by a signal (Ctrl-C or SIGTERM)")
+            run_dir.write_json("job.json", info)  # type: ignore[union-attr]
         raise
     if info is not None:
         info.update(status="finished", supersteps=result.supersteps, halt_reason=result.halt_reason,

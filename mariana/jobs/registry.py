@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from ..engine import Graph, RunResult
 from ..errors import UsageError
@@ -36,13 +38,14 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "st
 
 @dataclass(frozen=True)
 class Key:
-    """One config key: name, default, type name (int, float, str, bool, list), help, choices."""
+    """One config key: name, default, type name (int, float, str, bool, list), help, choices (a
+    tuple, or a registry such as ``mariana.vertices.optim.OPTIMIZERS``, read when checked)."""
 
     name: str
     default: Any
     type: str
     help: str
-    choices: tuple[Any, ...] | None = None
+    choices: Collection[Any] | None = None
     minimum: float | None = None  # the smallest value allowed (numbers)
 
     def check(self, value: Any, where: str) -> Any:
@@ -80,8 +83,22 @@ class BuildContext:
 
 @dataclass
 class Job:
-    """``build(config, ctx) -> Graph``; ``finish(result, config, run_dir) -> (text, summary)`` writes
-    the job's outputs (files, the run directory's ``params/``) and returns what to print."""
+    """A job for ``mariana run`` (built-in, or ``package.module:ATTR`` of your own).
+
+    - ``name``, ``description``: what ``mariana jobs`` shows.
+    - ``keys``: its typed config keys (``Key``); every job also takes the engine's
+      ``checkpoint_every``, ``keep_checkpoints`` and ``checkpoint_background``.
+    - ``build(config, ctx) -> Graph``: the graph for a resolved config and a ``BuildContext``
+      (worker count, placement strategy); runs in every process, so it must be deterministic.
+    - ``finish(result, config, run_dir) -> (text, summary)``: writes the job's outputs (files,
+      ``RUN/params/`` through ``mariana.storage.save_params``) and returns what to print and the
+      ``--json`` summary's fields.
+    - ``progress_metric``: the aggregate shown in the progress line.
+    - ``export(vertex_states, config) -> [(name, array)]``: the model held in checkpointed vertex
+      states (``{vertex id: state}``), for ``mariana params export RUN [--checkpoint S]`` while
+      the job runs or from an earlier superstep; without it every array of every vertex state is
+      exported, named by its path (``VERTEX/attribute/key``).
+    """
 
     name: str
     description: str
@@ -104,14 +121,22 @@ class Job:
         return {k.name: k.default for k in self.keys}
 
 
+#: Jobs made in this process for ``mariana.run(graph, runtime="cluster")``: forked workers inherit them.
+LOCAL_JOBS: dict[str, Job] = {}
+
+
 def get_job(name: str) -> Job:
     """A built-in job by name, or ``package.module:attribute`` (a ``Job``)."""
+    if name in LOCAL_JOBS:
+        return LOCAL_JOBS[name]
     target = BUILTIN_JOBS.get(name)
     if target is None and ":" not in name:
         hint = difflib.get_close_matches(name, BUILTIN_JOBS, n=1)
         extra = f" (did you mean '{hint[0]}'?)" if hint else ""
         raise UsageError(f"unknown job '{name}'{extra}; jobs: {', '.join(BUILTIN_JOBS)}, or package.module:attribute")
     module_name, _, attr = (target or name).partition(":")
+    if target is None and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # `mariana run mymod:JOB` finds mymod.py here, as `python -m` would
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -137,12 +162,19 @@ def parse_set(item: str) -> tuple[str, Any, str]:
 
 def resolve_config(job: Job, file_config: dict[str, Any] | None = None, sets: Sequence[str] = (),
                    file_name: str = "") -> dict[str, Any]:
-    """Defaults, then the TOML file (top level or a ``[JOB]`` table), then ``--set`` items."""
+    """Defaults, then the TOML file's top-level keys, then its ``[JOB]`` table (which wins over the
+    top level; other jobs' tables are skipped), then ``--set`` items."""
     config = job.defaults()
     items: list[tuple[str, Any, str | None, str]] = []
     if file_config:
-        table = file_config.get(job.name, file_config) if isinstance(file_config.get(job.name), dict) else file_config
-        items += [(k, v, None, f"{file_name}: ") for k, v in table.items()]
+        table = file_config.get(job.name)
+        if isinstance(table, dict) and job.name not in job.key_index:
+            top = {k: v for k, v in file_config.items()
+                   if k != job.name and (not isinstance(v, dict) or k in job.key_index)}
+            items += [(k, v, None, f"{file_name}: ") for k, v in top.items()]
+            items += [(k, v, None, f"{file_name} [{job.name}]: ") for k, v in table.items()]
+        else:
+            items += [(k, v, None, f"{file_name}: ") for k, v in file_config.items()]
     items += [(*parse_set(s)[:2], parse_set(s)[2], "--set: ") for s in sets]
     for name, value, raw, where in items:
         key = job.key_index.get(name)

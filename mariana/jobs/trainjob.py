@@ -20,20 +20,23 @@ from ..vertices.stream import InMemorySource, StreamedDataset
 from ..vertices.layers import Layer, shapes_only
 from ..vertices.model import build_model
 from ..vertices.partition import PartitionPlan, plan_partition
-from ..vertices.optim import OPTIMIZERS, Optimizer, make_optimizer
+from ..vertices.optim import OPTIMIZERS, Optimizer
 from .registry import Key
 
 __all__ = ["OPTIMIZER_KEYS", "DATA_KEYS", "DATA_HELP", "schedule_keys", "dataset_of", "train_source", "test_of",
            "named_defaults", "devices", "optimizer_of", "schedule", "add_training_aggregators", "flat_of",
-           "partition_maker", "partition_sizes", "finish_training"]
+           "partition_maker", "partition_sizes", "finish_training", "model_info"]
 
 OPTIMIZER_KEYS = (
-    Key("optimizer", "momentum", "str", "optimizer", choices=OPTIMIZERS),
+    # the choices are the registry itself: an optimizer registered later is valid too
+    Key("optimizer", "momentum", "str", "optimizer (mariana.vertices.optim registry)", choices=OPTIMIZERS),
     Key("lr", 0.05, "float", "learning rate"),
     Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
-    Key("weight_decay", 0.0, "float", "L2 weight decay"),
-    Key("eps", 1e-8, "float", "AdaGrad epsilon"),
+    Key("weight_decay", 0.0, "float", "weight decay: L2 on the gradient, decoupled for adamw"),
+    Key("eps", 1e-8, "float", "AdaGrad and Adam epsilon"),
     Key("adagrad_block", 16, "int", "block size of adagrad_approx's squared-gradient statistics"),
+    Key("beta1", 0.9, "float", "Adam's first-moment decay (optimizer=adam|adamw)"),
+    Key("beta2", 0.999, "float", "Adam's second-moment decay (optimizer=adam|adamw)"),
 )
 
 
@@ -166,14 +169,19 @@ def devices(kind: str, count: int, of: Any = None) -> list[str]:
 
 
 def optimizer_of(config: dict[str, Any]) -> Optimizer:
-    return make_optimizer(config["optimizer"], config["lr"], config["momentum"], config["weight_decay"],
-                          config["eps"], config["adagrad_block"])
+    """The config's optimizer, made by its registry entry from the whole config."""
+    name = config["optimizer"]
+    if name not in OPTIMIZERS:
+        raise UsageError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name].make(config)
 
 
 def schedule(config: dict[str, Any], train_size: int, shares: int, what: str) -> tuple[int, int]:
     """(steps per epoch, total steps); the global batch must split into ``shares`` equal ``what``."""
     B = config["batch_size"]
-    if B < 1 or B % shares:
+    if B < 1:
+        raise UsageError(f"config key 'batch_size' must be >= 1, got {B}")
+    if B % shares:
         raise UsageError(f"batch_size {B} is not divisible by {what} {shares}: each needs an equal share")
     if B > train_size:
         raise UsageError(f"batch_size {B} is larger than the training set ({train_size} samples)")
@@ -222,6 +230,13 @@ def partition_sizes(config: dict[str, Any], ds: Any, parts: int, what: str) -> l
         return [sizes(p).num_params for p in range(parts)]
 
 
+def model_info(config: dict[str, Any], input_shape: tuple[int, ...], classes: int) -> dict[str, Any]:
+    """What ``load_model`` needs besides the arrays, as the training jobs record it in
+    ``RUN/params/index.json``: the model spec, the input shape and the number of classes."""
+    return {"spec": list(config["model"]), "input_shape": [int(d) for d in input_shape], "classes": int(classes),
+            "seed": int(config.get("seed", 0))}
+
+
 def _number(value: Any) -> float:
     """A metric as a float (metrics lines hold non-finite values as the strings "nan", "inf")."""
     try:
@@ -232,13 +247,17 @@ def _number(value: Any) -> float:
 
 def finish_training(result: RunResult, config: dict[str, Any], run_dir: Any, job: str,
                     params: list[tuple[str, np.ndarray]], step_prefix: str, layout: str,
-                    extra: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """Save the model to ``RUN/params/`` and say how training went (text and the --json summary).
+                    extra: dict[str, Any] | None = None, images: bool = False) -> tuple[str, dict[str, Any]]:
+    """Save the model to ``RUN/params/`` (with its spec and shapes, for ``mariana.load_model``) and
+    say how training went (text and the --json summary).
 
     ``step_prefix``: the id prefix of the vertices whose results carry ``step``; ``layout``: how
-    the job ran (replicas, groups x partitions, ...); ``extra``: more summary keys (counters)."""
+    the job ran (replicas, groups x partitions, ...); ``extra``: more summary keys (counters);
+    ``images``: the job reads the data as images (``dataset_of``)."""
     if run_dir is not None:
-        save_params(run_dir, params, job=job, supersteps=result.supersteps)
+        ds = dataset_of(config, images=images)
+        save_params(run_dir, params, job=job, supersteps=result.supersteps,
+                    model=model_info(config, ds.input_shape, ds.classes))
     evals = [m for m in result.metrics if "test_accuracy" in m]
     last = evals[-1] if evals else {}
     steps = max((v.get("step", 0) for k, v in result.values.items() if k.startswith(step_prefix)), default=0)

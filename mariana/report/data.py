@@ -117,6 +117,9 @@ def _timeline(trace: Trace, t0: float) -> dict[str, Any]:
     exchange (combine + encode + send), wait (for peers' batches) and barrier."""
     recs = [r for rs in trace.workers.values() for r in rs if _finite(r.get("start"))]
     recs.sort(key=lambda r: (r["start"], r.get("worker", 0)))
+    session = _session_start(recs)
+    recs = [r for r in recs if r["start"] >= session]
+    t0 = session if session > 0 else t0
     newest = sorted({int(r["superstep"]) for r in recs})[-TIMELINE_SUPERSTEPS:]
     first = newest[0] if newest else 0
     kept = [r for r in recs if int(r["superstep"]) >= first]
@@ -128,7 +131,29 @@ def _timeline(trace: Trace, t0: float) -> dict[str, Any]:
         rows.append({"worker": int(r.get("worker", 0)), "superstep": int(r["superstep"]),
                      "start": float(r["start"]) - t0, "compute": ph["compute"],
                      "exchange": sum(ph[p] for p in EXCHANGE), "wait": ph["wait"], "barrier": ph["barrier"]})
-    return {"rows": rows, "truncated": truncated}
+    return {"rows": rows, "truncated": truncated, "resumed_at": int(recs[0]["superstep"]) if session > 0 and recs else None}
+
+
+#: A pause between supersteps longer than this many seconds (and than SESSION_GAP_SUPERSTEPS median
+#: supersteps) starts a new session: the run was resumed from a checkpoint (``mariana run --resume``).
+SESSION_GAP_S = 2.0
+SESSION_GAP_SUPERSTEPS = 20
+
+
+def _session_start(recs: list[dict[str, Any]]) -> float:
+    """The start time of the newest session of a run (0.0 for a run of one session): on a resumed
+    run a timeline over both sessions would be mostly the pause between them."""
+    ends = [float(r["end"]) for r in recs if _finite(r.get("end"))]
+    if len(ends) != len(recs) or len(recs) < 2:
+        return 0.0
+    walls = sorted(e - float(r["start"]) for r, e in zip(recs, ends))
+    gap_limit = max(SESSION_GAP_S, SESSION_GAP_SUPERSTEPS * walls[len(walls) // 2])
+    latest_end, start = ends[0], 0.0
+    for r, end in zip(recs[1:], ends[1:]):
+        if float(r["start"]) - latest_end > gap_limit:
+            start = float(r["start"])
+        latest_end = max(latest_end, end)
+    return start
 
 
 def _workers(trace: Trace | None, lines: list[dict[str, Any]], job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -226,6 +251,7 @@ def collect(run: str) -> dict[str, Any]:
     return _clean({
         "run": run, "job": job, "status": job.get("status", "unknown"), "collected": time.time(),
         "superstep": last.get("superstep"), "series": series, "samples_per_s": samples,
+        "last_metrics": {k: v for k, v in last.items() if k != "workers"},
         "workers": _workers(trace, lines, job), "counters": counters, "timeline": timeline,
         # one worker is always last: stragglers exist only among two or more
         "stragglers": (tsum or {}).get("stragglers", []) if len(trace.workers if trace else {}) > 1 else [],

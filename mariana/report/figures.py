@@ -42,7 +42,9 @@ def plotly_js() -> str:
 
 
 def _base_layout(title: str, xtitle: str, ytitle: str, **extra: Any) -> dict[str, Any]:
-    layout = {"title": {"text": title}, "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}},
+    # the title sits left, clear of the plot toolbar (top right)
+    layout = {"title": {"text": title, "x": 0.01, "xanchor": "left"},
+              "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}},
               "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "height": 340, "template": "plotly_white",
               "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}}
     layout.update(extra)
@@ -77,6 +79,42 @@ def _fig(go: Any, traces: list, layout: dict[str, Any]) -> dict[str, Any]:
     return json.loads(fig.to_json())  # validated by plotly, plain JSON for the page
 
 
+#: Metrics with a plot of their own (or none: counts the timeline and counters show).
+SHOWN_ELSEWHERE = frozenset(("loss", "test_loss", "test_accuracy", "wall_s", "active", "messages", "computed",
+                             "delivered", "bytes", "dropped"))
+#: At most this many other metrics are drawn (names starting with "_" are a job's internal aggregators).
+MAX_OTHER = 8
+
+
+def _line_or_points(y: list[Any]) -> dict[str, Any]:
+    """Plot options: a line, or points where the values keep swinging up and down (a training step
+    that spans several supersteps): drawn as a line, hundreds of such swings fill a solid block."""
+    v = [x for x in y if isinstance(x, (int, float))]
+    signs = [d > 0 for d in (b - a for a, b in zip(v, v[1:])) if d != 0]
+    turns = sum(1 for a, b in zip(signs, signs[1:]) if a != b)
+    if len(v) > 30 and turns > len(v) / 20:
+        return {"mode": "markers", "marker": {"size": 3}}
+    return {"mode": "lines"}
+
+
+def _small_multiples(go: Any, title: str, series: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """One panel per metric, stacked on a shared superstep axis, each with its own labelled scale."""
+    n = len(names)
+    gap = 0.06 if n > 1 else 0.0
+    height = (1.0 - gap * (n - 1)) / n
+    traces, axes = [], {}
+    for i, name in enumerate(names):
+        axis = "y" if i == 0 else f"y{i + 1}"
+        top = 1.0 - i * (height + gap)
+        traces.append(go.Scatter(x=series[name]["x"], y=series[name]["y"], name=name, yaxis=axis, showlegend=False,
+                                 **_line_or_points(series[name]["y"])))
+        axes["yaxis" if i == 0 else f"yaxis{i + 1}"] = {"domain": [max(0.0, top - height), top],
+                                                        "title": {"text": name, "font": {"size": 10}}}
+    layout = _base_layout(title, "superstep", "", height=max(240, 80 + 130 * n), **axes)
+    layout["yaxis"] = axes["yaxis"]
+    return _fig(go, traces, layout)
+
+
 def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every plot for ``snap``: training curves, throughput, superstep time, timeline, stragglers."""
     go = require_plotly()
@@ -105,14 +143,16 @@ def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                             annotations=notes))
     progress = [k for k in ("active", "messages") if k in series]
     if progress:
-        out["fig-progress"] = _fig(go, [go.Scatter(x=series[k]["x"], y=series[k]["y"], name=k, mode="lines")
-                                        for k in progress],
-                                   _base_layout("Active vertices and messages", "superstep", "count"))
-    others = sorted(k for k in series if k not in ("loss", "test_loss", "test_accuracy", "wall_s", "active",
-                                                   "messages", "computed", "delivered", "bytes", "dropped"))
+        # active and messages have their own axes; a series that swings every superstep (a training
+        # step that spans several supersteps) is drawn as points, which a line would fill solid
+        traces = [go.Scatter(x=series[k]["x"], y=series[k]["y"], name=k, yaxis="y2" if k == "messages" else "y",
+                             **_line_or_points(series[k]["y"])) for k in progress]
+        out["fig-progress"] = _fig(go, traces, _base_layout(
+            "Active vertices and messages", "superstep", "active vertices",
+            yaxis2={"title": {"text": "messages"}, "overlaying": "y", "side": "right", "rangemode": "tozero"}))
+    others = sorted(k for k in series if k not in SHOWN_ELSEWHERE and not k.startswith("_"))[:MAX_OTHER]
     if others:
-        out["fig-other"] = _fig(go, [go.Scatter(x=series[k]["x"], y=series[k]["y"], name=k, mode="lines+markers")
-                                     for k in others], _base_layout("Other metrics", "superstep", "value"))
+        out["fig-other"] = _small_multiples(go, "Other metrics", series, others)
 
     rows = (snap.get("timeline") or {}).get("rows") or []
     if rows:
@@ -129,9 +169,12 @@ def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 hovertemplate=f"superstep %{{customdata}}<br>{phase} %{{x:.6f}} s<extra>%{{y}}</extra>"))
         truncated = (snap.get("timeline") or {}).get("truncated") or 0
         shown = len({r["superstep"] for r in rows})
+        resumed = (snap.get("timeline") or {}).get("resumed_at")
         title = "Superstep timeline per worker" + (f" (newest {shown} supersteps)" if truncated else "")
+        title += f", since the resume at superstep {resumed}" if resumed is not None else ""
         out["fig-timeline"] = _fig(go, traces, _base_layout(
-            title, "seconds since the first superstep", "", barmode="overlay", bargap=0.3,
+            title, "seconds since the first superstep" + (" of this session" if resumed is not None else ""), "",
+            barmode="overlay", bargap=0.3,
             legend={"orientation": "h", "x": 0, "y": -0.35, "yanchor": "top"},
             height=max(240, 90 + 60 * len(workers)),
             yaxis={"categoryorder": "array", "categoryarray": [f"worker {k}" for k in reversed(workers)]}))

@@ -279,7 +279,9 @@ class LiveServer:
         return {"run": self.run, "job": job.get("job"), "status": snap.get("status"), "phase": snap.get("phase"),
                 "superstep": snap.get("superstep"), "workers": snap.get("workers") or [],
                 "workers_expected": snap.get("workers_expected"), "counters": snap.get("counters") or {},
-                "last_metrics": self._line_json(), "error": snap.get("error"), "updated": snap.get("collected")}
+                # the job's newest line, or on a run read from its directory (`mariana ui`) the last one there
+                "last_metrics": self._line_json() or snap.get("last_metrics") or {}, "error": snap.get("error"),
+                "updated": snap.get("collected")}
 
     def _line_json(self) -> dict[str, Any]:
         with self._lock:

@@ -1,6 +1,6 @@
 """The run directory on any fsspec URL, and reading user files. The only module importing fsspec.
 
-Layout (DESIGN section 6)::
+Layout (docs/design.md, "The run directory")::
 
     RUN/job.json          resolved config, graph summary, placement, versions
     RUN/metrics.jsonl     one line per superstep

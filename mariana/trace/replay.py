@@ -40,6 +40,9 @@ class _Recorder:
     def flush(self) -> None:  # ctx.flush(): nothing leaves a replay
         pass
 
+    def send_buffer(self, size: int, dtype: Any) -> Any:  # ctx.send_buffer: plain memory in a replay
+        return np.zeros(size, dtype=dtype)
+
     def halt(self, vertex_id: str) -> None:
         self.halted = True
 

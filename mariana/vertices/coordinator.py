@@ -34,7 +34,7 @@ class DataLedger:
         self.groups, self.steps_per_epoch, self.total_steps = groups, steps_per_epoch, total_steps
 
     def __call__(self, mctx: MasterContext) -> None:
-        want = mctx.aggregates.get("want")
+        want = mctx.aggregates.get("_want")
         if want is None or want >= self.total_steps:
             return
         current = mctx.broadcasts.get("assign")
@@ -73,7 +73,7 @@ class GroupCoordinator(Vertex):
         if assign is not None and assign["step"] == self.served < self.total_steps:
             self._serve(ctx, assign)
         if self.served < self.total_steps and self.served - self.trained <= self.depth:
-            ctx.aggregate("want", self.served)
+            ctx.aggregate("_want", self.served)
         if self.trained >= self.total_steps:
             ctx.vote_to_halt()  # otherwise stay active: the next assignment needs no message to arrive
 

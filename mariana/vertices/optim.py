@@ -14,22 +14,32 @@ each replica sends beside its gradient slice, and ``replica_stats`` computes it:
   ``block`` consecutive elements, the sum of its squared gradient over the block; the shard keeps
   one accumulator per block and uses ``G_block / block`` for every element of the block. The
   extra exchange shrinks from 1x to 1/block of the gradient (16x less at the default block=16).
+- ``adam``, ``adamw``: Adam (Kingma & Ba) with bias correction, as ``torch.optim.Adam`` computes
+  it; ``weight_decay`` is added to the gradient (L2) for ``adam`` and decoupled
+  (``p *= 1 - lr * weight_decay`` before the step, as ``torch.optim.AdamW``) for ``adamw``. The
+  state is ``m``, ``v`` and the step count ``t`` per element (every element of a shard takes
+  one step per optimizer step), so nothing extra is exchanged.
+
+Optimizers are a registry, like the layers: ``register_optimizer(OptimizerKind(name, help,
+make))`` makes ``optimizer=name`` valid in every training job (``make(config)`` gets the job's
+resolved config: ``lr``, ``momentum``, ``weight_decay``, ``eps``, ``beta1``, ``beta2``,
+``adagrad_block``). An optimizer is elementwise: ``_step`` updates one chunk of a slice in place.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import UsageError
 from .layers import array_module_of
 
-__all__ = ["Optimizer", "SGD", "AdaGrad", "make_optimizer", "replica_stats", "OPTIMIZERS"]
-
-OPTIMIZERS = ("sgd", "momentum", "adagrad", "adagrad_dp", "adagrad_approx")
+__all__ = ["Optimizer", "SGD", "AdaGrad", "Adam", "OptimizerKind", "register_optimizer", "make_optimizer",
+           "replica_stats", "OPTIMIZERS"]
 #: Elements updated per pass: the step's temporaries stay this small (and in cache) instead of
 #: the size of the shard. Every update is elementwise, so chunking changes no bit of the result.
 CHUNK = 1 << 16
@@ -142,19 +152,87 @@ def replica_stats(kind: str | None, grad: Any, block: int = 16) -> Any:
     return np.add.reduceat(sq, np.arange(0, sq.size, block)) if sq.size else sq
 
 
+@dataclass
+class Adam(Optimizer):
+    """Adam, or AdamW with ``decoupled=True`` (see the module docstring)."""
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    decoupled: bool = False
+
+    def init_state(self, param: Any) -> dict[str, Any]:
+        return {"m": np.zeros_like(param), "v": np.zeros_like(param), "t": np.zeros_like(param)}
+
+    def _step(self, param: Any, grad: Any, state: dict[str, Any], stats: Any, scratch: bool = False) -> None:
+        m, v, t = state["m"], state["v"], state["t"]
+        n = float(t[0]) + 1.0  # every element of a chunk is at the same step
+        t.fill(n)
+        g = grad if self.decoupled else self._decayed(param, grad)
+        if self.decoupled and self.weight_decay:
+            param *= 1.0 - self.lr * self.weight_decay
+        m *= self.beta1
+        m += (1.0 - self.beta1) * g
+        v *= self.beta2
+        v += (1.0 - self.beta2) * (g * g)
+        denom = np.sqrt(v)
+        denom /= math.sqrt(1.0 - self.beta2 ** n)
+        denom += self.eps
+        param -= (self.lr / (1.0 - self.beta1 ** n)) * (m / denom)
+
+
+@dataclass(frozen=True)
+class OptimizerKind:
+    """One ``optimizer=`` choice: ``make(config) -> Optimizer`` from a job's resolved config."""
+
+    name: str
+    help: str
+    make: Callable[[dict[str, Any]], Optimizer]
+
+
+#: Every optimizer, by name (``register_optimizer`` adds one); jobs take their choices from it.
+OPTIMIZERS: dict[str, OptimizerKind] = {}
+
+
+def register_optimizer(kind: OptimizerKind) -> OptimizerKind:
+    """Make ``optimizer=kind.name`` valid in every training job."""
+    OPTIMIZERS[kind.name] = kind
+    return kind
+
+
+def _block(config: dict[str, Any]) -> int:
+    block = int(config.get("adagrad_block", 16))
+    if block < 1:
+        raise UsageError(f"adagrad_block must be >= 1, got {block}")
+    return block
+
+
+for _kind in (
+    OptimizerKind("sgd", "plain SGD", lambda c: SGD(c["lr"], weight_decay=c.get("weight_decay", 0.0))),
+    OptimizerKind("momentum", "heavy-ball momentum (momentum)",
+                  lambda c: SGD(c["lr"], weight_decay=c.get("weight_decay", 0.0), momentum=c.get("momentum", 0.9))),
+    OptimizerKind("adagrad", "exact AdaGrad on the summed gradient (eps)",
+                  lambda c: AdaGrad(c["lr"], weight_decay=c.get("weight_decay", 0.0), eps=c.get("eps", 1e-8))),
+    OptimizerKind("adagrad_dp", "Mariana's data-parallel AdaGrad (each replica's g^2; doubles the exchange)",
+                  lambda c: AdaGrad(c["lr"], weight_decay=c.get("weight_decay", 0.0), stats="sq", eps=c.get("eps", 1e-8))),
+    OptimizerKind("adagrad_approx", "adagrad_dp with per-block statistics (adagrad_block)",
+                  lambda c: AdaGrad(c["lr"], weight_decay=c.get("weight_decay", 0.0), stats="block", block=_block(c),
+                                    eps=c.get("eps", 1e-8))),
+    OptimizerKind("adam", "Adam with bias correction (beta1, beta2, eps; weight_decay as L2)",
+                  lambda c: Adam(c["lr"], weight_decay=c.get("weight_decay", 0.0), beta1=c.get("beta1", 0.9),
+                                 beta2=c.get("beta2", 0.999), eps=c.get("eps", 1e-8))),
+    OptimizerKind("adamw", "Adam with decoupled weight decay (beta1, beta2, eps, weight_decay)",
+                  lambda c: Adam(c["lr"], weight_decay=c.get("weight_decay", 0.0), beta1=c.get("beta1", 0.9),
+                                 beta2=c.get("beta2", 0.999), eps=c.get("eps", 1e-8), decoupled=True)),
+):
+    register_optimizer(_kind)
+
+
 def make_optimizer(name: str, lr: float, momentum: float = 0.9, weight_decay: float = 0.0, eps: float = 1e-8,
-                   block: int = 16) -> Optimizer:
-    """An optimizer by config name (one of ``OPTIMIZERS``)."""
-    if name == "sgd":
-        return SGD(lr, weight_decay=weight_decay)
-    if name == "momentum":
-        return SGD(lr, weight_decay=weight_decay, momentum=momentum)
-    if name == "adagrad":
-        return AdaGrad(lr, weight_decay=weight_decay, eps=eps)
-    if name == "adagrad_dp":
-        return AdaGrad(lr, weight_decay=weight_decay, stats="sq", eps=eps)
-    if name == "adagrad_approx":
-        if block < 1:
-            raise UsageError(f"adagrad_block must be >= 1, got {block}")
-        return AdaGrad(lr, weight_decay=weight_decay, stats="block", block=block, eps=eps)
-    raise UsageError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+                   block: int = 16, beta1: float = 0.9, beta2: float = 0.999, **more: Any) -> Optimizer:
+    """An optimizer by registry name (one of ``OPTIMIZERS``)."""
+    kind = OPTIMIZERS.get(name)
+    if kind is None:
+        raise UsageError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    return kind.make({"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "eps": eps, "adagrad_block": block,
+                      "beta1": beta1, "beta2": beta2, **more})

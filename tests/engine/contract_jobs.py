@@ -1,4 +1,4 @@
-"""Small jobs that pin down each point of the superstep contract (DESIGN section 2).
+"""Small jobs that pin down each point of the superstep contract (docs/design.md, "The superstep contract").
 
 They are ``Job`` objects reachable as ``contract_jobs:NAME`` so that every runtime, including
 one whose workers are separate processes, builds the same graph from the same name and config.

@@ -314,7 +314,8 @@ def test_params_export_reads_a_checkpoint_while_training_goes_on(tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_shards_snapshot_the_model_into_run_params_at_every_checkpoint(tmp_path, runtime, workers, capsys):
     run = tmp_path / "run"
-    sets = [x for kv in ["epochs=2", "checkpoint_every=10", "keep_checkpoints=2", "replicas=4"] for x in ("--set", kv)]
+    sets = [x for kv in ["epochs=2", "checkpoint_every=10", "keep_checkpoints=2", "replicas=4", "exchange=linear"]
+            for x in ("--set", kv)]
     assert main(["run", "dnn-dp", "--run-dir", str(run), "--workers", str(workers), "--runtime", runtime,
                  "--max-supersteps", "35", *sets]) == 0
     (run / "params" / "index.json").unlink()  # as if still training

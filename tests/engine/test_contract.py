@@ -1,4 +1,4 @@
-"""The superstep contract (DESIGN section 2), one test or more per point, on every runtime."""
+"""The superstep contract (docs/design.md, "The superstep contract"), one test or more per point, on every runtime."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ SMALL = CNN + ["steps=5", "batch_size=32"]
 # through differently shaped BLAS calls), so only float32 summation order differs from one
 # partition: a few ulps of values ~1e-1 after 5 steps (measured max 6e-8).
 SUMMATION_TOL = 1e-6
-# AdaGrad divides by sqrt(sum g^2): on its first steps an elementwise rounding difference of a
+# AdaGrad (and Adam) divide by sqrt(sum g^2): on its first steps an elementwise rounding difference of a
 # near-zero gradient moves a weight by up to lr * (relative difference); measured max 1.0e-6.
 ADAGRAD_TOL = 1e-5
 
@@ -37,22 +37,23 @@ train = trainer("cnn-hybrid", final_params)
 
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad", "adam", "adamw"])
 def test_two_partitions_give_the_parameters_of_one(optimizer):
     """Elementwise optimizers only: adagrad_approx's 16-element blocks follow each partition's
     flat layout, so by definition it groups other parameters under P=2 than under P=1."""
     one, _ = train(SMALL + ["partitions=1", f"optimizer={optimizer}"])
     two, _ = train(SMALL + ["partitions=2", f"optimizer={optimizer}"])
-    assert max_diff(one, two) < (ADAGRAD_TOL if optimizer == "adagrad" else SUMMATION_TOL)
+    assert max_diff(one, two) < (ADAGRAD_TOL if optimizer.startswith("ada") else SUMMATION_TOL)
     start, _ = train(SMALL + ["partitions=1", "steps=0", "epochs=0"])
     assert max_diff(one, start) > 1e-3  # training moved them
 
 
-@pytest.mark.parametrize("exchange", ["linear", "tree", "ps"])
-def test_two_groups_with_half_batches_equal_one_group_with_the_whole_batch(exchange):
-    one, _ = train(SMALL + ["partitions=2", "groups=1"])
-    two, _ = train(SMALL + ["partitions=2", "groups=2", f"exchange={exchange}", "ps_shards=3"])
-    assert max_diff(one, two) < SUMMATION_TOL
+@pytest.mark.parametrize(("exchange", "optimizer"), [("linear", "momentum"), ("tree", "momentum"), ("ps", "momentum"),
+                                                    ("linear", "adamw")])
+def test_two_groups_with_half_batches_equal_one_group_with_the_whole_batch(exchange, optimizer):
+    one, _ = train(SMALL + ["partitions=2", "groups=1", f"optimizer={optimizer}"])
+    two, _ = train(SMALL + ["partitions=2", "groups=2", f"exchange={exchange}", "ps_shards=3", f"optimizer={optimizer}"])
+    assert max_diff(one, two) < (ADAGRAD_TOL if optimizer.startswith("ada") else SUMMATION_TOL)
 
 
 @pytest.mark.parametrize("sets", [["partitions=2"], ["partitions=2", "groups=2", "exchange=tree", "augment=true"]])

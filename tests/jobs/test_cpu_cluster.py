@@ -33,7 +33,7 @@ train = trainer("cpu-cluster", final_params)
 
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adamw"])
 def test_two_workers_per_group_give_the_parameters_of_one(optimizer):
     one, _ = train(SMALL + ["workers_per_group=1", f"optimizer={optimizer}"])
     two, _ = train(SMALL + ["workers_per_group=2", f"optimizer={optimizer}"])
@@ -42,7 +42,7 @@ def test_two_workers_per_group_give_the_parameters_of_one(optimizer):
     assert max_diff(one, start) > 1e-3  # training moved them
 
 
-@pytest.mark.parametrize("optimizer", ["momentum", "adagrad_approx"])
+@pytest.mark.parametrize("optimizer", ["momentum", "adagrad_approx", "adamw"])
 def test_three_servers_give_bit_identical_parameters_to_one(optimizer):
     """Servers apply the optimizer elementwise on segments cut at multiples of 16 elements, so
     even adagrad_approx's 16-element blocks are the same."""
@@ -59,13 +59,15 @@ def test_local_and_cluster_runtimes_give_bit_identical_parameters(sets):
     assert same(local, two) and same(local, three)
 
 
-def test_the_three_frameworks_are_one_engine(tmp_path, capsys):
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam", "adamw"])
+def test_the_three_frameworks_are_one_engine(tmp_path, capsys, optimizer):
     """dnn-dp replicas=2, cpu-cluster groups=2 workers_per_group=1 and cnn-hybrid groups=2
     partitions=1 on the same MLP, data, seed and optimizer give the same parameters. Tolerance:
     none. The three graphs do the same float32 operations in the same order (the same batch
     rows, the same matmuls, gradients summed in member order by the shards), so they are
     bit-identical, not merely close."""
-    common = ['model=["dense:64:relu", "dense:32:relu", "dense:10"]', "steps=12", "optimizer=adagrad"]
+    common = ['model=["dense:64:relu", "dense:32:relu", "dense:10"]', "steps=12", f"optimizer={optimizer}",
+              "weight_decay=0.01"]
     jobs = {"dnn-dp": ["replicas=2"], "cpu-cluster": ["groups=2", "workers_per_group=1"],
             "cnn-hybrid": ["groups=2", "partitions=1"]}
     params = {}

@@ -48,8 +48,8 @@ def test_report_text_output_and_default_name(dnn_run: Path, tmp_path: Path, caps
     monkeypatch.chdir(tmp_path)
     assert run_cli("report", str(dnn_run)) == 0
     out = capsys.readouterr().out
-    assert (tmp_path / "report.html").exists()
-    assert out.startswith("wrote report.html: finished run, ") and "opens without a network" in out
+    assert (dnn_run / "report.html").exists() and not (tmp_path / "report.html").exists()  # beside the run
+    assert out.startswith(f"wrote {dnn_run}/report.html: finished run, ") and "opens without a network" in out
 
 
 def test_a_graph_job_gets_its_own_curves_and_no_loss(tmp_path: Path):

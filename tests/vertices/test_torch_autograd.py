@@ -2,7 +2,7 @@
 
 The partitioned layers are checked against these layers (test_partition.py), so this is the
 chain from PyTorch to every framework's math. Skipped where torch is not installed (it comes
-with the dev extra: torch==2.13.0, CPU build)."""
+with the torch-ref extra, which .ci/run installs: torch==2.13.0, CPU build)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from mariana.vertices.layers import Conv2D, Dense, MaxPool2D, ReLU, Sigmoid, SoftmaxCrossEntropy, Tanh
 from mariana.vertices.model import build_model
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="the PyTorch reference needs the torch-ref extra: pip install -e '.[torch-ref]'")
 F = torch.nn.functional
 
 pytestmark = pytest.mark.timeout(60)

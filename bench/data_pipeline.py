@@ -160,7 +160,7 @@ def big_shards(to: Path, src: str, target_mb: int) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="40 steps per run: a smoke run")
+    ap.add_argument("--quick", "--smoke", action="store_true", help="40 steps per run: a smoke run")
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default: one epoch; --quick 40)")
     ap.add_argument("--cap-mb", type=int, default=0, help="RLIMIT_AS of the capped run (default 256 MB; the data set "
                     "is 4x it)")

@@ -294,7 +294,7 @@ def main() -> int:
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "mariana-graph-scale")
-    ap.add_argument("--quick", action="store_true", help="scale 12, workers 1 2: a smoke test in seconds")
+    ap.add_argument("--quick", "--smoke", action="store_true", help="scale 12, workers 1 2: a smoke test in seconds")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--before", type=Path, help="also run another checkout's mariana (PYTHONPATH=BEFORE), 1 and 2 workers")
     ap.add_argument("--peer", help=argparse.SUPPRESS)

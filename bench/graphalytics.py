@@ -225,7 +225,7 @@ def measure(graph: dict[str, Any], system: str, algorithm: str, workers: int, ti
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=int, default=16)
-    ap.add_argument("--quick", action="store_true", help="scale 10, measured in this process: a smoke run")
+    ap.add_argument("--quick", "--smoke", action="store_true", help="scale 10, measured in this process: a smoke run")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--graphs", nargs="+", default=["rmat", "grid"], choices=["rmat", "grid"])
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)

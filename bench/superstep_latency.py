@@ -36,7 +36,7 @@ TARGET = 3.0
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", "--smoke", action="store_true")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--workers", nargs="+", type=int, default=[2, 4])

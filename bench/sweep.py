@@ -52,7 +52,7 @@ def run_sweep(root: str, search: str, scheduler: str, trials: int, config: dict[
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="4 trials, 3 epochs, a small model (seconds)")
+    ap.add_argument("--quick", "--smoke", action="store_true", help="4 trials, 3 epochs, a small model (seconds)")
     ap.add_argument("--trials", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)

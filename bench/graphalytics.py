@@ -34,6 +34,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
@@ -240,6 +241,10 @@ def main() -> int:
         run_one(args)
         return 0
     scale = 10 if args.quick else args.scale
+    missing = [s for s in args.systems if importlib.util.find_spec(s) is None]
+    for system in missing:  # the peers are the `bench` extra: pip install 'mariana-bsp[bench]'
+        print(f"# peer {system} is not installed (pip install 'mariana-bsp[bench]'): skipped", file=sys.stderr)
+    args.systems = [s for s in args.systems if s not in missing]
     results: dict[str, Any] = {"scale": scale, "graphs": [], "runs": []}
     with tempfile.TemporaryDirectory(prefix="bench-graphalytics-") as tmp:
         folder = Path(tmp)

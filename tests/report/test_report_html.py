@@ -78,11 +78,11 @@ def test_markup_in_a_config_value_stays_text(dnn_run: Path, tmp_path: Path):
 @pytest.mark.slow
 def test_report_of_a_run_on_s3(s3_url: str, tmp_path: Path, capsys):
     run = f"{s3_url}/runs/dnn"
-    assert run_cli("run", "dnn-dp", "--run-dir", run, "--set", "epochs=1", "--set", "checkpoint_every=30") == 0
+    assert run_cli("run", "dnn-dp", "--run-dir", run, "--set", "epochs=1", "--set", "checkpoint_every=10") == 0
     out = tmp_path / "s3.html"
     assert run_cli("report", run, "--out", str(out), "--json") == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert doc["status"] == "finished" and doc["supersteps"] > 40
+    assert doc["status"] == "finished" and doc["supersteps"] > 20  # allreduce: one superstep per step
     snap = embedded(out.read_text())["snapshot"]
     assert snap["run"] == run and snap["series"]["loss"]["y"] and snap["checkpoints"]
     assert len(snap["timeline"]["rows"]) == doc["supersteps"]

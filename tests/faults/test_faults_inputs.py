@@ -62,7 +62,8 @@ def test_a_huge_single_line_graph_fails_fast_with_a_short_message(tmp_path):
     done = _mariana("run", "pagerank", "--set", f"graph={graph}", "--run-dir", str(tmp_path / "run"))
     took = time.monotonic() - started
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert f"{graph}:2: a line of more than" in done.stderr
+    # the partitioned loader parses 4 MB pieces and names the line; the whole-graph reader refuses long lines
+    assert f"{graph}:2: " in done.stderr
     assert len(done.stderr) < 1000 and took < 30
 
 

@@ -17,6 +17,7 @@ from mariana.cluster.worker import TOKEN_VAR
 from mariana.jobs.launch import run_job
 from mariana.messages import wire
 from mariana.messages.kinds import Kind
+from mariana.vertices.graph_blocks import LOAD_STEPS
 from mariana.comm import recv, send
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
@@ -55,5 +56,5 @@ def test_a_local_process_cannot_take_a_worker_slot(tmp_path):
                 replies.append(recv(rogue, router=False)[1])
     finally:
         rogue.close()
-    assert result.supersteps == 6
+    assert result.supersteps == LOAD_STEPS + 6  # loading, then 5 updates and the last superstep
     assert replies and replies[0]["kind"] == Kind.REFUSE and "job token" in replies[0]["reason"]

@@ -29,7 +29,7 @@ from test_cluster import alive, children
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
 SEED = 22
-SETS = ["epochs=6", "checkpoint_every=10", "batch_size=48"]
+SETS = ["epochs=6", "checkpoint_every=10", "batch_size=48", "exchange=linear"]  # two supersteps a step: room for 22 events
 WORKER_EVENTS, MASTER_EVENTS = 20, 2
 FAST = ["--heartbeat-interval", "0.2", "--worker-timeout", "1.5", "--max-restarts", "100"]
 

@@ -245,6 +245,29 @@ def _local_components(k: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
             parent = pp
 
 
+def pagerank_update(ctx: Context, vals: np.ndarray, perm: np.ndarray | None, dpos: np.ndarray, value: np.ndarray,
+                    damping: float, track_l1: bool, n: int) -> np.ndarray:
+    """A block's new ranks from its in-edge contributions ``vals`` (message order; ``perm`` puts them
+    in ascending source order per destination, ``dpos`` their local destinations): the summation
+    order every PageRank block shares, so their results are bit-identical."""
+    if perm is not None:
+        vals = vals[perm]
+    incoming = np.bincount(dpos, weights=vals, minlength=len(value))
+    dangling = ctx.aggregated("dangling", 0.0)
+    new = (1.0 - damping) / n + damping * (incoming + dangling / n)
+    if track_l1:
+        ctx.aggregate("l1", np.abs(new - value))
+    return new
+
+
+def pagerank_shares(ctx: Context, value: np.ndarray, outdeg: np.ndarray) -> np.ndarray:
+    """What each vertex sends along each out-edge; the rank of dangling vertices goes to the aggregate."""
+    dangling_mask = outdeg == 0
+    if dangling_mask.any():
+        ctx.aggregate("dangling", value[dangling_mask])
+    return value / np.maximum(outdeg, 1)
+
+
 class PageRankBlock(Vertex):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex``."""
 
@@ -288,23 +311,12 @@ class PageRankBlock(Vertex):
                 self.dpos = sub.local(dst[perm])
                 # one source block (or sorted runs that happen to merge in place): no gather needed
                 self.perm = None if np.array_equal(perm, np.arange(perm.size)) else perm
-            vals = _concat(messages, "val", np.float64)
-            if self.perm is not None:
-                vals = vals[self.perm]
-            incoming = np.bincount(self.dpos, weights=vals, minlength=len(sub.own))
-            dangling = ctx.aggregated("dangling", 0.0)
-            d = self.damping
-            new = (1.0 - d) / n + d * (incoming + dangling / n)
-            if self.track_l1:
-                ctx.aggregate("l1", np.abs(new - self.value))
-            self.value = new
+            self.value = pagerank_update(ctx, _concat(messages, "val", np.float64), self.perm, self.dpos,
+                                         self.value, self.damping, self.track_l1, n)
         if s >= self.iterations:
             ctx.vote_to_halt()
             return
-        dangling_mask = self.outdeg == 0
-        if dangling_mask.any():
-            ctx.aggregate("dangling", self.value[dangling_mask])
-        share = self.value / np.maximum(self.outdeg, 1)
+        share = pagerank_shares(ctx, self.value, self.outdeg)
         for block, rows, dst, src in self.routes:
             payload = {"val": share[rows]}
             if s == 0:

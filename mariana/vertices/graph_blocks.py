@@ -22,6 +22,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
+from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded", "WCCLoaded",
            "pack_keys", "unpack_keys", "loaded_pagerank_master", "BLOCK_TAG"]
@@ -277,23 +278,12 @@ class PageRankLoaded(LoadedBlock):
                 else:
                     perm = np.lexsort((src, dst))
                     self.perm, self.dpos = _int32(perm), _int32(g.local(dst[perm]))
-            vals = _concat(messages, "val", np.float64)
-            if self.perm is not None:
-                vals = vals[self.perm]
-            incoming = np.bincount(self.dpos, weights=vals, minlength=len(g.own))
-            dangling = ctx.aggregated("dangling", 0.0)
-            d = self.damping
-            new = (1.0 - d) / n + d * (incoming + dangling / n)
-            if self.track_l1:
-                ctx.aggregate("l1", np.abs(new - self.value))
-            self.value = new
+            self.value = pagerank_update(ctx, _concat(messages, "val", np.float64), self.perm, self.dpos,
+                                         self.value, self.damping, self.track_l1, n)
         if s >= self.iterations:
             ctx.vote_to_halt()
             return
-        dangling_mask = self.outdeg == 0
-        if dangling_mask.any():
-            ctx.aggregate("dangling", self.value[dangling_mask])
-        share = self.value / np.maximum(self.outdeg, 1)
+        share = pagerank_shares(ctx, self.value, self.outdeg)
         for i, (block, rows, dst, src) in enumerate(self.routes):
             payload: dict[str, Any] = {"val": share[rows]}
             if s == 0:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,4 +71,37 @@ def test_losing_all_but_one_or_every_worker_at_once_is_recovered(tmp_path, refer
                             on_start=lambda m, p: procs.extend(p), **FAST)
     assert len(killed) == 2 and params == reference[workers]
     assert result.metrics[-1]["restarts"] == 1
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+def test_a_replacement_that_dies_before_it_joins_is_replaced_again(tmp_path, reference):
+    """A cluster manager (or the OOM killer) may kill the worker the master started to replace a
+    lost one before it has joined: the master starts another for the same slot, it does not fail."""
+    procs: list[Any] = []
+    killed: list[int] = []
+    here = Path(f"/proc/{os.getpid()}/task")
+
+    def kids() -> set[int]:
+        return {int(x) for t in here.iterdir() for x in (t / "children").read_text().split()}
+
+    def kill_the_replacement(before: set[int]) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            new = kids() - before
+            if new:
+                pid = min(new)
+                killed.append(pid)
+                os.kill(pid, signal.SIGKILL)  # it is still starting: far from joining
+                return
+            time.sleep(0.002)
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == 20 and not killed:
+            threading.Thread(target=kill_the_replacement, args=(kids(),), daemon=True).start()
+            killed.append(procs[1].pid)
+            os.kill(procs[1].pid, signal.SIGKILL)
+
+    params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
+    assert len(killed) == 2 and params == reference[2]
+    assert result.metrics[-1]["restarts"] == 2  # the lost worker, then its replacement
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))

@@ -149,13 +149,12 @@ class Master:
                             checkpoints=self.checkpoints is not None, checkpoint_every=o.checkpoint_every,
                             background=o.checkpoint_background)
             with keepalive(self._keepalive):  # a storage outage being retried does not lose the workers
-                while True:
+                while True:  # a worker lost while the last checkpoint or the results are collected too
                     try:
                         driver.run()
-                        break
+                        return driver.finish(self.graph.place(self.workers, None), self.job_name)
                     except WorkerLost as lost:
                         self._recover(lost, coord, driver)
-                return driver.finish(self.graph.place(self.workers, None), self.job_name)
         except BaseException as exc:
             self._abort(str(exc) or type(exc).__name__)
             if self.tracer is not None:

@@ -105,3 +105,21 @@ def test_a_replacement_that_dies_before_it_joins_is_replaced_again(tmp_path, ref
     assert len(killed) == 2 and params == reference[2]
     assert result.metrics[-1]["restarts"] == 2  # the lost worker, then its replacement
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+def test_a_worker_lost_as_the_job_finishes_is_recovered(tmp_path, reference):
+    """Killed after the last superstep's barrier: the master finds it gone while it collects the
+    last checkpoint and the results, rolls back like any loss and finishes again."""
+    last = _train(tmp_path / "plain")[1].supersteps - 1
+    procs: list[Any] = []
+    killed: list[int] = []
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == last and not killed:
+            killed.append(procs[0].pid)
+            os.kill(procs[0].pid, signal.SIGKILL)
+
+    params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
+    assert killed and params == reference[2]
+    assert result.metrics[-1]["restarts"] == 1 and result.supersteps == last + 1
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))

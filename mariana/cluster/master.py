@@ -308,8 +308,9 @@ class Master:
 
     def _rollback(self, gone: set[int], ss: int, coord: Coordinator, driver: Driver, survivors: set[bytes]) -> None:
         """Retire the workers ``gone``, have new ones take the free slots, and roll every worker
-        back to the checkpoint at ``ss``: ``survivors`` (identities) roll back, the others are
-        welcomed with it (raises ``WorkerLost`` if another worker is lost meanwhile)."""
+        back to the checkpoint at ``ss``: ``survivors`` (identities of workers that hold a
+        partition) roll back, the others are welcomed with it and join ``survivors`` (raises
+        ``WorkerLost`` if another worker is lost meanwhile)."""
         o = self.options
         self._retire(self.state.lose(gone))
         self.children = [c for c in self.children if c.poll() is None]
@@ -331,6 +332,7 @@ class Master:
         for w in self.state.present():
             if w.identity not in survivors:
                 self._welcome(w, ss)
+                survivors.add(w.identity)  # welcomed: if this rollback is cut short, it rolls back with the rest
             else:
                 self._do([Send(w.identity, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]), w)])
         self._wait(self.state.all_ready, None, "workers to roll back")

@@ -123,3 +123,22 @@ def test_a_worker_lost_as_the_job_finishes_is_recovered(tmp_path, reference):
     assert killed and params == reference[2]
     assert result.metrics[-1]["restarts"] == 1 and result.supersteps == last + 1
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+def test_a_second_worker_lost_while_the_first_is_replaced_is_replaced_too(tmp_path, reference):
+    """Worker 1 killed and worker 0 paused at once: the master starts replacing worker 1, finds
+    worker 0 silent during that rollback, and replaces it too, welcoming each new worker once."""
+    procs: list[Any] = []
+    hit: list[int] = []
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == 20 and not hit:
+            hit.extend([procs[0].pid, procs[1].pid])
+            os.kill(procs[0].pid, signal.SIGSTOP)
+            os.kill(procs[1].pid, signal.SIGKILL)
+
+    params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
+    assert hit and params == reference[2]
+    assert result.metrics[-1]["restarts"] in (1, 2)  # one round, or a second when the pause is found mid-rollback
+    assert not alive(hit[0])  # the paused one was killed when it was replaced
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))

@@ -139,6 +139,8 @@ def test_a_second_worker_lost_while_the_first_is_replaced_is_replaced_too(tmp_pa
 
     params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
     assert hit and params == reference[2]
-    assert result.metrics[-1]["restarts"] in (1, 2)  # one round, or a second when the pause is found mid-rollback
+    # one round, a second when the pause is found mid-rollback (more on a loaded machine, where a
+    # fresh worker may itself miss the 2 s timeout)
+    assert result.metrics[-1]["restarts"] >= 1
     assert not alive(hit[0])  # the paused one was killed when it was replaced
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))

@@ -1,0 +1,367 @@
+"""Sweeps across hosts: segments placed on ``mariana worker --sweep`` hosts instead of local children.
+
+A ``mariana worker`` serves one job and exits, so placement is per segment. The sweep binds a
+small queue (a ROUTER; ``HostQueue``) that worker hosts join with a DEALER (``serve_sweep``).
+For each segment the driver reserves idle hosts, starts the segment's process on its own
+machine as before, and that process runs the job's *master* (``spawn=False``, bound on the
+queue's host, CURVE with the sweep's keys as ``mariana master --keys``); once it is bound, the
+queue sends its endpoint to the reserved hosts, each of which starts an ordinary ``mariana
+worker --master ENDPOINT`` process against it and reports when that process ends. The stop at
+a rung is the master's (master compute), so the pipe protocol between the driver and a segment
+is unchanged and decisions stay a function of recorded values.
+
+Liveness: an idle host beats every ``BEAT_S`` and a busy one names its segment in its beats;
+the queue answers every beat, so a host also knows the sweep is alive. A host silent for
+``host_timeout`` (or one that never took what it was sent) is dropped and its segment is lost:
+the driver ends it and runs it again, from its trial's newest checkpoint, on another host.
+
+Messages are one JSON frame each way (no pickle): ``{"op": "ready"}``, ``{"op": "busy",
+"segment": S}``, ``{"op": "done", "segment": S, "code": N}`` from a host; ``{"op": "run",
+"segment": S, "master": ENDPOINT, "job": NAME}``, ``{"op": "ok"}`` and ``{"op": "end"}`` to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import zmq
+
+from ..cluster.entry import WorkerSpec
+from ..cluster.worker import EXIT_MASTER_LOST
+from ..comm import is_loopback, parse_endpoint
+from ..comm.zmqcomm import HandshakeWatch, Transport
+from ..engine.threads import thread_vars
+from ..errors import MarianaError, UsageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Remote", "HostQueue", "serve_sweep", "SweepGone", "BEAT_S", "read_sweep_file"]
+
+#: how often a host says it is alive (and the sweep answers)
+BEAT_S = 0.5
+#: a host that has heard nothing from its sweep this long takes the sweep for gone
+SWEEP_SILENCE_S = 30.0
+#: the largest queue message (JSON of a few fields)
+MAX_MESSAGE = 1 << 16
+
+
+@dataclass
+class Remote:
+    """How a sweep places its segments on joined hosts (``mariana sweep --listen``).
+
+    ``listen``: the queue's endpoint (``tcp://HOST:PORT``, port 0 or * for a free one); each
+    segment's master binds a free port on the same host. ``keys``: a ``mariana keys init`` DIR,
+    CURVE on the queue and on every segment's master (required off loopback unless ``insecure``).
+    ``host_timeout``: a host silent this long loses its segment (also each segment master's
+    worker timeout). ``master_file``: where the queue's endpoint (and public key) is written.
+    """
+
+    listen: str
+    keys: str | None = None
+    insecure: bool = False
+    host_timeout: float = 10.0
+    master_file: str | None = None
+    security: Any = field(default=None, repr=False)
+
+    def check(self) -> None:
+        """Refuse what ``mariana master`` refuses (before anything is written): an unauthenticated
+        bind off loopback, a wildcard address the hosts cannot connect back to, bad keys."""
+        host, _ = parse_endpoint(self.listen)
+        if host in ("0.0.0.0", "*", "::", "[::]"):
+            raise UsageError(f"--listen {self.listen}: give the address the worker hosts reach (each segment's master "
+                             "binds a port on it and the hosts connect there)")
+        if not self.host_timeout > 2 * BEAT_S:
+            raise UsageError(f"--worker-timeout must be > {2 * BEAT_S:g}s, got {self.host_timeout:g}")
+        if self.keys:
+            from ..comm.security import Security
+
+            self.security = Security.for_master(self.keys)
+        elif not is_loopback(host):
+            if not self.insecure:
+                raise UsageError(f"{self.listen} is not loopback: a reachable sweep needs CURVE keys (--keys DIR, from "
+                                 "`mariana keys init DIR`), or --insecure on a network you trust")
+            log.warning("INSECURE: the sweep at %s accepts any worker host and sends everything in plaintext", self.listen)
+
+    def segment_spec(self) -> dict[str, Any]:
+        """What a segment's process needs to run the master of its job (JSON, for a fresh interpreter too)."""
+        host, _ = parse_endpoint(self.listen)
+        return {"bind": f"tcp://{host}:0", "keys": self.keys, "host_timeout": self.host_timeout}
+
+
+@dataclass
+class Host:
+    """A joined worker host as the queue sees it."""
+
+    ident: bytes
+    name: str
+    seen: float
+    order: int
+    state: str = "idle"  # idle, reserved (for a segment not bound yet), assigned (sent), busy (took it)
+    segment: str | None = None
+    since: float = 0.0
+
+
+class HostQueue:
+    """The sweep's side: the hosts that joined, which are idle, and which segment each serves."""
+
+    def __init__(self, remote: Remote, note: Callable[[str], None] | None = None) -> None:
+        self.remote = remote
+        self.note = note or (lambda text: log.info("%s", text))
+        self.transport = Transport(MAX_MESSAGE, remote.security)
+        self.sock, self.endpoint = self.transport.router(remote.listen, mandatory=True)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+        self.hosts: dict[bytes, Host] = {}
+        self.lost: dict[str, str] = {}  # segment -> why (taken by the driver with ``take_lost``)
+        self.joined = 0
+        self.malformed = 0
+        if remote.master_file:
+            info: dict[str, Any] = {"endpoint": self.endpoint, "sweep": True}
+            if remote.security is not None:
+                info["server_key"] = remote.security.public.decode()
+            with open(remote.master_file, "w") as f:
+                json.dump(info, f)
+
+    def hint(self) -> str:
+        """The command a worker host runs to join."""
+        if self.remote.security is not None:
+            where = self.remote.master_file or "FILE"
+            return f"mariana worker --master-file {where} --key {os.path.join(self.remote.keys or 'DIR', 'NAME.key_secret')}"
+        return f"mariana worker --sweep {self.endpoint}"
+
+    # -- what the driver asks --------------------------------------------------------------------
+    def alive(self) -> list[Host]:
+        return sorted(self.hosts.values(), key=lambda h: h.order)
+
+    def idle(self) -> list[Host]:
+        return [h for h in self.alive() if h.state == "idle"]
+
+    def reserve(self, segment: str, n: int) -> list[bytes] | None:
+        """``n`` idle hosts for ``segment`` (the longest joined first), or None while fewer are idle."""
+        free = self.idle()
+        if len(free) < n:
+            return None
+        for h in free[:n]:
+            h.state, h.segment, h.since = "reserved", segment, time.monotonic()
+        return [h.ident for h in free[:n]]
+
+    def assign(self, segment: str, master: str, job: str) -> None:
+        """Send the bound master of ``segment`` to the hosts reserved for it."""
+        for h in self.alive():
+            if h.segment == segment and h.state == "reserved":
+                h.state, h.since = "assigned", time.monotonic()
+                self._send(h, {"op": "run", "segment": segment, "master": master, "job": job})
+
+    def release(self, segment: str) -> None:
+        """``segment`` ended before its hosts took it: hosts still only reserved are idle again
+        (hosts that were sent it come back by themselves when their worker process ends)."""
+        for h in self.hosts.values():
+            if h.segment == segment and h.state == "reserved":
+                h.state, h.segment = "idle", None
+
+    def take_lost(self) -> dict[str, str]:
+        lost, self.lost = self.lost, {}
+        return lost
+
+    def end(self) -> None:
+        """The sweep is over: every host exits (0)."""
+        for h in list(self.hosts.values()):
+            self._send(h, {"op": "end"})
+
+    def close(self) -> None:
+        self.transport.close()
+
+    # -- the socket ---------------------------------------------------------------------------
+    def wait(self, fds: list[int], timeout_s: float) -> list[int]:
+        """Wait for a segment's pipe or a host message (handled here); the pipes that are readable."""
+        for fd in fds:
+            self.poller.register(fd, zmq.POLLIN)
+        try:
+            events = dict(self.poller.poll(int(timeout_s * 1000)))
+        finally:
+            for fd in fds:
+                self.poller.unregister(fd)
+        if self.sock in events:
+            self.receive()
+        self.check()
+        return [fd for fd in fds if fd in events]
+
+    def receive(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            ident = frames[0]
+            try:
+                msg = json.loads(frames[-1])
+                op = msg["op"]
+                segment = msg.get("segment")
+                if not isinstance(op, str) or not (segment is None or isinstance(segment, str)):
+                    raise TypeError(op)
+            except (ValueError, KeyError, TypeError):
+                self.malformed += 1
+                if self.malformed <= 3:
+                    log.warning("sweep queue: a malformed message from %r dropped", ident[:40])
+                continue
+            h = self.hosts.get(ident)
+            if h is None:
+                if op != "ready":
+                    self._send_to(ident, {"op": "end"})  # a host the sweep dropped: it must not come back
+                    continue
+                self.joined += 1
+                h = self.hosts[ident] = Host(ident, str(msg.get("name", "?"))[:200], now, self.joined)
+                self.note(f"host {h.name} joined the sweep ({len(self.hosts)} host(s))")
+            h.seen = now
+            if op == "busy" and h.state == "assigned" and segment == h.segment:
+                h.state = "busy"
+            elif op == "done" and segment == h.segment and h.state in ("assigned", "busy"):
+                h.state, h.segment = "idle", None
+            self._send(h, {"op": "ok"})
+
+    def check(self) -> None:
+        """Drop hosts silent for ``host_timeout`` and hosts that never took what they were sent;
+        their segments are lost."""
+        now, limit = time.monotonic(), self.remote.host_timeout
+        for h in list(self.hosts.values()):
+            why = None
+            if now - h.seen > limit:
+                why = f"host {h.name} silent for {now - h.seen:.1f}s"
+            elif h.state == "assigned" and now - h.since > limit:
+                why = f"host {h.name} did not take segment {h.segment} within {limit:g}s"
+            if why is None:
+                continue
+            del self.hosts[h.ident]
+            self._send_to(h.ident, {"op": "end"})
+            self.note(f"{why}: dropped ({len(self.hosts)} host(s) left)")
+            if h.segment is not None:
+                self.lost[h.segment] = why
+
+    def _send(self, h: Host, msg: dict[str, Any]) -> None:
+        self._send_to(h.ident, msg)
+
+    def _send_to(self, ident: bytes, msg: dict[str, Any]) -> None:
+        try:
+            self.sock.send_multipart([ident, json.dumps(msg).encode()], zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError):  # gone (ROUTER_MANDATORY): its silence drops it
+            pass
+
+
+# -- the worker host's side ----------------------------------------------------------------------
+class SweepGone(MarianaError):
+    """The sweep never answered, or went silent: exit 3, as a worker whose master is lost."""
+
+    exit_code = EXIT_MASTER_LOST
+
+
+def read_sweep_file(path: str) -> dict[str, Any]:
+    """A master file (``mariana master`` or ``mariana sweep --master-file``), checked."""
+    try:
+        with open(path) as f:
+            info = json.load(f)
+        if not isinstance(info, dict) or not isinstance(info.get("endpoint"), str):
+            raise ValueError("no endpoint in it")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read master file {path}: {exc}") from None
+    return info
+
+
+def _die_with_parent() -> None:
+    from .driver import _die_with_parent as die
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the host process, which ends it
+    die()
+
+
+def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
+    """Join the sweep at ``sweep`` and serve segment after segment: each an ordinary ``mariana
+    worker`` process (``spec`` with the segment's master) started here, until the sweep ends (0).
+
+    ``spec.master`` is ignored; its keys, host, timeouts and job apply to every segment. A sweep
+    that stays silent for ``SWEEP_SILENCE_S`` (or never answers within ``spec.connect_timeout``)
+    is gone: exit 3, as a worker whose master is lost."""
+    import dataclasses
+
+    security = spec.security()  # refuses a plaintext data socket off loopback as `mariana worker` does
+    transport = Transport(MAX_MESSAGE, security)
+    name = f"{socket.gethostname()}:{os.getpid()}"
+    sock = transport.dealer(sweep, f"{name}:{secrets.token_hex(4)}".encode(),
+                            security.server_key if security is not None else None)
+    watch = HandshakeWatch(sock) if security is not None else None
+    env = {**os.environ, **thread_vars(1), **spec.env()}
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    child: subprocess.Popen[bytes] | None = None
+    segment: str | None = None
+    started = time.monotonic()
+    heard: float | None = None
+    next_beat = 0.0
+    served = 0
+
+    def send(msg: dict[str, Any]) -> None:
+        try:
+            sock.send(json.dumps(msg).encode(), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    log.info("joining the sweep at %s as %s", sweep, name)
+    try:
+        while True:
+            now = time.monotonic()
+            if child is not None and child.poll() is not None:
+                code = child.returncode
+                (log.info if code == 0 else log.warning)("segment %s: its worker process ended (%s)", segment,
+                                                          f"exit code {code}" if code >= 0 else f"signal {-code}")
+                send({"op": "done", "segment": segment, "code": code})
+                child, segment, next_beat = None, None, now + BEAT_S
+            if now >= next_beat:
+                send({"op": "busy", "segment": segment} if segment else {"op": "ready", "name": name})
+                next_beat = now + BEAT_S
+            if sock.poll(int(BEAT_S * 500)):
+                while True:
+                    try:
+                        msg = json.loads(sock.recv(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+                    except ValueError:
+                        continue
+                    if heard is None:
+                        log.info("joined the sweep at %s", sweep)
+                    heard = time.monotonic()
+                    op = msg.get("op") if isinstance(msg, dict) else None
+                    if op == "end":
+                        log.info("the sweep is over (%d segment(s) served here)", served)
+                        return 0
+                    if op == "run" and child is None and isinstance(msg.get("master"), str):
+                        segment, served = str(msg.get("segment")), served + 1
+                        mine = dataclasses.replace(spec, master=msg["master"], job=spec.job or msg.get("job"))
+                        log.info("segment %s: serving the master at %s", segment, mine.master)
+                        child = subprocess.Popen([sys.executable, "-m", "mariana", *mine.argv()], env=env,
+                                                 stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                        send({"op": "busy", "segment": segment})
+                        next_beat = time.monotonic() + BEAT_S
+            if watch is not None and (why := watch.failed()):
+                raise UsageError(f"cannot join the sweep at {sweep}: {why.replace('master', 'sweep')}")
+            now = time.monotonic()
+            if heard is None and now - started > spec.connect_timeout:
+                raise SweepGone(f"no sweep answered at {sweep} within {spec.connect_timeout:g}s (--connect-timeout)")
+            if heard is not None and now - heard > SWEEP_SILENCE_S:
+                raise SweepGone(f"the sweep at {sweep} has been silent for {SWEEP_SILENCE_S:g}s: it is gone")
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        if watch is not None:
+            watch.close()
+        transport.close()

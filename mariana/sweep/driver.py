@@ -444,6 +444,8 @@ class Sweep:
     def _wait_note(self, queue: HostQueue, t: Trial, running: int) -> None:
         """Say (once per change) that trial ``t`` waits for idle hosts, and how hosts join."""
         hosts, idle = len(queue.alive()), len(queue.idle())
+        if hosts >= self.spec.workers * (running + 1):
+            return  # enough hosts joined: one is on its way back from its last segment
         text = (f"waiting for worker hosts: trial {t.index} needs {self.spec.workers} idle, {hosts} joined, {idle} idle, "
                 f"{running} segment(s) running; join with: {queue.hint()}")
         if text != getattr(self, "_last_wait", None):

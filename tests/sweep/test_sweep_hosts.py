@@ -1,0 +1,152 @@
+"""Sweeps across hosts: ``mariana sweep --listen`` places each segment on a host that joined with
+``mariana worker --sweep`` (real processes on 127.0.0.1). The ranking and every trial's metrics
+equal the local sweep's; a host killed with ``kill -9`` mid-segment loses only that segment,
+which runs again from its trial's newest checkpoint on the other host; bad flags are one line,
+exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mariana.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["dnn-dp", "--param", "lr=grid(0.05, 0.0005)", "--param", "batch_size=grid(128, 256)", "--set", "epochs=2",
+        "--set", "model=['dense:32:relu','dense:10']", "--set", "optimizer=momentum", "--scheduler", "asha",
+        "--grace", "1", "--reduction", "2", "--json"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hosts(n: int, endpoint: str, tmp: Path, *extra: str) -> list[subprocess.Popen]:
+    """``n`` worker hosts joining the sweep at ``endpoint`` (they wait for it to bind); stderr to files."""
+    return [subprocess.Popen([sys.executable, "-m", "mariana", "worker", "--sweep", endpoint, "--connect-timeout", "60",
+                              *extra], env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=open(tmp / f"host-{i}.log", "wb"), start_new_session=True) for i in range(n)]
+
+
+def _reap(hosts: list[subprocess.Popen], timeout: float = 30) -> list[int | None]:
+    """The hosts' exit codes once the sweep has ended them (killed if one is still there)."""
+    deadline = time.monotonic() + timeout
+    codes: list[int | None] = []
+    for p in hosts:
+        try:
+            codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            codes.append(None)
+    return codes
+
+
+def _outcome(doc: dict) -> list[tuple]:
+    return [(t["index"], t["status"], t["reports"], t["last"]) for t in doc["trials"]]
+
+
+def _curves(sweep: Path, n: int) -> list[list[float]]:
+    """Every trial's metric values as its metrics.jsonl has them (what a report draws)."""
+    out = []
+    for i in range(n):
+        lines = [json.loads(x) for x in (sweep / f"trials/{i:04d}/metrics.jsonl").read_text().splitlines() if x]
+        out.append([x["test_accuracy"] for x in lines if "test_accuracy" in x])
+    return out
+
+
+def test_two_hosts_give_the_local_ranking_and_metrics(tmp_path, capsys):
+    assert main(["sweep", *TINY, "--sweep-dir", str(tmp_path / "local")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    hosts = _hosts(2, endpoint, tmp_path)
+    try:
+        code = main(["sweep", *TINY, "--parallel", "2", "--listen", endpoint, "--sweep-dir", str(tmp_path / "hosts")])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+    finally:
+        codes = _reap(hosts)
+    remote = json.loads(out)
+    assert _outcome(remote) == _outcome(local)
+    assert {t["status"] for t in remote["trials"]} == {"completed", "stopped"}
+    assert _curves(tmp_path / "hosts", 4) == _curves(tmp_path / "local", 4)
+    assert codes == [0, 0], [(tmp_path / f"host-{i}.log").read_text()[-2000:] for i in range(2)]
+    logs = [(tmp_path / f"host-{i}.log").read_text() for i in range(2)]
+    assert all("serving the master" in text for text in logs)  # both hosts took segments
+    assert "joined the sweep (2 host(s))" in err
+    job = json.loads((tmp_path / "hosts/trials/0000/job.json").read_text())
+    assert job["runtime"] == "cluster" and job["status"] == "finished"
+
+
+def test_bad_flags_are_one_line(tmp_path, capsys):
+    def run(*argv: str) -> str:
+        assert main(["sweep", *TINY, "--sweep-dir", str(tmp_path / "x"), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        return err
+
+    assert "is not loopback: a reachable sweep needs CURVE keys" in run("--listen", "tcp://10.11.12.13:7070")
+    assert "give the address the worker hosts reach" in run("--listen", "tcp://0.0.0.0:7070")
+    assert "--keys goes with --listen" in run("--keys", str(tmp_path))
+    assert not (tmp_path / "x").exists()  # refused before anything is written
+    assert main(["worker", "--sweep", "tcp://127.0.0.1:1", "--master", "tcp://127.0.0.1:2"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_host_killed_mid_segment_loses_only_that_segment(tmp_path, capsys):
+    """Host 0 is killed (-9, with the worker process it runs) while it trains a trial; the sweep
+    drops it, runs that segment again on host 1 from the trial's newest checkpoint, and ends with
+    the local ranking."""
+    args = ["dnn-dp", "--param", "lr=grid(0.05, 0.01, 0.0005)", "--set", "epochs=4", "--set", "batch_size=32",
+            "--set", "model=['dense:256:relu','dense:10']", "--set", "optimizer=momentum", "--scheduler", "asha",
+            "--grace", "2", "--reduction", "2", "--json"]
+    assert main(["sweep", *args, "--sweep-dir", str(tmp_path / "local")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    sweep = tmp_path / "hosts"
+    proc = subprocess.Popen([sys.executable, "-m", "mariana", "sweep", *args, "--parallel", "2", "--listen", endpoint,
+                             "--worker-timeout", "2", "--sweep-dir", str(sweep)], env=_env(), stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / "sweep.log", "wb"), start_new_session=True)
+    hosts = _hosts(2, endpoint, tmp_path)
+    try:
+        victim = tmp_path / "host-0.log"
+        deadline = time.monotonic() + 60
+        while "ready:" not in victim.read_text():  # its worker process built the trial's graph: it trains now
+            assert proc.poll() is None and hosts[0].poll() is None, (tmp_path / "sweep.log").read_text()
+            assert time.monotonic() < deadline, "host 0 never got a segment"
+            time.sleep(0.02)
+        os.killpg(hosts[0].pid, signal.SIGKILL)  # the host process and the worker it started
+        out, _ = proc.communicate(timeout=120)
+        err = (tmp_path / "sweep.log").read_text()
+        assert proc.returncode == 0, err
+    finally:
+        for p in (proc, hosts[0]):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        codes = _reap(hosts[1:])
+    remote = json.loads(out)
+    assert _outcome(remote) == _outcome(local)
+    assert _curves(sweep, 3) == _curves(tmp_path / "local", 3)
+    events = [json.loads(x) for x in (sweep / "events.jsonl").read_text().splitlines()]
+    lost = [e for e in events if e["event"] == "lost"]
+    assert len(lost) == 1, lost
+    assert sum(t["lost"] for t in remote["trials"]) == 1
+    assert codes == [0]
+    assert "dropped (1 host(s) left)" in err

@@ -521,6 +521,10 @@ def _quiet_child() -> None:
     _die_with_parent()
 
 
+#: a fresh segment interpreter (``-m mariana.sweep.trial`` would import the module twice: the package imports it)
+_TRIAL_MAIN = "import sys; from mariana.sweep.trial import main; sys.exit(main())"
+
+
 def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
     from .trial import announce, channel, finish
 
@@ -549,7 +553,7 @@ def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
         return _Child(t, pid, r, w2, None)
     env = {**os.environ, **{v: str(spec["threads"]) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                                "MKL_NUM_THREADS")}}
-    popen = subprocess.Popen([sys.executable, "-m", "mariana.sweep.trial", str(w), str(r2)], stdin=subprocess.PIPE,
+    popen = subprocess.Popen([sys.executable, "-c", _TRIAL_MAIN, str(w), str(r2)], stdin=subprocess.PIPE,
                              pass_fds=(w, r2), env=env, preexec_fn=_quiet_child)
     os.close(w)
     os.close(r2)

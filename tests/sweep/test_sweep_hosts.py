@@ -150,3 +150,46 @@ def test_a_host_killed_mid_segment_loses_only_that_segment(tmp_path, capsys):
     assert sum(t["lost"] for t in remote["trials"]) == 1
     assert codes == [0]
     assert "dropped (1 host(s) left)" in err
+
+
+@pytest.mark.slow
+def test_a_secure_sweep_admits_only_allow_listed_hosts(tmp_path, capsys):
+    """``--keys DIR``: CURVE on the queue and on every segment's master, as ``mariana master --keys``;
+    hosts join through DIR/master.json with their own keys, a key not on the allow-list exits 2."""
+    keys = tmp_path / "keys"
+    for argv in (["init", str(keys)], ["add", str(keys), "h0"], ["add", str(keys), "h1"], ["add", str(keys), "stranger"]):
+        assert main(["keys", *argv]) == 0
+    (keys / "allowed/stranger.key").unlink()
+    capsys.readouterr()
+    assert main(["sweep", *TINY, "--sweep-dir", str(tmp_path / "local")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    sweep = tmp_path / "secure"
+    proc = subprocess.Popen([sys.executable, "-m", "mariana", "sweep", *TINY, "--parallel", "2", "--listen",
+                             "tcp://127.0.0.1:0", "--keys", str(keys), "--sweep-dir", str(sweep)], env=_env(),
+                            stdout=subprocess.PIPE, stderr=open(tmp_path / "sweep.log", "wb"), start_new_session=True)
+    hosts: list[subprocess.Popen] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (keys / "master.json").exists() or not (keys / "master.json").read_text().endswith("}"):
+            assert proc.poll() is None, (tmp_path / "sweep.log").read_text()
+            assert time.monotonic() < deadline, "the sweep never wrote its master file"
+            time.sleep(0.02)
+        info = json.loads((keys / "master.json").read_text())
+        assert info["sweep"] is True and len(info["server_key"]) == 40
+        stranger = subprocess.run([sys.executable, "-m", "mariana", "worker", "--master-file", str(keys / "master.json"),
+                                   "--key", str(keys / "stranger.key_secret")], env=_env(), capture_output=True,
+                                  timeout=60)
+        assert stranger.returncode == 2 and b"refused this worker's key" in stranger.stderr, stranger.stderr
+        hosts = [subprocess.Popen([sys.executable, "-m", "mariana", "worker", "--master-file", str(keys / "master.json"),
+                                   "--key", str(keys / f"h{i}.key_secret")], env=_env(), stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"host-{i}.log", "wb"),
+                                  start_new_session=True) for i in range(2)]
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (tmp_path / "sweep.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        codes = _reap(hosts)
+    assert _outcome(json.loads(out)) == _outcome(local)
+    assert codes == [0, 0]

@@ -57,6 +57,31 @@ def _reap(hosts: list[subprocess.Popen], timeout: float = 30) -> list[int | None
     return codes
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie waiting for its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _outcome(doc: dict) -> list[tuple]:
     return [(t["index"], t["status"], t["reports"], t["last"]) for t in doc["trials"]]
 
@@ -131,7 +156,13 @@ def test_a_host_killed_mid_segment_loses_only_that_segment(tmp_path, capsys):
             assert proc.poll() is None and hosts[0].poll() is None, (tmp_path / "sweep.log").read_text()
             assert time.monotonic() < deadline, "host 0 never got a segment"
             time.sleep(0.02)
-        os.killpg(hosts[0].pid, signal.SIGKILL)  # the host process and the worker it started
+        below = _descendants(hosts[0].pid)
+        assert below, "host 0 runs its segment's worker in a child process"
+        os.kill(hosts[0].pid, signal.SIGKILL)  # the host process only: what it started dies with it
+        deadline = time.monotonic() + 10
+        while any(_running(pid) for pid in below):
+            assert time.monotonic() < deadline, f"left running after its host was killed: {below}"
+            time.sleep(0.02)
         out, _ = proc.communicate(timeout=120)
         err = (tmp_path / "sweep.log").read_text()
         assert proc.returncode == 0, err

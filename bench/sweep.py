@@ -46,7 +46,12 @@ def _hosts(n: int) -> tuple[str, list[subprocess.Popen]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    # the hosts share this machine: each gets cores/N BLAS threads, as each local trial of --parallel N gets
+    # (with every host's worker on all cores, OpenBLAS threads spinning on an oversubscribed machine
+    # measured 7x slower compute here)
+    from mariana.engine.threads import thread_vars
+
+    env = {**os.environ, **thread_vars(n), "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     return endpoint, [subprocess.Popen([sys.executable, "-m", "mariana", "-q", "worker", "--sweep", endpoint], env=env,
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for _ in range(n)]
 

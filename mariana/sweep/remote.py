@@ -123,6 +123,10 @@ class HostQueue:
         self.poller.register(self.sock, zmq.POLLIN)
         self.hosts: dict[bytes, Host] = {}
         self.lost: dict[str, str] = {}  # segment -> why (taken by the driver with ``take_lost``)
+        #: segment -> (why, when it counts as lost): its worker ended badly while its master ran on;
+        #: a trial's own error ends the master first (then ``release`` forgets it), a worker that
+        #: could not even join (a host refusing the job, a broken install) leaves the master waiting
+        self.suspect: dict[str, tuple[str, float]] = {}
         self.joined = 0
         self.malformed = 0
         if remote.master_file:
@@ -165,6 +169,7 @@ class HostQueue:
     def release(self, segment: str) -> None:
         """``segment`` ended before its hosts took it: hosts still only reserved are idle again
         (hosts that were sent it come back by themselves when their worker process ends)."""
+        self.suspect.pop(segment, None)
         for h in self.hosts.values():
             if h.segment == segment and h.state == "reserved":
                 h.state, h.segment = "idle", None
@@ -228,12 +233,20 @@ class HostQueue:
                 h.state = "busy"
             elif op == "done" and segment == h.segment and h.state in ("assigned", "busy"):
                 h.state, h.segment = "idle", None
+                code = msg.get("code")
+                if code != 0 and segment is not None:
+                    why = f"the worker on host {h.name} ended with {_exit_text(code)}"
+                    self.suspect[segment] = (why, now + self.remote.host_timeout)
             self._send(h, {"op": "ok"})
 
     def check(self) -> None:
         """Drop hosts silent for ``host_timeout`` and hosts that never took what they were sent;
         their segments are lost."""
         now, limit = time.monotonic(), self.remote.host_timeout
+        for segment, (why, when) in list(self.suspect.items()):
+            if now > when:
+                del self.suspect[segment]
+                self.lost[segment] = why
         for h in list(self.hosts.values()):
             why = None
             if now - h.seen > limit:
@@ -275,6 +288,12 @@ def read_sweep_file(path: str) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read master file {path}: {exc}") from None
     return info
+
+
+def _exit_text(code: Any) -> str:
+    if isinstance(code, int) and code < 0:
+        return f"signal {-code}"
+    return f"exit code {code}"
 
 
 def _die_with_parent() -> None:
@@ -425,8 +444,13 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
     zygote = _Zygote(threads) if fork_is_safe() is None else None  # before this process makes a zmq context
     transport = Transport(MAX_MESSAGE, security)
     name = f"{socket.gethostname()}:{os.getpid()}"
-    sock = transport.dealer(sweep, f"{name}:{secrets.token_hex(4)}".encode(),
-                            security.server_key if security is not None else None)
+    sock = transport.socket(zmq.DEALER, identity=f"{name}:{secrets.token_hex(4)}".encode())
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 250)  # a host started before its sweep joins within 0.25 s of the bind
+    if security is not None:
+        security.client(sock, security.server_key)
+    if "[" in sweep:
+        sock.setsockopt(zmq.IPV6, 1)
+    sock.connect(sweep)
     watch = HandshakeWatch(sock) if security is not None else None
     env = {**os.environ, **threads, **spec.env()}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
@@ -451,7 +475,7 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
             if child is not None and child.poll() is not None:
                 code = child.returncode
                 (log.info if code == 0 else log.warning)("segment %s: its worker process ended (%s)", segment,
-                                                          f"exit code {code}" if code >= 0 else f"signal {-code}")
+                                                          _exit_text(code))
                 send({"op": "done", "segment": segment, "code": code})
                 child, segment, next_beat = None, None, now + BEAT_S
             if now >= next_beat:

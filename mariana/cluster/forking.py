@@ -30,7 +30,7 @@ from .worker import GraphBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "NO_FORK_VAR"]
+__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "set_pdeathsig", "NO_FORK_VAR"]
 
 #: Set to 1 to always start local workers as fresh interpreters (as ``--no-fork`` does).
 NO_FORK_VAR = "MARIANA_NO_FORK"
@@ -152,7 +152,7 @@ def fork_workers(n: int, thread_vars: dict[str, str], build: GraphBuilder,
             if pid == 0:  # the child: never returns
                 os.close(write)
                 if die_with_parent:
-                    _die_with_parent()
+                    set_pdeathsig()
                 for sibling in children:  # the parent's ends of earlier pipes: EOF must mean the parent
                     if sibling._pipe is not None:
                         os.close(sibling._pipe)
@@ -208,8 +208,8 @@ def _child(pipe: int, thread_vars: dict[str, str], build: GraphBuilder) -> NoRet
             os._exit(code)
 
 
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: SIGKILL when the parent dies (where the C library has prctl)."""
+def set_pdeathsig() -> None:
+    """This process gets SIGKILL when its parent dies (Linux PR_SET_PDEATHSIG; elsewhere nothing)."""
     import ctypes
 
     try:

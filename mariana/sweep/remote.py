@@ -34,11 +34,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import zmq
-
 from ..cluster.entry import WorkerSpec
 from ..cluster.worker import EXIT_MASTER_LOST
 from ..comm import is_loopback, parse_endpoint
+from ..comm.jsonchannel import JsonDealer, JsonRouter
 from ..comm.zmqcomm import HandshakeWatch, Transport
 from ..engine.threads import thread_vars
 from ..errors import MarianaError, UsageError
@@ -118,9 +117,8 @@ class HostQueue:
         self.remote = remote
         self.note = note or (lambda text: log.info("%s", text))
         self.transport = Transport(MAX_MESSAGE, remote.security)
-        self.sock, self.endpoint = self.transport.router(remote.listen, mandatory=True)
-        self.poller = zmq.Poller()
-        self.poller.register(self.sock, zmq.POLLIN)
+        self.channel = JsonRouter(self.transport, remote.listen)
+        self.endpoint = self.channel.endpoint
         self.hosts: dict[bytes, Host] = {}
         self.lost: dict[str, str] = {}  # segment -> why (taken by the driver with ``take_lost``)
         #: segment -> (why, when it counts as lost): its worker ended badly while its master ran on;
@@ -189,28 +187,18 @@ class HostQueue:
     # -- the socket ---------------------------------------------------------------------------
     def wait(self, fds: list[int], timeout_s: float) -> list[int]:
         """Wait for a segment's pipe or a host message (handled here); the pipes that are readable."""
-        for fd in fds:
-            self.poller.register(fd, zmq.POLLIN)
-        try:
-            events = dict(self.poller.poll(int(timeout_s * 1000)))
-        finally:
-            for fd in fds:
-                self.poller.unregister(fd)
-        if self.sock in events:
+        message, ready = self.channel.wait(fds, timeout_s)
+        if message:
             self.receive()
         self.check()
-        return [fd for fd in fds if fd in events]
+        return ready
 
     def receive(self) -> None:
         now = time.monotonic()
-        while True:
+        for ident, msg in self.channel.receive():
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            ident = frames[0]
-            try:
-                msg = json.loads(frames[-1])
+                if msg is None:
+                    raise TypeError("not a JSON object")
                 op = msg["op"]
                 segment = msg.get("segment")
                 if not isinstance(op, str) or not (segment is None or isinstance(segment, str)):
@@ -265,10 +253,7 @@ class HostQueue:
         self._send_to(h.ident, msg)
 
     def _send_to(self, ident: bytes, msg: dict[str, Any]) -> None:
-        try:
-            self.sock.send_multipart([ident, json.dumps(msg).encode()], zmq.NOBLOCK)
-        except (zmq.Again, zmq.ZMQError):  # gone (ROUTER_MANDATORY): its silence drops it
-            pass
+        self.channel.send(ident, msg)  # False when gone: its silence drops it
 
 
 # -- the worker host's side ----------------------------------------------------------------------
@@ -297,10 +282,10 @@ def _exit_text(code: Any) -> str:
 
 
 def _die_with_parent() -> None:
-    from .driver import _die_with_parent as die
+    from ..cluster.forking import set_pdeathsig
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the host process, which ends it
-    die()
+    set_pdeathsig()
 
 
 class _Forked:
@@ -444,14 +429,9 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
     zygote = _Zygote(threads) if fork_is_safe() is None else None  # before this process makes a zmq context
     transport = Transport(MAX_MESSAGE, security)
     name = f"{socket.gethostname()}:{os.getpid()}"
-    sock = transport.socket(zmq.DEALER, identity=f"{name}:{secrets.token_hex(4)}".encode())
-    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 250)  # a host started before its sweep joins within 0.25 s of the bind
-    if security is not None:
-        security.client(sock, security.server_key)
-    if "[" in sweep:
-        sock.setsockopt(zmq.IPV6, 1)
-    sock.connect(sweep)
-    watch = HandshakeWatch(sock) if security is not None else None
+    # reconnecting every 0.25 s at most: a host started before its sweep joins right after the bind
+    channel = JsonDealer(transport, sweep, f"{name}:{secrets.token_hex(4)}".encode())
+    watch = HandshakeWatch(channel.sock) if security is not None else None
     env = {**os.environ, **threads, **spec.env()}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -462,12 +442,7 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
     next_beat = 0.0
     served = 0
 
-    def send(msg: dict[str, Any]) -> None:
-        try:
-            sock.send(json.dumps(msg).encode(), zmq.NOBLOCK)
-        except zmq.Again:
-            pass
-
+    send = channel.send
     log.info("joining the sweep at %s as %s", sweep, name)
     try:
         while True:
@@ -481,31 +456,24 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
             if now >= next_beat:
                 send({"op": "busy", "segment": segment} if segment else {"op": "ready", "name": name})
                 next_beat = now + BEAT_S
-            if sock.poll(50 if child is not None else int(BEAT_S * 500)):  # a segment's end is noticed at once
-                while True:
-                    try:
-                        msg = json.loads(sock.recv(zmq.NOBLOCK))
-                    except zmq.Again:
-                        break
-                    except ValueError:
-                        continue
-                    if heard is None:
-                        log.info("joined the sweep at %s", sweep)
-                    heard = time.monotonic()
-                    op = msg.get("op") if isinstance(msg, dict) else None
-                    if op == "end":
-                        log.info("the sweep is over (%d segment(s) served here)", served)
-                        return 0
-                    if op == "run" and child is None and isinstance(msg.get("master"), str):
-                        segment, served = str(msg.get("segment")), served + 1
-                        mine = dataclasses.replace(spec, master=msg["master"], job=spec.job or msg.get("job"))
-                        log.info("segment %s: serving the master at %s", segment, mine.master)
-                        child = zygote.start(mine) if zygote is not None and not zygote.dead else None
-                        if child is None:
-                            child = subprocess.Popen([sys.executable, "-m", "mariana", *mine.argv()], env=env,
-                                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-                        send({"op": "busy", "segment": segment})
-                        next_beat = time.monotonic() + BEAT_S
+            for msg in channel.receive(0.05 if child is not None else BEAT_S / 2):  # 50 ms while serving: its end is reported at once
+                if heard is None:
+                    log.info("joined the sweep at %s", sweep)
+                heard = time.monotonic()
+                op = msg.get("op")
+                if op == "end":
+                    log.info("the sweep is over (%d segment(s) served here)", served)
+                    return 0
+                if op == "run" and child is None and isinstance(msg.get("master"), str):
+                    segment, served = str(msg.get("segment")), served + 1
+                    mine = dataclasses.replace(spec, master=msg["master"], job=spec.job or msg.get("job"))
+                    log.info("segment %s: serving the master at %s", segment, mine.master)
+                    child = zygote.start(mine) if zygote is not None and not zygote.dead else None
+                    if child is None:
+                        child = subprocess.Popen([sys.executable, "-m", "mariana", *mine.argv()], env=env,
+                                                 stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                    send({"op": "busy", "segment": segment})
+                    next_beat = time.monotonic() + BEAT_S
             if watch is not None and (why := watch.failed()):
                 raise UsageError(f"cannot join the sweep at {sweep}: {why.replace('master', 'sweep')}")
             now = time.monotonic()

@@ -452,6 +452,9 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
                 (log.info if code == 0 else log.warning)("segment %s: its worker process ended (%s)", segment,
                                                           _exit_text(code))
                 send({"op": "done", "segment": segment, "code": code})
+                if code == 2:  # a usage error of this host (refused job or key, bad flags): every segment would fail
+                    raise UsageError(f"this host cannot serve the sweep: its worker for segment {segment} exited with "
+                                     "code 2 (the reason is above)")
                 child, segment, next_beat = None, None, now + BEAT_S
             if now >= next_beat:
                 send({"op": "busy", "segment": segment} if segment else {"op": "ready", "name": name})

@@ -224,3 +224,34 @@ def test_a_secure_sweep_admits_only_allow_listed_hosts(tmp_path, capsys):
         codes = _reap(hosts)
     assert _outcome(json.loads(out)) == _outcome(local)
     assert codes == [0, 0]
+
+
+@pytest.mark.slow
+def test_a_host_that_cannot_serve_exits_2_and_its_segment_moves(tmp_path):
+    """A host whose workers the segment masters refuse (``--job wcc`` for a dnn-dp sweep) says so
+    and exits 2; its segment is lost, not failed, and runs on the host that joins after it."""
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    bad = _hosts(1, endpoint, tmp_path, "--job", "wcc")
+    proc = subprocess.Popen([sys.executable, "-m", "mariana", "sweep", "dnn-dp", "--param", "lr=grid(0.05, 0.01)",
+                             "--set", "epochs=1", "--set", "model=['dense:32:relu','dense:10']", "--listen", endpoint,
+                             "--worker-timeout", "1.5", "--sweep-dir", str(tmp_path / "sw"), "--json"], env=_env(),
+                            stdout=subprocess.PIPE, stderr=open(tmp_path / "sweep.log", "wb"), start_new_session=True)
+    good: list[subprocess.Popen] = []
+    try:
+        assert bad[0].wait(timeout=60) == 2  # it took trial 0's first segment and could not serve it
+        assert "this host cannot serve the sweep" in (tmp_path / "host-0.log").read_text()
+        good = [subprocess.Popen([sys.executable, "-m", "mariana", "worker", "--sweep", endpoint], env=_env(),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)]
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (tmp_path / "sweep.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        codes = _reap(bad + good)
+    doc = json.loads(out)
+    assert [(t["index"], t["status"]) for t in doc["trials"]] == [(0, "completed"), (1, "completed")]
+    assert [t["lost"] for t in sorted(doc["trials"], key=lambda t: t["index"])] == [1, 0]
+    assert codes == [2, 0]
+    assert "waiting for worker hosts" in (tmp_path / "sweep.log").read_text()

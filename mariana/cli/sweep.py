@@ -41,7 +41,8 @@ def add_sweep_parser(sub: Any, job_args: Any) -> None:
     s.add_argument("--reduction", type=float, default=None, metavar="ETA",
                    help="rungs at grace x ETA^k; the top 1/ETA go on at each (default 3)")
     s.add_argument("--parallel", type=int, default=None, metavar="K",
-                   help="trials at once on this machine, each with cores/K BLAS threads (default 1)")
+                   help="trials at once on this machine, each with cores/K BLAS threads (default 1); with --listen, "
+                        "trials at once on the joined hosts (a trial waits while fewer are idle than it needs)")
     s.add_argument("--workers", type=int, default=None, help="partitions of each trial (default 1)")
     s.add_argument("--sweep-dir", metavar="URL", help="where trials go (any fsspec URL); default runs/sweep-JOB-TIMESTAMP")
     s.add_argument("--resume", metavar="SWEEP", help="continue the sweep in SWEEP: finished trials are kept, "

@@ -5,8 +5,9 @@ small queue (a ROUTER; ``HostQueue``) that worker hosts join with a DEALER (``se
 For each segment the driver reserves idle hosts, starts the segment's process on its own
 machine as before, and that process runs the job's *master* (``spawn=False``, bound on the
 queue's host, CURVE with the sweep's keys as ``mariana master --keys``); once it is bound, the
-queue sends its endpoint to the reserved hosts, each of which starts an ordinary ``mariana
-worker --master ENDPOINT`` process against it and reports when that process ends. The stop at
+queue sends its endpoint to the reserved hosts, each of which runs an ordinary cluster worker
+against it (the ``mariana worker --master ENDPOINT`` entry, in a process forked from the host's
+zygote, or spawned) and reports when that process ends. The stop at
 a rung is the master's (master compute), so the pipe protocol between the driver and a segment
 is unchanged and decisions stay a function of recorded values.
 
@@ -14,6 +15,8 @@ Liveness: an idle host beats every ``BEAT_S`` and a busy one names its segment i
 the queue answers every beat, so a host also knows the sweep is alive. A host silent for
 ``host_timeout`` (or one that never took what it was sent) is dropped and its segment is lost:
 the driver ends it and runs it again, from its trial's newest checkpoint, on another host.
+A host whose worker exits 2 (it refused the job, its key was refused) cannot serve any segment:
+it says so and exits 2, and its segment is lost the same way.
 
 Messages are one JSON frame each way (no pickle): ``{"op": "ready"}``, ``{"op": "busy",
 "segment": S}``, ``{"op": "done", "segment": S, "code": N}`` from a host; ``{"op": "run",

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -159,7 +160,7 @@ class _Child:
         self.buf = b""
         self.outcome: dict[str, Any] | None = None
         self.t0 = time.perf_counter()
-        self.segment = f"{trial.index}.{trial.segments}"  # its name on the host queue (--listen)
+        self.segment = ""  # its name on the host queue (--listen)
         self.lost: str | None = None  # why its host was lost, when it was
 
 
@@ -174,6 +175,7 @@ class Sweep:
         #: progress that is not an event (across hosts: hosts joining, waiting for hosts); default: the log
         self.on_note: Callable[[str], None] | None = None
         self._queue: HostQueue | None = None
+        self._run_id = ""
 
     # -- making and opening -------------------------------------------------------------------
     @classmethod
@@ -247,6 +249,7 @@ class Sweep:
         running: dict[int, _Child] = {}
         sel = selectors.DefaultSelector()
         queue = self._queue = None
+        self._run_id = secrets.token_hex(3)
         if remote is not None:
             from .remote import HostQueue
 
@@ -266,7 +269,7 @@ class Sweep:
                             break  # TPE: the trials it learns from have not all ended
                         if t.status == "failed":
                             continue
-                        if queue is not None and queue.reserve(f"{t.index}.{t.segments}", self.spec.workers) is None:
+                        if queue is not None and queue.reserve(self._segment(t), self.spec.workers) is None:
                             hosts_short = True
                             self._wait_note(queue, t, len(running))
                             break  # the lowest runnable trial waits for hosts, so no later one overtakes it
@@ -355,7 +358,14 @@ class Sweep:
         t.status = "running"
         self._save(t)
         self._event(t, "start")
-        return _spawn(t, spec)
+        child = _spawn(t, spec)
+        child.segment = self._segment(t)
+        return child
+
+    def _segment(self, t: Trial) -> str:
+        """The name of trial ``t``'s next segment on the host queue: unique across sweep processes
+        (hosts still serving a segment of a killed one may join a resumed one)."""
+        return f"{self._run_id}:{t.index}.{t.segments}"
 
     def _message(self, child: _Child, line: bytes) -> None:
         """A line from a segment: a report (answered at once: ``go`` or ``halt``) or its outcome."""

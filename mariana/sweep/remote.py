@@ -130,6 +130,7 @@ class HostQueue:
         self.suspect: dict[str, tuple[str, float]] = {}
         self.joined = 0
         self.malformed = 0
+        self.dropped: set[bytes] = set()
         if remote.master_file:
             info: dict[str, Any] = {"endpoint": self.endpoint, "sweep": True}
             if remote.security is not None:
@@ -213,11 +214,16 @@ class HostQueue:
                 continue
             h = self.hosts.get(ident)
             if h is None:
-                if op != "ready":
-                    self._send_to(ident, {"op": "end"})  # a host the sweep dropped: it must not come back
+                if ident in self.dropped:
+                    self._send_to(ident, {"op": "end"})  # its segment runs elsewhere: it must not come back
                     continue
+                # a new host, or one still serving a segment of this sweep's previous process (--resume):
+                # it is busy until it says its worker ended
                 self.joined += 1
-                h = self.hosts[ident] = Host(ident, str(msg.get("name", "?"))[:200], now, self.joined)
+                name = str(msg.get("name") or ident.decode(errors="replace").rpartition(":")[0])[:200]
+                h = self.hosts[ident] = Host(ident, name, now, self.joined)
+                if op == "busy":
+                    h.state, h.segment = "busy", segment
                 self.note(f"host {h.name} joined the sweep ({len(self.hosts)} host(s))")
             h.seen = now
             if op == "busy" and h.state == "assigned" and segment == h.segment:
@@ -247,6 +253,7 @@ class HostQueue:
             if why is None:
                 continue
             del self.hosts[h.ident]
+            self.dropped.add(h.ident)
             self._send_to(h.ident, {"op": "end"})
             self.note(f"{why}: dropped ({len(self.hosts)} host(s) left)")
             if h.segment is not None:

@@ -255,3 +255,42 @@ def test_a_host_that_cannot_serve_exits_2_and_its_segment_moves(tmp_path):
     assert [t["lost"] for t in sorted(doc["trials"], key=lambda t: t["index"])] == [1, 0]
     assert codes == [2, 0]
     assert "waiting for worker hosts" in (tmp_path / "sweep.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_and_resumed_keeps_its_hosts_and_ranking(tmp_path, capsys):
+    """``kill -9`` of the sweep while its hosts serve segments; ``--resume`` with the same hosts (one
+    of them still busy with a segment of the killed process) ends with the local ranking."""
+    args = ["dnn-dp", "--param", "lr=loguniform(1e-3,1e-1)", "--param", "batch_size=choice(64,128)", "--param",
+            "optimizer=choice(sgd,momentum)", "--set", "epochs=3", "--set", "model=['dense:64:relu','dense:10']",
+            "--trials", "8", "--seed", "1", "--scheduler", "asha", "--json"]
+    assert main(["sweep", *args, "--sweep-dir", str(tmp_path / "local")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    sweep = tmp_path / "hosts"
+    hosts = _hosts(2, endpoint, tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "mariana", "sweep", *args, "--parallel", "2", "--listen", endpoint,
+                             "--sweep-dir", str(sweep)], env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "sweep.log", "wb"), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        events = sweep / "events.jsonl"
+        while not events.exists() or events.read_text().count('"event": "start"') < 4:  # segments on both hosts
+            assert proc.poll() is None, (tmp_path / "sweep.log").read_text()
+            assert time.monotonic() < deadline, "the sweep made no progress"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        statuses = [json.loads((sweep / f"trials/{i:04d}/trial.json").read_text())["status"] for i in range(8)]
+        assert "pending" in statuses, statuses  # killed mid-sweep
+        assert all(p.poll() is None for p in hosts)  # the hosts wait for the sweep to come back
+        code = main(["sweep", "--resume", str(sweep), "--listen", endpoint, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        codes = _reap(hosts)
+    assert _outcome(json.loads(out)) == _outcome(local)
+    assert codes == [0, 0]

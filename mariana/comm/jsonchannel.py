@@ -53,6 +53,11 @@ class JsonRouter:
                 return out
             out.append((frames[0], _decode(frames[-1]) if len(frames) == 2 else None))
 
+    def close(self, linger_s: float = 1.0) -> None:
+        """Close the socket, letting what was just sent (a last word to every peer) leave first,
+        for at most ``linger_s`` (the transport's own close drops whatever is still queued)."""
+        self.sock.close(linger=int(linger_s * 1000))
+
     def wait(self, fds: list[int], timeout_s: float) -> tuple[bool, list[int]]:
         """Wait until a message or one of ``fds`` is readable (or ``timeout_s``): (a message waits, readable fds)."""
         for fd in fds:

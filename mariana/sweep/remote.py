@@ -186,6 +186,7 @@ class HostQueue:
             self._send(h, {"op": "end"})
 
     def close(self) -> None:
+        self.channel.close()  # the hosts' "end" leaves before the context goes
         self.transport.close()
 
     # -- the socket ---------------------------------------------------------------------------

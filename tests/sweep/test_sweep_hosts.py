@@ -294,3 +294,26 @@ def test_a_sweep_killed_and_resumed_keeps_its_hosts_and_ranking(tmp_path, capsys
         codes = _reap(hosts)
     assert _outcome(json.loads(out)) == _outcome(local)
     assert codes == [0, 0]
+
+
+@pytest.mark.slow
+def test_trials_of_two_workers_on_two_hosts_each(tmp_path, capsys):
+    """``--workers 2``: each segment's master takes two idle hosts (three joined: the second trial
+    waits for two to be idle); the ranking and metrics equal the local sweep's with 2 workers."""
+    args = ["dnn-dp", "--param", "lr=grid(0.05, 0.0005)", "--set", "epochs=2", "--set", "model=['dense:32:relu','dense:10']",
+            "--set", "optimizer=momentum", "--scheduler", "asha", "--grace", "1", "--reduction", "2", "--workers", "2",
+            "--json"]
+    assert main(["sweep", *args, "--sweep-dir", str(tmp_path / "local")]) == 0
+    local = json.loads(capsys.readouterr().out)
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    hosts = _hosts(3, endpoint, tmp_path)
+    try:
+        code = main(["sweep", *args, "--parallel", "2", "--listen", endpoint, "--sweep-dir", str(tmp_path / "hosts")])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+    finally:
+        codes = _reap(hosts)
+    assert _outcome(json.loads(out)) == _outcome(local)
+    assert _curves(tmp_path / "hosts", 2) == _curves(tmp_path / "local", 2)
+    assert json.loads((tmp_path / "hosts/trials/0000/job.json").read_text())["workers"] == 2
+    assert codes == [0, 0, 0]

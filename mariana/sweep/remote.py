@@ -117,6 +117,8 @@ class HostQueue:
     """The sweep's side: the hosts that joined, which are idle, and which segment each serves."""
 
     def __init__(self, remote: Remote, note: Callable[[str], None] | None = None) -> None:
+        if remote.security is None:
+            remote.check()  # the Python API's callers too: no plaintext queue off loopback unless insecure
         self.remote = remote
         self.note = note or (lambda text: log.info("%s", text))
         self.transport = Transport(MAX_MESSAGE, remote.security)

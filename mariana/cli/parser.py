@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("worker", help="join a master as one worker")
     w.add_argument("--master", metavar="tcp://HOST:PORT")
-    w.add_argument("--master-file", metavar="FILE", help="the master's endpoint and public key (from `mariana master`)")
+    w.add_argument("--master-file", metavar="FILE", help="the master's endpoint and public key (from `mariana master`, "
+                   "or from `mariana sweep --listen`: then this host serves the sweep as --sweep does)")
+    w.add_argument("--sweep", metavar="tcp://HOST:PORT", help="join a sweep's queue (`mariana sweep --listen`) and run "
+                   "one of its trials' workers after another until the sweep ends (then exit 0)")
     w.add_argument("--server-key", metavar="KEY", help="the master's public key: a .key file or its z85 text "
                    "(write --server-key=KEY: a key may start with '-')")
     w.add_argument("--key", metavar="FILE.key_secret", help="this worker's secret key (`mariana keys add`)")

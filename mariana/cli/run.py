@@ -300,13 +300,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
         args.master = args.master or (None if args.master_file else launch.master_endpoint)
         args.host = args.host or launch.local_address()
     args.host = args.host or "127.0.0.1"
-    master, server_key = args.master, args.server_key
+    master, server_key, sweep = args.master, args.server_key, getattr(args, "sweep", None)
     if args.master_file:
-        try:
-            info = json.loads(open(args.master_file).read())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read master file {args.master_file}: {exc}") from None
-        master, server_key = master or info["endpoint"], server_key or info.get("server_key")
+        from ..sweep.remote import read_sweep_file
+
+        info = read_sweep_file(args.master_file)
+        if info.get("sweep") and not master:  # issue 21: the file of `mariana sweep --listen`
+            sweep = sweep or info["endpoint"]
+        else:
+            master = master or info["endpoint"]
+        server_key = server_key or info.get("server_key")
+    if sweep:
+        if master:
+            raise UsageError("a worker joins either a master (--master) or a sweep (--sweep), not both")
+        from ..sweep.remote import serve_sweep
+
+        return serve_sweep(WorkerSpec("", args.host, args.connect_timeout, args.max_message_mb, server_key=server_key,
+                                      key=args.key, job=args.job, verbosity=-1 if args.quiet else args.verbose,
+                                      insecure=args.insecure), sweep)
     if not master:
         raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
     spec = WorkerSpec(master, args.host, args.connect_timeout, args.max_message_mb, server_key=server_key, key=args.key,

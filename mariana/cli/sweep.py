@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -40,11 +41,25 @@ def add_sweep_parser(sub: Any, job_args: Any) -> None:
     s.add_argument("--reduction", type=float, default=None, metavar="ETA",
                    help="rungs at grace x ETA^k; the top 1/ETA go on at each (default 3)")
     s.add_argument("--parallel", type=int, default=None, metavar="K",
-                   help="trials at once on this machine, each with cores/K BLAS threads (default 1)")
+                   help="trials at once on this machine, each with cores/K BLAS threads (default 1); with --listen, "
+                        "trials at once on the joined hosts (a trial waits while fewer are idle than it needs)")
     s.add_argument("--workers", type=int, default=None, help="partitions of each trial (default 1)")
     s.add_argument("--sweep-dir", metavar="URL", help="where trials go (any fsspec URL); default runs/sweep-JOB-TIMESTAMP")
     s.add_argument("--resume", metavar="SWEEP", help="continue the sweep in SWEEP: finished trials are kept, "
                    "unfinished ones resume from their checkpoints")
+    s.add_argument("--listen", metavar="tcp://HOST:PORT",
+                   help="run the trials on worker hosts that join this queue (`mariana worker --sweep tcp://HOST:PORT` "
+                        "or --master-file) instead of on this machine; each segment's master binds a free port on HOST. "
+                        "The sweep directory must be storage every host reaches (s3://, a shared file system)")
+    s.add_argument("--keys", metavar="DIR", help="with --listen: CURVE keys from `mariana keys init DIR` on the queue and "
+                   "every trial's master (required off loopback, as for `mariana master`)")
+    s.add_argument("--insecure", action="store_true", help="with --listen: allow a plaintext queue off loopback "
+                   "(only on a network you trust)")
+    s.add_argument("--master-file", metavar="FILE", help="with --listen: write the queue's endpoint (+ public key with "
+                   "--keys; default DIR/master.json) for `mariana worker --master-file FILE`")
+    s.add_argument("--worker-timeout", type=float, default=10.0, metavar="S",
+                   help="with --listen: a host silent this long loses its trial's segment, which runs again from its "
+                        "newest checkpoint on another host (default 10)")
     s.add_argument("--top", type=int, default=10, metavar="N", help="rows of the ranking printed (default 10)")
     s.add_argument("--json", action="store_true", help="print the ranking as JSON on stdout")
 
@@ -76,6 +91,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep import Sweep, SweepSpec, infer_mode, parse_space
     from .run import _load_toml
 
+    remote = _remote(args)  # refuse a bad --listen before anything is written
     if args.resume:
         if args.job or args.params or args.sets or args.config:
             raise UsageError("--resume continues a sweep as it was defined; JOB, --param, --set and --config cannot change it")
@@ -98,12 +114,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          reduction=float(opt["reduction"] or 3), parallel=opt["parallel"] or 1, workers=opt["workers"] or 1,
                          search=opt["search"] or "random")
         url = args.sweep_dir or default_run_url(f"sweep-{job.name}")
+        if remote is not None and "://" not in url:  # the hosts' workers open it too: no path relative to here
+            url = os.path.abspath(url)
         sweep = Sweep.create(url, spec)
     spec = sweep.spec
     total = len(sweep.trials)
     t0 = time.perf_counter()
+    where = f" on worker hosts joining {args.listen}" if remote is not None else ""
     print(f"mariana sweep: {total} trials of {spec.job} in {sweep.url} ({spec.scheduler}, {spec.metric} {spec.mode}, "
-          f"{args.parallel or spec.parallel} at once)", file=sys.stderr, flush=True)
+          f"{args.parallel or spec.parallel} at once{where})", file=sys.stderr, flush=True)
 
     def progress(e: dict[str, Any]) -> None:
         if e["event"] in ("completed", "stop", "failed"):
@@ -115,7 +134,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   + (f": {e['error']}" if e.get("error") else ""), file=sys.stderr, flush=True)
 
     sweep.on_event = progress
-    ranked = sweep.run(parallel=args.parallel)
+    sweep.on_note = lambda text: print(f"  {text}", file=sys.stderr, flush=True)
+    ranked = sweep.run(parallel=args.parallel, remote=remote)
     wall = time.perf_counter() - t0
     if args.json:
         print(json.dumps({"sweep": sweep.url, "job": spec.job, "metric": spec.metric, "mode": spec.mode,
@@ -125,6 +145,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(format_ranking(ranked, spec.metric, args.top))
     print(f"sweep directory: {sweep.url} ({wall:.1f}s; `mariana report {sweep.url}` draws it)", file=sys.stderr)
     return 0
+
+
+def _remote(args: argparse.Namespace) -> Any:
+    """The ``--listen`` placement, checked (keys, a bind off loopback), or None to run trials here."""
+    if not args.listen:
+        for flag in ("keys", "insecure", "master_file"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag.replace('_', '-')} goes with --listen tcp://HOST:PORT")
+        return None
+    from ..sweep.remote import Remote
+
+    master_file = args.master_file or (os.path.join(args.keys, "master.json") if args.keys else None)
+    remote = Remote(args.listen, keys=args.keys, insecure=args.insecure, host_timeout=args.worker_timeout,
+                    master_file=master_file)
+    remote.check()
+    return remote
 
 
 def format_ranking(ranked: list[Any], metric: str, top: int = 10) -> str:

@@ -30,7 +30,7 @@ from .worker import GraphBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "NO_FORK_VAR"]
+__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "set_pdeathsig", "NO_FORK_VAR"]
 
 #: Set to 1 to always start local workers as fresh interpreters (as ``--no-fork`` does).
 NO_FORK_VAR = "MARIANA_NO_FORK"
@@ -135,11 +135,13 @@ class ForkedWorker:
         return f"<ForkedWorker pid={self.pid} returncode={self.returncode}>"
 
 
-def fork_workers(n: int, thread_vars: dict[str, str], build: GraphBuilder) -> list[ForkedWorker]:
+def fork_workers(n: int, thread_vars: dict[str, str], build: GraphBuilder,
+                 die_with_parent: bool = False) -> list[ForkedWorker]:
     """Fork ``n`` children that wait for ``ForkedWorker.start``. ``thread_vars``: the BLAS/OpenMP
     thread variables a spawned worker would get (``engine.threads.thread_vars``); each child sizes its
-    thread pools by them. ``build``: the job's graph builder the workers run. Call only when
-    ``fork_is_safe()``."""
+    thread pools by them. ``build``: the job's graph builder the workers run. ``die_with_parent``
+    (Linux): a child gets SIGKILL when this process dies (a sweep host's segment workers). Call
+    only when ``fork_is_safe()``."""
     for stream in (sys.stdout, sys.stderr):  # buffered text must not be written twice
         stream.flush()
     children: list[ForkedWorker] = []
@@ -149,6 +151,8 @@ def fork_workers(n: int, thread_vars: dict[str, str], build: GraphBuilder) -> li
             pid = os.fork()
             if pid == 0:  # the child: never returns
                 os.close(write)
+                if die_with_parent:
+                    set_pdeathsig()
                 for sibling in children:  # the parent's ends of earlier pipes: EOF must mean the parent
                     if sibling._pipe is not None:
                         os.close(sibling._pipe)
@@ -202,6 +206,16 @@ def _child(pipe: int, thread_vars: dict[str, str], build: GraphBuilder) -> NoRet
                 stream.flush()
         finally:
             os._exit(code)
+
+
+def set_pdeathsig() -> None:
+    """This process gets SIGKILL when its parent dies (Linux PR_SET_PDEATHSIG; elsewhere nothing)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def _reset_signals() -> None:

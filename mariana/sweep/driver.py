@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import __version__
 from ..errors import MarianaError, UsageError
@@ -39,11 +40,16 @@ from .schedulers import CONTINUE, STOP, TERMINAL, TrialView, make_scheduler
 from .space import Dist, Space
 from .trial import limit_threads, metric_reports, run_segment
 
+if TYPE_CHECKING:
+    from .remote import HostQueue, Remote
+
 log = logging.getLogger(__name__)
 
 __all__ = ["SweepSpec", "Trial", "Sweep", "ranking", "infer_mode", "is_sweep"]
 
 RUNNABLE = ("pending", "continue")
+#: segments of one trial lost with their host (across hosts) before the trial is recorded failed
+MAX_LOST = 3
 
 
 def infer_mode(metric: str) -> str:
@@ -100,6 +106,7 @@ class Trial:
     time_s: float = 0.0
     segments: int = 0
     error: str | None = None
+    lost: int = 0  # segments lost with their host (--listen), run again from the newest checkpoint
 
     @property
     def name(self) -> str:
@@ -153,6 +160,8 @@ class _Child:
         self.buf = b""
         self.outcome: dict[str, Any] | None = None
         self.t0 = time.perf_counter()
+        self.segment = ""  # its name on the host queue (--listen)
+        self.lost: str | None = None  # why its host was lost, when it was
 
 
 class Sweep:
@@ -163,6 +172,10 @@ class Sweep:
         self.url, self.spec, self.trials, self.root = url.rstrip("/"), spec, trials, root
         self.scheduler = make_scheduler(spec.scheduler, spec.grace, spec.reduction, spec.mode)
         self.on_event: Callable[[dict[str, Any]], None] | None = None
+        #: progress that is not an event (across hosts: hosts joining, waiting for hosts); default: the log
+        self.on_note: Callable[[str], None] | None = None
+        self._queue: HostQueue | None = None
+        self._run_id = ""
 
     # -- making and opening -------------------------------------------------------------------
     @classmethod
@@ -219,12 +232,15 @@ class Sweep:
         return cls(url, spec, trials, root)
 
     # -- running --------------------------------------------------------------------------------
-    def run(self, parallel: int | None = None) -> list[Trial]:
-        """Run every trial to the end (completed, stopped or failed); the trials, best first."""
+    def run(self, parallel: int | None = None, remote: Remote | None = None) -> list[Trial]:
+        """Run every trial to the end (completed, stopped or failed); the trials, best first.
+
+        ``remote``: place each segment on worker hosts that joined the sweep's queue (``mariana
+        worker --sweep``) instead of running it in a child process here (``sweep.remote``)."""
         k = parallel or self.spec.parallel
         if k < 1:
             raise UsageError(f"--parallel must be >= 1, got {k}")
-        threads = max(1, _cores() // k)
+        threads = 1 if remote is not None else max(1, _cores() // k)  # across hosts this process only runs masters
         for t in self.trials:  # segments the last sweep process left running: go on from their checkpoints
             if t.status == "running":
                 t.status = "continue" if t.reports else "pending"
@@ -232,9 +248,19 @@ class Sweep:
         _preload()
         running: dict[int, _Child] = {}
         sel = selectors.DefaultSelector()
+        queue = self._queue = None
+        self._run_id = secrets.token_hex(3)
+        if remote is not None:
+            from .remote import HostQueue
+
+            queue = self._queue = HostQueue(remote, self._note)
+            self._note(f"sweep queue at {queue.endpoint}; on each worker host run: {queue.hint()}")
         try:
             while True:
                 self._decide()
+                if queue is not None:
+                    self._drop_lost(queue, running)
+                hosts_short = False
                 for t in self.trials:
                     if len(running) >= k:
                         break
@@ -243,13 +269,21 @@ class Sweep:
                             break  # TPE: the trials it learns from have not all ended
                         if t.status == "failed":
                             continue
-                        child = self._start(t, threads)
+                        if queue is not None and queue.reserve(self._segment(t), self.spec.workers) is None:
+                            hosts_short = True
+                            self._wait_note(queue, t, len(running))
+                            break  # the lowest runnable trial waits for hosts, so no later one overtakes it
+                        child = self._start(t, threads, remote)
                         running[t.index] = child
                         sel.register(child.fd, selectors.EVENT_READ, child)
-                if not running:
+                if not running and not hosts_short:
                     break
-                for key, _ in sel.select():
-                    child = key.data
+                if queue is None:
+                    ready = [key.data for key, _ in sel.select()]
+                else:
+                    by_fd = {c.fd: c for c in running.values()}
+                    ready = [by_fd[fd] for fd in queue.wait(list(by_fd), 0.2)]
+                for child in ready:
                     chunk = os.read(child.fd, 65536)
                     child.buf += chunk
                     while b"\n" in child.buf:
@@ -268,6 +302,10 @@ class Sweep:
             raise
         finally:
             sel.close()
+            if queue is not None:  # every joined host exits (0): the sweep is over or gone
+                queue.end()
+                queue.close()
+                self._queue = None
         left = [t for t in self.trials if t.status not in TERMINAL]
         if left:
             raise MarianaError(f"sweep stalled with trials {[t.index for t in left]} undecided (a scheduler bug)")
@@ -312,13 +350,22 @@ class Sweep:
         self._save(t)
         return True
 
-    def _start(self, t: Trial, threads: int) -> _Child:
+    def _start(self, t: Trial, threads: int, remote: Remote | None = None) -> _Child:
         spec = {"job": self.spec.job, "config": t.config, "run": f"{self.url}/{t.name}", "metric": self.spec.metric,
                 "workers": self.spec.workers, "threads": threads}
+        if remote is not None:
+            spec["remote"] = remote.segment_spec()
         t.status = "running"
         self._save(t)
         self._event(t, "start")
-        return _spawn(t, spec)
+        child = _spawn(t, spec)
+        child.segment = self._segment(t)
+        return child
+
+    def _segment(self, t: Trial) -> str:
+        """The name of trial ``t``'s next segment on the host queue: unique across sweep processes
+        (hosts still serving a segment of a killed one may join a resumed one)."""
+        return f"{self._run_id}:{t.index}.{t.segments}"
 
     def _message(self, child: _Child, line: bytes) -> None:
         """A line from a segment: a report (answered at once: ``go`` or ``halt``) or its outcome."""
@@ -329,6 +376,10 @@ class Sweep:
             return
         if "outcome" in msg:
             child.outcome = msg["outcome"]
+            return
+        if "master" in msg:  # across hosts: the segment's master is bound; its reserved hosts join it
+            if self._queue is not None:
+                self._queue.assign(child.segment, str(msg["master"]), self.spec.job)
             return
         t = child.trial
         self._read_metrics(t)
@@ -365,15 +416,57 @@ class Sweep:
             status = child.popen.wait()
         outcome = child.outcome or {"status": "failed",
                                     "error": f"trial process ended without a result ({_exit_text(status)})"}
+        if self._queue is not None:
+            self._queue.release(child.segment)
+        if child.lost is not None and outcome["status"] not in ("paused", "completed"):
+            outcome = {"status": "lost", "error": child.lost}
         self._read_metrics(t)
         t.time_s = round(t.time_s + elapsed, 6)
         t.segments += 1
+        if outcome["status"] == "lost":  # its host died: run it again, elsewhere, from its newest checkpoint
+            t.lost += 1
+            why = str(outcome.get("error") or "host lost").splitlines()[0]
+            if t.lost <= MAX_LOST:
+                t.status, t.error = ("continue" if t.reports else "pending"), None
+                log.warning("trial %d: segment lost (%s); it runs again from its newest checkpoint", t.index, why)
+                self._save(t)
+                self._event(t, "lost", error=why)
+                return
+            outcome = {"status": "failed", "error": f"lost with its host {t.lost} times; the last: {why}"}
         t.status = outcome["status"]
         t.error = outcome.get("error")
         if t.status == "failed":
             log.warning("trial %d failed: %s", t.index, (t.error or "").splitlines()[0] if t.error else "")
         self._save(t)
         self._event(t, t.status, value=_num(t.last), error=t.error and t.error.splitlines()[0])
+
+    def _drop_lost(self, queue: HostQueue, running: dict[int, _Child]) -> None:
+        """Segments whose host the queue dropped: end their process (the master), which settles them as lost."""
+        lost = queue.take_lost()
+        for child in running.values():
+            if child.segment in lost and child.outcome is None and child.lost is None:
+                child.lost = lost[child.segment]
+                try:
+                    os.kill(child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def _wait_note(self, queue: HostQueue, t: Trial, running: int) -> None:
+        """Say (once per change) that trial ``t`` waits for idle hosts, and how hosts join."""
+        hosts, idle = len(queue.alive()), len(queue.idle())
+        if hosts >= self.spec.workers * (running + 1):
+            return  # enough hosts joined: one is on its way back from its last segment
+        text = (f"waiting for worker hosts: trial {t.index} needs {self.spec.workers} idle, {hosts} joined, {idle} idle, "
+                f"{running} segment(s) running; join with: {queue.hint()}")
+        if text != getattr(self, "_last_wait", None):
+            self._last_wait = text
+            self._note(text)
+
+    def _note(self, text: str) -> None:
+        if self.on_note is not None:
+            self.on_note(text)
+        else:
+            log.info("%s", text)
 
     def _save(self, t: Trial) -> None:
         self.root.write_json(f"{t.name}/trial.json", t.to_json())
@@ -438,8 +531,12 @@ def _quiet_child() -> None:
     _die_with_parent()
 
 
+#: a fresh segment interpreter (``-m mariana.sweep.trial`` would import the module twice: the package imports it)
+_TRIAL_MAIN = "import sys; from mariana.sweep.trial import main; sys.exit(main())"
+
+
 def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
-    from .trial import channel, finish
+    from .trial import announce, channel, finish
 
     r, w = os.pipe()  # segment -> sweep: reports, then the outcome
     r2, w2 = os.pipe()  # sweep -> segment: the answers
@@ -456,7 +553,7 @@ def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
                     os._exit(1)
                 limit_threads(spec["threads"])
                 out, inp = os.fdopen(w, "wb", buffering=0), os.fdopen(r2, "rb", buffering=0)
-                finish(out, run_segment(spec, channel(out, inp)))
+                finish(out, run_segment(spec, channel(out, inp), announce(out)))
             except BaseException:  # noqa: BLE001 - the parent records a segment without an outcome as failed
                 code = 1
             finally:
@@ -466,7 +563,7 @@ def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
         return _Child(t, pid, r, w2, None)
     env = {**os.environ, **{v: str(spec["threads"]) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                                                                "MKL_NUM_THREADS")}}
-    popen = subprocess.Popen([sys.executable, "-m", "mariana.sweep.trial", str(w), str(r2)], stdin=subprocess.PIPE,
+    popen = subprocess.Popen([sys.executable, "-c", _TRIAL_MAIN, str(w), str(r2)], stdin=subprocess.PIPE,
                              pass_fds=(w, r2), env=env, preexec_fn=_quiet_child)
     os.close(w)
     os.close(r2)

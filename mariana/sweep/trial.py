@@ -26,7 +26,7 @@ from ..storage import RunDir
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StopAtReport", "run_segment", "metric_reports", "PAUSE_REASON"]
+__all__ = ["StopAtReport", "run_segment", "metric_reports", "announce", "PAUSE_REASON"]
 
 PAUSE_REASON = "sweep: rung reached"
 
@@ -85,10 +85,17 @@ class StopAtReport:
         mctx.halt(PAUSE_REASON)
 
 
-def run_segment(spec: dict[str, Any], ask: Callable[[int], bool]) -> dict[str, Any]:
+def run_segment(spec: dict[str, Any], ask: Callable[[int], bool],
+                announce: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run one segment as ``spec`` says (job, config, run, metric, workers), asking ``ask`` at each
-    report whether to go on; returns ``{"status": paused|completed|failed, "error",
-    "halt_reason", "wall_s"}``. Never raises."""
+    report whether to go on; returns ``{"status": paused|completed|failed|lost, "error",
+    "halt_reason", "wall_s"}``. Never raises.
+
+    With ``spec["remote"]`` (a sweep across hosts) this process runs only the job's master, bound
+    as ``remote`` says, and tells the sweep its endpoint through ``announce`` so that the hosts
+    the sweep reserved join it; a worker lost meanwhile makes the segment ``lost`` (the sweep runs
+    it again elsewhere from the newest checkpoint), not failed."""
+    from ..cluster.control import WorkerLost
     from ..engine.options import RunOptions
     from ..engine.tracing import rewind
     from ..jobs.launch import launch
@@ -116,11 +123,15 @@ def run_segment(spec: dict[str, Any], ask: Callable[[int], bool]) -> dict[str, A
 
         wrapped = Job(job.name, job.description, job.keys, build, job.finish, job.progress_metric, job.export)
         options = RunOptions.from_config(config, workers=spec.get("workers", 1), run_dir=run_dir, resume=resume,
-                                         trace=spec.get("trace", True))
+                                         trace=spec.get("trace", True), **_remote_options(spec.get("remote"), announce))
         result = launch(wrapped, config, options, name=spec["job"], finish=True).result
         paused = bool(stopper) and stopper[0].paused
         return {"status": "paused" if paused else "completed", "halt_reason": result.halt_reason,
                 "supersteps": result.supersteps, "wall_s": time.perf_counter() - t0}
+    except WorkerLost as exc:
+        if spec.get("remote"):
+            return {"status": "lost", "error": str(exc), "wall_s": time.perf_counter() - t0}
+        return {"status": "failed", "error": str(exc), "wall_s": time.perf_counter() - t0}
     except VertexError as exc:
         text = f"{exc}\n{exc.traceback_text}".strip()
         return {"status": "failed", "error": text, "wall_s": time.perf_counter() - t0}
@@ -129,6 +140,28 @@ def run_segment(spec: dict[str, Any], ask: Callable[[int], bool]) -> dict[str, A
     except Exception as exc:  # noqa: BLE001 - a trial's crash is recorded, the sweep goes on
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
                 "wall_s": time.perf_counter() - t0}
+
+
+def _remote_options(remote: dict[str, Any] | None, announce: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+    """Run options of a segment whose workers are on other hosts: this process is the master
+    (``mariana master``'s path: no local workers, CURVE with the sweep's keys), it says where it
+    listens once bound, and a lost worker ends the segment at once (the sweep places it again)."""
+    if not remote:
+        return {}
+    security = None
+    if remote.get("keys"):
+        from ..comm.security import Security
+
+        security = Security.for_master(remote["keys"])
+
+    def on_start(master: Any, procs: list[Any]) -> None:
+        if announce is not None:
+            announce({"master": master.endpoint})
+
+    timeout = float(remote.get("host_timeout", 10.0))
+    return {"runtime": "cluster", "spawn": False, "bind": remote["bind"], "security": security, "on_start": on_start,
+            "worker_timeout": timeout, "heartbeat_interval": min(0.5, timeout / 4), "max_restarts": 0,
+            "join_timeout": float(remote.get("join_timeout", 600.0))}
 
 
 def limit_threads(n: int) -> None:
@@ -155,6 +188,16 @@ def channel(out: IO[bytes], inp: IO[bytes]) -> Callable[[int], bool]:
     return ask
 
 
+def announce(out: IO[bytes]) -> Callable[[dict[str, Any]], None]:
+    """``announce(message)``: one JSON line to the sweep that needs no answer (a master's endpoint)."""
+
+    def say(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message).encode() + b"\n")
+        out.flush()
+
+    return say
+
+
 def finish(out: IO[bytes], outcome: dict[str, Any]) -> None:
     """The segment's outcome: the last line to the sweep."""
     out.write(json.dumps({"outcome": outcome}, default=str).encode() + b"\n")
@@ -168,7 +211,7 @@ def main() -> int:
     spec = json.loads(sys.stdin.read())
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     limit_threads(spec.get("threads", 1))
-    finish(out, run_segment(spec, channel(out, inp)))
+    finish(out, run_segment(spec, channel(out, inp), announce(out)))
     return 0
 
 

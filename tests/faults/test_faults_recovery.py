@@ -70,7 +70,8 @@ def test_losing_all_but_one_or_every_worker_at_once_is_recovered(tmp_path, refer
     params, result = _train(tmp_path / "run", workers=workers, on_superstep=hook,
                             on_start=lambda m, p: procs.extend(p), **FAST)
     assert len(killed) == 2 and params == reference[workers]
-    assert result.metrics[-1]["restarts"] == 1
+    # one round when both deaths are seen at once; a second when one is noticed during the first
+    assert result.metrics[-1]["restarts"] in (1, 2)
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
 
 

@@ -12,6 +12,12 @@ components named by their numerically smallest member. ``format=mariana`` keeps 
 ``vertex<TAB>value`` lines in string order (``inf`` for unreachable). ``format=auto`` (default)
 is ``graphalytics`` when ``vertices=`` is given, otherwise ``mariana``, so the plain edge-list
 jobs behave as before.
+
+Block mode reads every job's graph in parts with all of these conventions (``jobs/graphload.py``:
+``directed=false`` routes each edge to both ends, the owner of each vertex checks it against the
+``.v`` file, each worker writes its part with ``graphalytics_part`` and the parts are merged in
+the same order); vertex mode reads the whole graph in every process (``load_graph``) and writes
+with ``write_result``. Both give the same bytes.
 """
 
 from __future__ import annotations

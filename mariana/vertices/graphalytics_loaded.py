@@ -39,12 +39,11 @@ import numpy as np
 
 from ..engine import Context, Message
 from ..errors import UsageError
-from .graph_blocks import (BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys)
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys
+from .graphalytics import UNREACHABLE
 
 __all__ = ["UNREACHABLE", "BFSLoaded", "CDLPLoaded", "LCCLoaded", "WCCGraphalyticsLoaded", "WEDGE_CHUNK"]
 
-#: BFS depth of an unreachable vertex (Graphalytics: Long.MAX_VALUE).
-UNREACHABLE = int(np.iinfo(np.int64).max)
 #: At most this many wedges per message (bounds the memory of LCC's steps 2 and 3).
 WEDGE_CHUNK = 1 << 21
 _POPCOUNT = np.array([0, 1, 1, 2], dtype=np.int8)  # code bit 1: v -> x exists, bit 2: x -> v exists
@@ -224,7 +223,7 @@ class CDLPLoaded(LoadedBlock):
                 _announce_in_edges(ctx, g, skip_loops=False)
             ctx.vote_to_halt()
             return
-        s = step - 1  # rounds as CDLPBlock counts them: labels sent in s, updated in s + 1
+        s = step - 1  # rounds: labels sent in round s are taken up in round s + 1
         if s == 0:
             rows, keys, blk, _ = _neighbour_entries(g, messages)
             self.nb_row, self.nb_key = rows, keys

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..engine import Context, Message
 from ..errors import UsageError
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys
 from .graphalytics import UNREACHABLE
 
 __all__ = ["UNREACHABLE", "BFSLoaded", "CDLPLoaded", "LCCLoaded", "WCCGraphalyticsLoaded", "WEDGE_CHUNK"]
@@ -256,9 +256,17 @@ class CDLPLoaded(LoadedBlock):
         label = self.value
         if not lab.size:
             return
-        uniq, code = np.unique(lab, return_inverse=True)
-        u = np.int64(len(uniq))
-        key = np.sort(self.nb_row * u + code.reshape(-1))
+        rows_n = len(label)
+        lo = int(lab.min()) if lab.dtype.kind == "i" else 0
+        span = int(lab.max()) - lo + 1 if lab.dtype.kind == "i" else 0
+        if 0 < span and rows_n * span < 2 ** 62:  # integer labels in a range: (row, label) in one int
+            uniq, u = None, np.int64(span)
+            code = lab - lo
+        else:  # labels ranked first (bytes, or a range too wide)
+            uniq, inverse = np.unique(lab, return_inverse=True)
+            u, code = np.int64(len(uniq)), inverse.reshape(-1)
+        kt: Any = np.uint32 if rows_n * int(u) <= 2 ** 32 else np.int64  # 32-bit keys sort faster
+        key = np.sort(self.nb_row.astype(kt) * kt(u) + code.astype(kt)).astype(np.int64)
         first = np.ones(key.size, dtype=bool)
         first[1:] = key[1:] != key[:-1]
         starts = np.flatnonzero(first)
@@ -274,7 +282,8 @@ class CDLPLoaded(LoadedBlock):
         keep = np.ones(best.size, dtype=bool)
         keep[1:] = group[best[1:]] != group[best[:-1]]
         best = best[keep]
-        rows, new = row[best], uniq[lab_code[best]]
+        rows = row[best]
+        new = lab_code[best] + lo if uniq is None else uniq[lab_code[best]]
         changed = int(np.count_nonzero(label[rows] != new))
         if changed:
             ctx.aggregate("updated", changed)
@@ -290,20 +299,78 @@ class CDLPLoaded(LoadedBlock):
 # --------------------------------------------------------------------------------------------
 # LCC
 # --------------------------------------------------------------------------------------------
+class _KeySet:
+    """A vectorised open-addressing hash map int64 key -> small int (linear probing): LCC's
+    closing-edge test, one or two random reads per probe instead of a binary search."""
+
+    EMPTY = -1
+
+    def __init__(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        bits = max(4, int(4 * max(keys.size, 1) - 1).bit_length())  # load factor <= 1/4
+        self.shift = np.uint64(64 - bits)
+        self.mask = (1 << bits) - 1
+        self.keys = np.full(1 << bits, self.EMPTY, dtype=np.int64)
+        self.vals = np.zeros(1 << bits, dtype=np.int8)
+        slot = self._hash(keys)
+        pending = np.arange(keys.size)
+        while pending.size:
+            sp, kp = slot[pending], keys[pending]
+            free = self.keys[sp] == self.EMPTY
+            self.keys[sp[free]] = kp[free]  # one of several claimants wins each free slot
+            won = self.keys[sp] == kp
+            self.vals[sp[won]] = vals[pending[won]]
+            pending = pending[~won]
+            slot[pending] = (slot[pending] + 1) & self.mask
+
+    def _hash(self, keys: np.ndarray) -> np.ndarray:
+        h = keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        return (h >> self.shift).astype(np.int64)
+
+    def get(self, probe: np.ndarray) -> np.ndarray:
+        """The value of every probe key, 0 where absent."""
+        out = np.zeros(probe.size, dtype=np.int8)
+        slot = self._hash(probe)
+        pending = np.arange(probe.size)
+        while pending.size:
+            sp = slot[pending]
+            t = self.keys[sp]
+            hit = t == probe[pending]
+            out[pending[hit]] = self.vals[sp[hit]]
+            pending = pending[~hit & (t != self.EMPTY)]
+            slot[pending] = (slot[pending] + 1) & self.mask
+        return out
+
+
+def _small(a: np.ndarray) -> np.ndarray:
+    """Non-negative ints as int32 where they fit (the wire carries half the bytes)."""
+    return a.astype(np.int32) if not a.size or int(a.max()) < 2 ** 31 else a
+
+
 class LCCLoaded(LoadedBlock):
     """LCC for a whole partition with degree-ordered wedge checks (see the module doc); the values
-    of ``LCCVertex`` to the bit."""
+    of ``LCCVertex`` to the bit.
 
-    state_fields = (*LoadedBlock.state_fields, "code", "nb", "nb_blk", "nb_indptr")
+    From step 1 on a vertex is also named by its *slot* ``row * blocks + block`` (its local row at
+    its owner, and the owner): slots travel with the degrees once, so wedges and credits carry
+    4-byte slots instead of keys, and the receiver finds the row without a search."""
+
+    state_fields = (*LoadedBlock.state_fields, "closing_keys", "closing_mult", "code", "nb", "nb_blk", "nb_indptr", "tri")
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
         assert g is not None
         self.value = np.zeros(len(g.own))
         self.nb_indptr = np.zeros(len(g.own) + 1, dtype=np.int64)
-        self.nb = g.own[:0]                        # N(v) of every own row, sorted by key per row
+        self.nb = g.own[:0]                        # N(v) of every own row (keys), by (row, key)
         self.nb_blk = np.empty(0, dtype=np.int16)  # the block of each entry
         self.code = np.empty(0, dtype=np.int8)     # direction code of each entry
+        self.closing_keys = np.empty(0, dtype=np.int64)  # step 2 -> 3: edges x - w, w ranked above x
+        self.closing_mult = np.empty(0, dtype=np.int8)   # (row of x << 32 | slot of w) and their edge counts
+        self.tri = np.zeros(len(g.own), dtype=np.int64)  # step 3 -> 4: triangle credits summed here
+
+    def _me(self) -> int:
+        assert self.g is not None
+        return self.g.blocks.index(self.id)
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g
@@ -317,17 +384,17 @@ class LCCLoaded(LoadedBlock):
         elif s == 3:
             self._close(ctx, messages)
         else:
-            tri = np.zeros(len(g.own), dtype=np.int64)
-            if messages:
-                np.add.at(tri, g.local(_concat(messages, "dst", g.own.dtype, keys=True)), _concat(messages, "c", np.int64))
+            tri = self.tri
+            for m in messages:
+                np.add.at(tri, m.payload["row"].astype(np.int64), m.payload["c"])
             deg = np.diff(self.nb_indptr)
             denom = deg * (deg - 1)
             self.value = np.where(deg > 1, tri / np.maximum(denom, 1), 0.0)
-            self.nb, self.nb_blk, self.code = self.nb[:0], self.nb_blk[:0], self.code[:0]
             ctx.vote_to_halt()
 
     def _neighbours(self, ctx: Context, messages: list[Message]) -> None:
-        """N(v) with direction codes (bit 1 out, bit 2 in), deduplicated; degrees to neighbouring blocks."""
+        """N(v) with direction codes (bit 1 out, bit 2 in), deduplicated; degrees and slots to
+        neighbouring blocks."""
         g = self.g
         assert g is not None
         rows, keys, blk, code = _neighbour_entries(g, messages)
@@ -344,29 +411,34 @@ class LCCLoaded(LoadedBlock):
         self.nb_indptr = np.concatenate(([0], np.cumsum(np.bincount(row, minlength=len(g.own))))).astype(np.int64)
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
         deg = np.diff(self.nb_indptr)
+        w, me = len(g.blocks), self._me()
         for b in np.unique(self.nb_blk).tolist():
             r = np.unique(row[self.nb_blk == b])
-            ctx.send(g.blocks[b], {"ids": pack_keys(g.own[r]), "deg": deg[r]}, tag=BLOCK_TAG)
+            ctx.send(g.blocks[b], {"ids": pack_keys(g.own[r]), "deg": deg[r], "slot": _small(r * w + me)},
+                     tag=BLOCK_TAG)
 
     def _wedges(self, ctx: Context, messages: list[Message]) -> None:
-        """Each pair of higher-ranked neighbours (x, w), rank x < rank w, to the block of x."""
+        """Each pair of higher-ranked neighbours (x, w), rank x < rank w, to the block of x;
+        rank = (degree, slot): a total order every block computes alike."""
         g = self.g
         assert g is not None
-        rows_n = len(g.own)
+        rows_n, w_n, me = len(g.own), len(g.blocks), self._me()
         ids = _concat(messages, "ids", g.own.dtype, keys=True)
-        degs = _concat(messages, "deg", np.int64)
         by_id = np.argsort(ids, kind="stable")
-        nb_deg = degs[by_id[np.searchsorted(ids[by_id], self.nb)]] if self.nb.size else degs[:0]
+        at = by_id[np.searchsorted(ids[by_id], self.nb)] if self.nb.size else by_id[:0]
+        nb_deg = _concat(messages, "deg", np.int64)[at].astype(np.int64)
+        nb_slot = _concat(messages, "slot", np.int64)[at].astype(np.int64)
         deg = np.diff(self.nb_indptr)
-        row = np.repeat(np.arange(rows_n), deg)
-        own_deg, own_key = deg[row], g.own[row]
-        higher = np.flatnonzero((nb_deg > own_deg) | ((nb_deg == own_deg) & (self.nb > own_key)))
-        # the higher neighbours of each row in rank order (degree, then id)
-        rank_in_row = np.argsort(self.nb[higher], kind="stable")
-        rank_in_row = rank_in_row[np.argsort(nb_deg[higher][rank_in_row], kind="stable")]
-        higher = higher[rank_in_row[np.argsort(row[higher][rank_in_row], kind="stable")]]
-        hrow, hnb, hblk = row[higher], self.nb[higher], self.nb_blk[higher]
+        row = np.repeat(np.arange(rows_n, dtype=np.int64), deg)
+        own_rank = (deg << 32) | (np.arange(rows_n, dtype=np.int64) * w_n + me)
+        nb_rank = (nb_deg << 32) | nb_slot
+        higher = np.flatnonzero(nb_rank > own_rank[row])
+        higher = higher[np.lexsort((nb_rank[higher], row[higher]))]  # by row, then rank
+        hrow, hslot = row[higher], nb_slot[higher]
         hmult = _POPCOUNT[self.code[higher]]
+        self.closing_keys, self.closing_mult = (hrow << 32) | hslot, hmult
+        self.nb, self.nb_blk, self.code = self.nb[:0], self.nb_blk[:0], self.code[:0]
+        own_slot = np.arange(rows_n, dtype=np.int64) * w_n + me
         counts = np.bincount(hrow, minlength=rows_n)
         row_start = np.concatenate(([0], np.cumsum(counts)))
         cum = np.cumsum(counts * (counts - 1) // 2)
@@ -383,45 +455,47 @@ class LCCLoaded(LoadedBlock):
             if not i.size:
                 continue
             j = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per) + i + 1  # i ranks below j
-            _send_by_block(ctx, g, hblk[i], {"dst": pack_keys(hnb[i]), "w": pack_keys(hnb[j]), "wb": hblk[j],
-                                             "v": pack_keys(g.own[hrow[i]]),
-                                             "m": (hmult[i] * 4 + hmult[j]).astype(np.int8)})
+            x = hslot[i]
+            _send_by_block(ctx, g, (x % w_n).astype(np.int16),
+                           {"x": _small(x), "w": _small(hslot[j]), "v": _small(own_slot[hrow[i]]),
+                            "m": (hmult[i] * 4 + hmult[j]).astype(np.int8)})
 
     def _close(self, ctx: Context, messages: list[Message]) -> None:
-        """Close the wedges x-w: credit v with the x-w edges, x with v-w, w with v-x."""
+        """Close the wedges x-w: credit v with the x-w edges, x with v-w, w with v-x. Credits of
+        this block's own vertices (every x) are summed here; the others per vertex, then sent."""
         g = self.g
         assert g is not None
-        index = {b: i for i, b in enumerate(g.blocks)}
-        uniq = np.unique(self.nb)
-        u = np.int64(max(len(uniq), 1))
-        row = np.repeat(np.arange(len(g.own), dtype=np.int64), np.diff(self.nb_indptr))
-        closing = row * u + np.searchsorted(uniq, self.nb)  # sorted: entries are by (row, key)
-        mult = _POPCOUNT[self.code].astype(np.int64)
-        keys, blks, credits = [], [], []
+        w_n, me, rows_n = len(g.blocks), self._me(), len(g.own)
+        closing = _KeySet(self.closing_keys, self.closing_mult)
+        self.closing_keys, self.closing_mult = self.closing_keys[:0], self.closing_mult[:0]
+        tri = np.zeros(rows_n, dtype=np.float64)  # exact: integer counts < 2^53
+        slots, credits = [], []
         for msg in messages:
             p = msg.payload
-            x, w, v = unpack_keys(p["dst"]), unpack_keys(p["w"]), unpack_keys(p["v"])
-            m = p["m"].astype(np.int64)
-            wc = np.minimum(np.searchsorted(uniq, w), len(uniq) - 1) if len(uniq) else np.zeros(len(w), np.int64)
-            probe = g.local(x).astype(np.int64) * u + wc
-            at = np.minimum(np.searchsorted(closing, probe), max(len(closing) - 1, 0))
-            found = np.flatnonzero((uniq[wc] == w) & (closing[at] == probe)) if len(closing) else at[:0]
-            mxw = mult[at[found]]
-            keys += [v[found], x[found], w[found]]
-            blks += [np.full(found.size, index[msg.src], np.int16), np.full(found.size, index[self.id], np.int16),
-                     p["wb"][found].astype(np.int16)]
-            credits += [mxw, m[found] & 3, m[found] >> 2]
-        self.nb, self.nb_blk, self.code = self.nb[:0], self.nb_blk[:0], self.code[:0]  # step 4 needs the degrees only
-        if not keys:
+            x_row = p["x"].astype(np.int64)
+            if w_n > 1:
+                x_row //= w_n
+            mxw = closing.get((x_row << 32) | p["w"])
+            found = np.flatnonzero(mxw)
+            m = p["m"][found]
+            tri += np.bincount(x_row[found], weights=m & 3, minlength=rows_n)
+            for slot, credit in ((p["v"][found], mxw[found]), (p["w"][found], m >> 2)):
+                if w_n == 1:
+                    tri += np.bincount(slot, weights=credit, minlength=rows_n)
+                else:
+                    slots.append(slot.astype(np.int64))
+                    credits.append(credit)
+        self.tri = tri.astype(np.int64)
+        if not slots:
             return
-        key, blk, credit = np.concatenate(keys), np.concatenate(blks), np.concatenate(credits)
-        if not key.size:
-            return
-        order = np.argsort(key, kind="stable")
-        key, blk, credit = key[order], blk[order], credit[order]
-        first = np.ones(key.size, dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        starts = np.flatnonzero(first)
-        total = np.add.reduceat(credit, starts)
-        nz = np.flatnonzero(total)
-        _send_by_block(ctx, g, blk[starts][nz], {"dst": pack_keys(key[starts][nz]), "c": total[nz]})
+        slot, credit = np.concatenate(slots), np.concatenate(credits).astype(np.int64)
+        del slots, credits
+        blk = slot % w_n
+        for b in np.flatnonzero(np.bincount(blk, minlength=w_n)).tolist():
+            sel = np.flatnonzero(blk == b)
+            total = np.bincount(slot[sel] // w_n, weights=credit[sel])
+            if b == me:
+                self.tri[:len(total)] += total.astype(np.int64)
+                continue
+            r = np.flatnonzero(total)
+            ctx.send(g.blocks[b], {"row": _small(r), "c": total[r].astype(np.int64)}, tag=BLOCK_TAG)

@@ -27,8 +27,12 @@ own), so the wedges sent are sum over v of C(d+(v), 2) <= m sqrt(2m)/2 over all 
 instead of the sum of d(v)^2 of sending every neighbour list to every neighbour: on a power-law
 graph the hubs, which would dominate d(v)^2, send almost nothing, and the volume grows with the
 number of edges between vertices of similar degree, not with the square of the largest degree.
-Degrees travel once per (vertex, neighbouring block), triangle credits once per (vertex, block
+Degrees travel once per (vertex, neighbouring block), with the vertex's *slot* (row at its owner
+* blocks + owner), so a wedge is 13 bytes (three int32 slots and the direction counts) and its
+receiver finds x's row without a search; the closing test is a hash-set probe. Triangle credits
+of the receiving block's own vertices are summed in place, the others once per (vertex, block
 that closed a triangle of it); wedges go out in messages of at most ``WEDGE_CHUNK`` wedges.
+Memory per block: its neighbour entries (in + out, ~2x its out-edges) and one chunk of wedges.
 """
 
 from __future__ import annotations

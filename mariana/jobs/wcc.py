@@ -9,8 +9,7 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..vertices.graph_algos import WCCVertex
-from ..vertices.graph_blocks import WCCLoaded
-from ..vertices.graphalytics_loaded import WCCGraphalyticsLoaded
+from ..vertices.graphalytics_loaded import WCCComponentsLoaded
 from .graphalytics import load_graph, output_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job
@@ -25,8 +24,9 @@ def _summarize(ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     if config["mode"] == "block":  # Graphalytics names a component by its numerically smallest member
-        block = WCCGraphalyticsLoaded if output_format(config) == "graphalytics" else WCCLoaded
-        g = build_loaded_graph("wcc", config, bctx, block, undirected=True, summarize=_summarize)
+        numeric = output_format(config) == "graphalytics"
+        g = build_loaded_graph("wcc", config, bctx, lambda bid, io: WCCComponentsLoaded(bid, io, numeric),
+                               undirected=True, summarize=_summarize)
     else:
         edges = load_graph(config).undirected()
         g = build_graph("wcc", edges, bctx, WCCVertex)

@@ -46,7 +46,7 @@ from ..errors import UsageError
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys
 from .graphalytics import UNREACHABLE
 
-__all__ = ["UNREACHABLE", "BFSLoaded", "CDLPLoaded", "LCCLoaded", "WCCGraphalyticsLoaded", "WEDGE_CHUNK"]
+__all__ = ["UNREACHABLE", "BFSLoaded", "CDLPLoaded", "LCCLoaded", "WCCComponentsLoaded", "WEDGE_CHUNK"]
 
 #: At most this many wedges per message (bounds the memory of LCC's steps 2 and 3).
 WEDGE_CHUNK = 1 << 21
@@ -158,44 +158,85 @@ class BFSLoaded(LoadedBlock):
 
 
 # --------------------------------------------------------------------------------------------
-# WCC named as Graphalytics names components
+# WCC, block-centric
 # --------------------------------------------------------------------------------------------
-class WCCGraphalyticsLoaded(LoadedBlock):
-    """HashMin over edges loaded both ways, the label being the smallest member in Graphalytics'
-    order: the numerically smallest id when every id is an integer (``WCCLoaded`` takes the smallest
-    id string, which is the same order for other ids)."""
+def _local_components(k: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """For every one of ``k`` rows, the smallest row of its component under the edges (u, v):
+    hook every edge's larger root under the smaller, then jump pointers, until nothing moves."""
+    parent = np.arange(k)
+    if not u.size:
+        return parent
+    keep = u < v  # the edges come in both directions: one is enough
+    u, v = u[keep], v[keep]
+    while True:
+        pu, pv = parent[u], parent[v]
+        lo, hi = np.minimum(pu, pv), np.maximum(pu, pv)
+        if np.array_equal(lo, hi):
+            return parent
+        np.minimum.at(parent, hi, lo)  # roots: every row points at its root after the jumps below
+        while True:  # pointer jumping: every row straight to its root
+            pp = parent[parent]
+            if np.array_equal(pp, parent):
+                break
+            parent = pp
 
-    state_fields = LoadedBlock.state_fields
+
+class WCCComponentsLoaded(LoadedBlock):
+    """Weakly connected components over edges loaded both ways, block-centric: the components
+    *inside* the block are found once (hooking and pointer jumping over its internal edges, O(log n)
+    vectorised rounds), a label that arrives spreads over a whole local component at once, and
+    only edges that leave the block carry messages; on one worker the job takes one step whatever
+    the diameter. The label is the smallest member: the smallest id string (``numeric=False``:
+    the keys), or the numerically smallest id when every id is an integer (``numeric=True``,
+    Graphalytics' naming)."""
+
+    state_fields = (*LoadedBlock.state_fields, "boundary_rows", "boundary_slots", "comp", "numeric")
+
+    def __init__(self, id: str, io: GraphIO, numeric: bool = False) -> None:
+        super().__init__(id, io)
+        self.numeric = numeric
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
         assert g is not None
-        self.value = g.own.copy() if g.own.dtype.kind == "S" else _integer_ids(g.own)
+        self.value = _integer_ids(g.own) if self.numeric and g.own.dtype.kind != "S" else g.own.copy()
+        rows = g.src_rows()
+        inside = g.target_block[g.slot] == g.blocks.index(self.id)
+        self.comp = _local_components(len(g.own), rows[inside].astype(np.int64), g.local(g.targets[g.slot[inside]]))
+        out = np.flatnonzero(~inside)
+        self.boundary_rows, self.boundary_slots = rows[out], g.slot[out]
+        g.slot, g.indptr = g.slot[:0], g.indptr[:1]  # the boundary is all that is needed from here
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         from .graph_blocks import _send_min, group_min
 
-        g, label = self.g, self.value
+        g, label, comp = self.g, self.value, self.comp
         assert g is not None
-        text = label.dtype.kind == "S"
+        best = label.copy()  # indexed by row; what matters is the value at each component's root
         if s == 0:
-            rows = np.arange(len(g.own))
+            group_min(comp, label, best)  # every root takes its component's smallest label
+            label[:] = best[comp]
+            changed = np.ones(len(label), dtype=bool)
         else:
-            vals = _concat(messages, "label", label.dtype, keys=True) if text else _concat(messages, "label", np.int64)
-            rows = group_min(g.local(_concat(messages, "dst", g.own.dtype, keys=True)), vals, label)
-            if rows.size:
-                ctx.aggregate("updated", int(rows.size))
-        e = g.edges_of(rows)
-        if e.size:
-            src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
-            _send_min(ctx, g, g.slot[e], label[src_rows], "label")
+            text = label.dtype.kind == "S"
+            vals = _concat(messages, "label", label.dtype, keys=True) if text else _concat(messages, "label", label.dtype)
+            roots = group_min(comp[g.local(_concat(messages, "dst", g.own.dtype, keys=True))], vals, best)
+            lowered = np.zeros(len(label), dtype=bool)
+            lowered[roots] = True
+            changed = lowered[comp]
+            label[changed] = best[comp[changed]]
+            if roots.size:
+                ctx.aggregate("updated", int(np.count_nonzero(changed)))
+        sel = np.flatnonzero(changed[self.boundary_rows])
+        if sel.size:
+            _send_min(ctx, g, self.boundary_slots[sel], label[self.boundary_rows[sel]], "label")
         ctx.vote_to_halt()
 
     def result(self) -> dict[str, Any]:
         g = self.g
         if g is None:
             return {"ids": [], "values": np.zeros(0)}
-        return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
+        return self.out.result(g.own, self.value, labels=not (self.numeric and g.own.dtype.kind != "S"))
 
 
 # --------------------------------------------------------------------------------------------

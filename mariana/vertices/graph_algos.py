@@ -4,11 +4,11 @@ Each algorithm comes in two forms that give bit-identical results:
 
 - a classic Pregel vertex (``PageRankVertex``, ``SSSPVertex``, ``WCCVertex``): one engine
   vertex per graph vertex, the clearest statement of the algorithm (``mode=vertex``);
-- a block vertex over a graph loaded in parts (``vertices/graph_blocks.py``: ``PageRankLoaded``,
-  ``SSSPLoaded``, ``WCCLoaded``): one engine vertex per partition holding its graph vertices as
-  numpy arrays (the block-centric extension of Pregel), which exchanges one array message per
-  neighbouring block and is ~250x faster in Python (bench/graph_local.py). The PageRank update
-  they share lives here (``pagerank_update``, ``pagerank_shares``).
+- a block vertex over a graph loaded in parts (``graph_blocks.PageRankLoaded``, ``SSSPLoaded``,
+  ``graphalytics_loaded.WCCComponentsLoaded``): one engine vertex per partition holding its graph
+  vertices as numpy arrays (the block-centric extension of Pregel), which exchanges one array
+  message per neighbouring block and is ~250x faster in Python (bench/graph_local.py). The
+  PageRank update they share lives here (``pagerank_update``, ``pagerank_shares``).
 
 Determinism: PageRank sums incoming contributions in ascending source order in both forms
 (the block form sorts once, then reuses the permutation) and reduces the dangling mass and the

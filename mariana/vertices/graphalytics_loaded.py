@@ -200,6 +200,11 @@ class WCCComponentsLoaded(LoadedBlock):
         g = self.g
         assert g is not None
         self.value = _integer_ids(g.own) if self.numeric and g.own.dtype.kind != "S" else g.own.copy()
+
+    def _components(self) -> None:
+        """The components inside the block (step 0: processing, not loading)."""
+        g = self.g
+        assert g is not None
         rows = g.src_rows()
         inside = g.target_block[g.slot] == g.blocks.index(self.id)
         self.comp = _local_components(len(g.own), rows[inside].astype(np.int64), g.local(g.targets[g.slot[inside]]))
@@ -210,6 +215,8 @@ class WCCComponentsLoaded(LoadedBlock):
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         from .graph_blocks import _send_min, group_min
 
+        if s == 0:
+            self._components()
         g, label, comp = self.g, self.value, self.comp
         assert g is not None
         best = label.copy()  # indexed by row; what matters is the value at each component's root

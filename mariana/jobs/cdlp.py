@@ -32,6 +32,8 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         index = {vid: i for i, vid in enumerate(edges.ids)}
         g = build_graph("cdlp", edges, bctx, lambda vid, adj: CDLPVertex(vid, adj, int(rank[index[vid]]), it))
     g.add_aggregator("updated", "sum")
+    g.add_aggregator("cdlp_lo", "min")  # block mode: the range of the integer labels
+    g.add_aggregator("cdlp_hi", "max")
     return g
 
 

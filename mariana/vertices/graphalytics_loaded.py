@@ -252,7 +252,8 @@ class WCCComponentsLoaded(LoadedBlock):
 class CDLPLoaded(LoadedBlock):
     """CDLP for a whole partition; the labels of ``CDLPVertex`` (see the module doc)."""
 
-    state_fields = (*LoadedBlock.state_fields, "iterations", "nb_row", "nb_key", "pos", "routes")
+    state_fields = (*LoadedBlock.state_fields, "iterations", "lo", "nb_key", "nb_row", "pos", "routes", "row_key",
+                    "span")
 
     def __init__(self, id: str, io: GraphIO, iterations: int) -> None:
         super().__init__(id, io)
@@ -261,16 +262,24 @@ class CDLPLoaded(LoadedBlock):
         self.nb_row = np.empty(0, np.int64)  # local row of every neighbour entry (a multiset)
         self.nb_key: np.ndarray | None = None  # its key, until ``pos`` is fixed
         self.pos: np.ndarray | None = None  # where each entry's label sits in a step's messages
+        self.lo, self.span = 0, 0  # integer labels: the range of every id (span 0: rank the labels)
+        self.row_key: np.ndarray | None = None  # row * span of every entry, in the sort key's dtype
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
         assert g is not None
         self.value = g.own.copy() if g.own.dtype.kind == "S" else _integer_ids(g.own)
+        if self.value.dtype.kind == "i" and len(self.value):  # every label is one of these ids
+            ctx.aggregate("cdlp_lo", int(self.value.min()))
+            ctx.aggregate("cdlp_hi", int(self.value.max()))
 
     def run(self, ctx: Context, messages: list[Message], step: int) -> None:
         g, label = self.g, self.value
         assert g is not None
         if step == 0:
+            if label.dtype.kind == "i":
+                self.lo = int(ctx.aggregated("cdlp_lo", 0))
+                self.span = int(ctx.aggregated("cdlp_hi", 0)) - self.lo + 1
             if self.iterations > 0:
                 _announce_in_edges(ctx, g, skip_loops=False)
             ctx.vote_to_halt()
@@ -279,6 +288,9 @@ class CDLPLoaded(LoadedBlock):
         if s == 0:
             rows, keys, blk, _ = _neighbour_entries(g, messages)
             self.nb_row, self.nb_key = rows, keys
+            if 0 < self.span and len(label) * self.span <= 2 ** 62:  # (row, label - lo) in one int
+                kt: Any = np.uint32 if len(label) * self.span <= 2 ** 32 else np.int64  # 32-bit keys sort faster
+                self.row_key = rows.astype(kt) * kt(self.span)
             for b in np.unique(blk).tolist():
                 r = np.unique(rows[blk == b])
                 self.routes.append((g.blocks[b], r, pack_keys(g.own[r])))
@@ -308,22 +320,20 @@ class CDLPLoaded(LoadedBlock):
         label = self.value
         if not lab.size:
             return
-        rows_n = len(label)
-        lo = int(lab.min()) if lab.dtype.kind == "i" else 0
-        span = int(lab.max()) - lo + 1 if lab.dtype.kind == "i" else 0
-        if 0 < span and rows_n * span < 2 ** 62:  # integer labels in a range: (row, label) in one int
-            uniq, u = None, np.int64(span)
-            code = lab - lo
+        lo = self.lo
+        if self.row_key is not None:  # integer labels in a known range
+            uniq, u = None, self.span
+            key = np.sort(self.row_key + (lab - lo).astype(self.row_key.dtype))
         else:  # labels ranked first (bytes, or a range too wide)
             uniq, inverse = np.unique(lab, return_inverse=True)
-            u, code = np.int64(len(uniq)), inverse.reshape(-1)
-        kt: Any = np.uint32 if rows_n * int(u) <= 2 ** 32 else np.int64  # 32-bit keys sort faster
-        key = np.sort(self.nb_row.astype(kt) * kt(u) + code.astype(kt)).astype(np.int64)
+            u = len(uniq)
+            kt: Any = np.uint32 if len(label) * u <= 2 ** 32 else np.int64
+            key = np.sort(self.nb_row.astype(kt) * kt(u) + inverse.reshape(-1).astype(kt))
         first = np.ones(key.size, dtype=bool)
         first[1:] = key[1:] != key[:-1]
         starts = np.flatnonzero(first)
         count = np.diff(np.append(starts, key.size))
-        key = key[starts]
+        key = key[starts].astype(np.int64)
         row, lab_code = key // u, key % u
         row_start = np.ones(row.size, dtype=bool)
         row_start[1:] = row[1:] != row[:-1]

@@ -224,3 +224,18 @@ def test_loaded_classes_checkpoint_and_resume_to_the_same_output(capsys, tmp_pat
         assert main(["run", "--resume", run_dir]) == 0, capsys.readouterr().err
         capsys.readouterr()
         assert out.read_text() == want, job
+
+
+@pytest.mark.parametrize("job", ("cdlp", "wcc"))
+def test_integer_ids_negative_and_far_apart_equal_vertex_mode(capsys, tmp_path, job):
+    """Labels as integers: a range too wide for one (row, label) key (CDLP ranks them then), and
+    negative ids, still order numerically."""
+    rnd = random.Random(21)
+    ids = rnd.sample(range(-10 ** 16 + 1, 10 ** 16), 600)  # 17 characters at most: int64 keys
+    (tmp_path / "g.e").write_text("".join(f"{rnd.choice(ids)} {rnd.choice(ids)}\n" for _ in range(1500)))
+    sets = ("format=graphalytics", "iterations=3") if job == "cdlp" else ("format=graphalytics",)
+    want = cli_run(capsys, tmp_path, job, tmp_path / "g.e", "mode=vertex", *sets)[0]
+    got = [int(line.split(" ")[0]) for line in want.splitlines()]
+    assert got == sorted(got) and got[0] < 0
+    for workers in (1, 3):  # 600 rows x a span of 2e16 > 2^62: CDLP ranks the labels on one worker
+        assert cli_run(capsys, tmp_path, job, tmp_path / "g.e", "mode=block", TINY, *sets, workers=workers)[0] == want

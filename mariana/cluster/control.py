@@ -208,6 +208,7 @@ class MasterState:
 
     def finish(self) -> list[Send]:
         self.phase = Phase.FINISHING
+        self.results = {}  # a finish cut short by a lost worker is asked again after the rollback
         return [Send(w.identity, wire.Finish(), w) for w in self.present()]
 
     def bye(self) -> list[Send]:

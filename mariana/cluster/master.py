@@ -149,13 +149,12 @@ class Master:
                             checkpoints=self.checkpoints is not None, checkpoint_every=o.checkpoint_every,
                             background=o.checkpoint_background)
             with keepalive(self._keepalive):  # a storage outage being retried does not lose the workers
-                while True:
+                while True:  # a worker lost while the last checkpoint or the results are collected too
                     try:
                         driver.run()
-                        break
+                        return driver.finish(self.graph.place(self.workers, None), self.job_name)
                     except WorkerLost as lost:
                         self._recover(lost, coord, driver)
-                return driver.finish(self.graph.place(self.workers, None), self.job_name)
         except BaseException as exc:
             self._abort(str(exc) or type(exc).__name__)
             if self.tracer is not None:
@@ -261,23 +260,30 @@ class Master:
             raise lost
         ss = info.superstep
         gone = {lost.index} | self._also_lost()
+        # the workers that hold their partitions and roll back; every other one that joins is welcomed
+        survivors = {w.identity for w in self.state.present() if w.index not in gone}
+        replaced = set(gone)
         while True:
             self.restarts += 1
             log.warning("%s%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
                         lost.args[0], f" (lost: workers {sorted(gone)})" if len(gone) > 1 else "", ss,
                         self.restarts, o.max_restarts)
             try:
-                self._rollback(gone, ss, coord, driver)
+                self._rollback(gone, ss, coord, driver, survivors)
                 break
             except WorkerLost as more:
-                if more.index is None or self.restarts >= o.max_restarts:
+                if self.restarts >= o.max_restarts or (more.index is None and self.respawn is None):
                     raise
-                lost, gone = more, {more.index} | self._also_lost()
+                # another worker lost, or (index None) a replacement of ours that died before it
+                # joined: the next round starts a worker for every slot still free
+                lost, gone = more, ({more.index} if more.index is not None else set()) | self._also_lost()
+                survivors -= {w.identity for w in self.state.present() if w.index in gone}
+                replaced |= gone
         if self.tracer is not None:
-            self.tracer.event("recovery", superstep=self.current, lost=lost.index, lost_workers=sorted(gone),
+            self.tracer.event("recovery", superstep=self.current, lost=lost.index, lost_workers=sorted(replaced),
                               rollback_to=ss, restart=self.restarts)
         log.warning("recovered: %s, continuing from superstep %d", "; ".join(
-            f"worker {i} replaced by {self.by_index[i].describe()}" for i in sorted(gone)), ss)
+            f"worker {i} replaced by {self.by_index[i].describe()}" for i in sorted(replaced)), ss)
 
     def _also_lost(self) -> set[int]:
         """Indices of the workers that have exited (local processes) or gone silent by now."""
@@ -300,14 +306,19 @@ class Master:
                     log.warning("worker process %d did not die on SIGKILL", child.pid)
                 self.children.remove(child)
 
-    def _rollback(self, gone: set[int], ss: int, coord: Coordinator, driver: Driver) -> None:
-        """Retire the workers ``gone``, have new ones take their partitions, and roll every worker
-        back to the checkpoint at ``ss`` (raises ``WorkerLost`` if another worker is lost meanwhile)."""
+    def _rollback(self, gone: set[int], ss: int, coord: Coordinator, driver: Driver, survivors: set[bytes]) -> None:
+        """Retire the workers ``gone``, have new ones take the free slots, and roll every worker
+        back to the checkpoint at ``ss``: ``survivors`` (identities of workers that hold a
+        partition) roll back, the others are welcomed with it and join ``survivors`` (raises
+        ``WorkerLost`` if another worker is lost meanwhile)."""
         o = self.options
         self._retire(self.state.lose(gone))
         self.children = [c for c in self.children if c.poll() is None]
-        if self.respawn is not None:
-            for _ in gone:
+        if self.respawn is not None:  # a worker for every free slot that no started one is about to take
+            joined = {w.pid for w in self.state.present()}
+            joining = [c for c in self.children if c.pid not in joined]
+            free = sum(1 for w in self.state.by_index if w is None)
+            for _ in range(free - len(joining)):
                 self.children.append(self.respawn())
         self._wait(self.state.all_joined, o.rejoin_timeout,
                    f"workers to take over worker {', '.join(map(str, sorted(gone)))}'s partition (--rejoin-timeout)")
@@ -319,8 +330,9 @@ class Master:
         self.state.phase = Phase.STARTING
         peers = [w.data for w in self.by_index]
         for w in self.state.present():
-            if w.index in gone:
+            if w.identity not in survivors:
                 self._welcome(w, ss)
+                survivors.add(w.identity)  # welcomed: if this rollback is cut short, it rolls back with the rest
             else:
                 self._do([Send(w.identity, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]), w)])
         self._wait(self.state.all_ready, None, "workers to roll back")

@@ -98,11 +98,22 @@ def _parse_numeric(text: str, url: str) -> EdgeList | None:
 
 
 NumericTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+NumericEdges = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
 
 
-def numeric_table(text: str) -> NumericTable | None:
-    """``_parse_numeric`` as arrays: (ids as str in string order, the same ids as int64, edges as
-    (m, 2) ranks into them, weights, line numbers); None where the line parser must decide."""
+def decimal_len(v: np.ndarray) -> np.ndarray:
+    """Characters of ``str(x)`` for every int64 ``x`` of ``v`` (not int64's smallest value)."""
+    digits = np.maximum(np.searchsorted(_POW10, np.abs(v), side="right"), 1)
+    return digits + (v < 0)
+
+
+def numeric_edges(text: str) -> NumericEdges | None:
+    """The fast path of the edge parser: (the distinct ids as int64, in no particular order;
+    edges as (m, 2) indices into them; weights; line numbers), or None where the line parser
+    must decide (anything but 2 or 3 numeric fields per line, an id that is not the canonical
+    decimal of its number). No id string is made: a worker that loads a part of a large graph
+    holds 8 bytes per distinct id, not a string."""
     if not text.isascii():
         return None
     if "#" in text:
@@ -119,9 +130,13 @@ def numeric_table(text: str) -> NumericTable | None:
     starts[1:] &= space[:-1]
     ends = ~space
     ends[:-1] &= space[1:]
+    del space, b
     first, last = np.flatnonzero(starts), np.flatnonzero(ends)
+    del starts, ends
     line = np.searchsorted(np.flatnonzero(newline), first)  # 0-based line of every token
+    del newline
     per_line = np.bincount(line)
+    del line
     fields = np.unique(per_line[per_line > 0])
     if len(fields) != 1 or fields[0] not in (2, 3):
         return None
@@ -145,18 +160,29 @@ def numeric_table(text: str) -> NumericTable | None:
         ends_ids, weight = table, np.ones(len(table))
         if ends_ids.max() == _INT64.max or ends_ids.min() == _INT64.min:
             return None  # overflow saturates: leave it to the line parser
-    unique, inverse = _unique(ends_ids.reshape(-1))
-    names = unique.astype(str)
+    del values, table
     # every id token must be the canonical decimal of its number ("007", "+7", "7.0" are other ids)
     token_len = (last - first + 1).reshape(-1, k)[:, :2].reshape(-1)
-    if not np.array_equal(np.char.str_len(names)[inverse], token_len):
+    del first, last
+    unique, inverse = _unique(ends_ids.reshape(-1))
+    if not np.array_equal(decimal_len(unique)[inverse], token_len):
         return None
-    order = np.argsort(names, kind="stable")  # ids in string order, as _parse_lines sorts them
+    lineno = np.flatnonzero(per_line) + 1
+    return unique, inverse.reshape(-1, 2), weight.astype(np.float64), lineno.astype(np.int64)
+
+
+def numeric_table(text: str) -> NumericTable | None:
+    """``numeric_edges`` with the ids also as strings, both in string order, and the edges as
+    ranks in that order (as ``_parse_lines`` numbers them)."""
+    edges = numeric_edges(text)
+    if edges is None:
+        return None
+    unique, inverse, weight, lineno = edges
+    names = unique.astype(str)
+    order = np.argsort(names, kind="stable")
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    pairs = rank[inverse].reshape(-1, 2)
-    lineno = np.flatnonzero(per_line) + 1
-    return names[order], unique[order], pairs, weight.astype(np.float64), lineno.astype(np.int64)
+    return names[order], unique[order], rank[inverse], weight, lineno
 
 
 def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ integer ids) its position in [smallest id, largest id]. No process holds a whole
 
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -30,7 +31,7 @@ from ..storage import write_text
 from ..storage.splits import (Split, assigned, lines_before, list_inputs, make_splits, read_table_split,
                               read_text_split)
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
-from .edgelist import _parse_lines, numeric_table
+from .edgelist import _parse_lines, decimal_len, numeric_edges
 from ..storage.parts import part_url
 
 __all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
@@ -42,6 +43,21 @@ MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
 LOAD_AGGREGATORS = {"load_numeric": "min", "load_lo": "min", "load_hi": "max", "load_width": "max",
                     "load_vertices": "sum", "load_edges": "sum", "source_found": "sum"}
+
+
+def _libc_trim() -> Callable[[], Any]:
+    """glibc's ``malloc_trim(0)``: give the heap's free pages back to the system (a no-op elsewhere)."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim  # (find_library would run ldconfig)
+    except (OSError, AttributeError):
+        return lambda: 0
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+#: Loading frees many large temporaries between ones it keeps; glibc keeps the holes in its heap
+#: (counted in the resident size, the peak every worker is judged by) until trimmed.
+trim_heap = _libc_trim()
 
 
 def strkeys(names: np.ndarray) -> np.ndarray:
@@ -100,14 +116,38 @@ class LoadSpec:
 
 @dataclass
 class _Chunk:
-    """One parsed split: ids (``U``, string order), their ints (numeric only), edges as ranks."""
+    """One parsed piece: its distinct ids, edges as (m, 2) indices into them, weights or None.
+
+    Integer ids are held as ``values`` (int64) only, 8 bytes per distinct id, and ``names`` is
+    None: their strings are made when keys are, one piece at a time. Other ids are ``names``
+    (``U``) and ``values`` is None."""
 
     split: Split
-    names: np.ndarray
+    names: np.ndarray | None
     values: np.ndarray | None
     pairs: np.ndarray
     weight: np.ndarray | None
     listed: bool = False  # ids of the vertices= file (every edge endpoint must be one of them)
+
+    @property
+    def size(self) -> int:
+        return len(self.values) if self.names is None else len(self.names)  # type: ignore[arg-type]
+
+    def ids(self) -> np.ndarray:
+        """The ids as strings (``U``)."""
+        if self.names is not None:
+            return self.names
+        assert self.values is not None
+        return self.values.astype(f"U{MAX_DIGITS + 4}")
+
+    def max_len(self) -> int:
+        """The longest id, in characters."""
+        if not self.size:
+            return 1
+        if self.names is None:
+            assert self.values is not None
+            return int(decimal_len(self.values).max())
+        return int(np.char.str_len(self.names).max())
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
@@ -153,13 +193,13 @@ class GraphLoader:
             vsplits = make_splits(list_inputs(spec.vertices), int(spec.split_mb * (1 << 20)))
             for _, split in assigned(vsplits, self.index, w):
                 self.chunks.append(self._parse_vertices(split))
-        numeric = all(c.values is not None or c.names.size == 0 for c in self.chunks)
-        width = max((int(np.char.str_len(c.names).max()) for c in self.chunks if c.names.size), default=1)
+        numeric = all(c.values is not None or c.size == 0 for c in self.chunks)
+        width = max((c.max_len() for c in self.chunks if c.size), default=1)
         if numeric and width > MAX_DIGITS:
             numeric = False
         ctx.aggregate("load_numeric", int(numeric))
         if not numeric:  # bytes, not characters, size the keys
-            width = max((max(len(s.encode()) for s in c.names.tolist()) for c in self.chunks if c.names.size),
+            width = max((max(len(s.encode()) for s in c.ids().tolist()) for c in self.chunks if c.size),
                         default=1)
         ctx.aggregate("load_width", width)
         vals = [c.values for c in self.chunks if c.values is not None and c.values.size]
@@ -179,6 +219,7 @@ class GraphLoader:
             if stop <= at:  # one line longer than a piece
                 stop = raw.find(b"\n", at + PIECE) + 1 or len(raw)
             chunks.append(self._parse_piece(split, raw, at, stop))
+            trim_heap()
             at = stop
         return chunks
 
@@ -195,11 +236,11 @@ class GraphLoader:
             line = lines_above() + piece[:exc.start].count(b"\n") + 1
             raise UsageError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})") from None
         del piece
-        table = numeric_table(text)
+        table = numeric_edges(text)
         if table is not None:
-            names, values, pairs, weight, lineno = table
-            small = pairs.astype(np.int32) if len(names) < 2 ** 31 else pairs
-            chunk = _Chunk(split, names, values, small, weight)
+            values, pairs, weight, lineno = table
+            small = pairs.astype(np.int32) if len(values) < 2 ** 31 else pairs
+            chunk = _Chunk(split, None, values, small, weight)
         else:
             try:
                 el = _parse_lines(text, split.url)
@@ -228,10 +269,6 @@ class GraphLoader:
                 raise UsageError(f"{split.url}: vertex ids must be integers, found {a.dtype} values that are not")
         ids = np.stack([src.astype(np.int64), dst.astype(np.int64)], axis=1)
         unique, inverse = np.unique(ids.reshape(-1), return_inverse=True)
-        names = unique.astype(str)
-        order = np.argsort(names, kind="stable")
-        rank = np.empty(len(order), np.int64)
-        rank[order] = np.arange(len(order))
         weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(src))
         if not np.isfinite(weight).all():
             row = split.start + int(np.flatnonzero(~np.isfinite(weight))[0])
@@ -240,7 +277,8 @@ class GraphLoader:
             row = int(np.flatnonzero(weight < 0)[0])
             raise UsageError(f"{split.url}: row {split.start + row}: negative weight {weight[row]:g} "
                              f"(sssp needs weights >= 0)")
-        return _Chunk(split, names[order], unique[order], rank[inverse].reshape(-1, 2),
+        pairs = inverse.reshape(-1, 2)
+        return _Chunk(split, None, unique, pairs.astype(np.int32) if len(unique) < 2 ** 31 else pairs,
                       weight if self.spec.weights else None)
 
     def _parse_vertices(self, split: Split) -> _Chunk:
@@ -267,7 +305,8 @@ class GraphLoader:
                 values = ints
         except (ValueError, OverflowError):
             pass
-        return _Chunk(split, names, values, np.empty((0, 2), np.int64), None, listed=True)
+        return _Chunk(split, names if values is None else None, values, np.empty((0, 2), np.int64), None,
+                      listed=True)
 
     # -- superstep 1 ---------------------------------------------------------------------------
     def key_of(self, name: str) -> Any:
@@ -280,8 +319,8 @@ class GraphLoader:
 
     def _keys(self, c: _Chunk) -> np.ndarray:
         if self.numeric:
-            return strkeys(c.names)
-        return np.char.encode(c.names, "utf-8").astype(f"S{self.width}") if c.names.size else \
+            return strkeys(c.ids())
+        return np.char.encode(c.ids(), "utf-8").astype(f"S{self.width}") if c.size else \
             np.empty(0, f"S{self.width}")
 
     def _owners(self, c: _Chunk, keys: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -332,20 +371,21 @@ class GraphLoader:
         empty = np.empty(0, np.int64) if self.numeric else np.empty(0, f"S{self.width}")
 
         def cat(key: str, keys: bool = False, dtype: Any = None) -> np.ndarray:
-            parts = [unpack_keys(m.payload[key]) if keys else m.payload[key] for m in messages if key in m.payload]
+            # each message's array is let go as it is taken: one copy of the edges at a time
+            parts = [unpack_keys(m.payload.pop(key)) if keys else m.payload.pop(key)
+                     for m in messages if key in m.payload]
             if not parts:
                 return empty if keys else np.empty(0, dtype)
             return _cat(parts)
 
-        src, dst = cat("src", True), cat("dst", True)
-        dblk = cat("do", dtype=np.int16)
-        weight = cat("w", dtype=np.float64) if self.spec.weights else None
         # rows by source; the order inside a row changes no result (every algorithm re-sorts or
         # takes minima), so one unstable sort does (sorting is deterministic: same input, same order)
+        src = cat("src", True)
         order = np.argsort(src)
-        src, dst, dblk = src[order], dst[order], dblk[order]
-        if weight is not None:
-            weight = weight[order]
+        src = src[order]
+        dst = cat("dst", True)[order]
+        dblk = cat("do", dtype=np.int16)[order]
+        weight = cat("w", dtype=np.float64)[order] if self.spec.weights else None
         del order
         own = _sorted_unique(np.concatenate([_sorted_unique(src, presorted=True), cat("ann", True)]))
         if self.spec.vertices:  # every edge endpoint (all of them were announced) must be listed
@@ -381,14 +421,17 @@ class GraphLoader:
         if s > 0 and not self.parsed:
             raise UsageError(f"cannot resume {ctx.vertex_id} from a checkpoint taken while it was loading its graph "
                              f"(superstep {s - 1} < {LOAD_STEPS}): run the job again from the start")
-        if s == 0:
-            self.parsed = True
-            self._parse(ctx)
-        elif s == 1:
-            self._route(ctx)
-        elif s == LOAD_STEPS - 1:
-            return self._build(ctx, messages)
-        return None
+        try:
+            if s == 0:
+                self.parsed = True
+                self._parse(ctx)
+            elif s == 1:
+                self._route(ctx)
+            elif s == LOAD_STEPS - 1:
+                return self._build(ctx, messages)
+            return None
+        finally:
+            trim_heap()
 
     # -- results -------------------------------------------------------------------------------
     def result(self, own: np.ndarray, values: np.ndarray, labels: bool) -> dict[str, Any]:

@@ -294,6 +294,7 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Itera
         f = fs.open(path, "wb")
         try:
             yield f
+            written = f.tell()
         except BaseException:
             if hasattr(f, "discard"):
                 f.discard()  # a buffered upload: never complete it with part of the data
@@ -301,6 +302,7 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Itera
                     f.close()
             raise
         f.close()
+        _check_stored(fs, path, written)
         return
     tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
     try:
@@ -318,6 +320,17 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Itera
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _check_stored(fs: Any, path: str, written: int) -> None:
+    """What an object store (or any non-local filesystem) holds after an upload is all of it: a
+    store or proxy that cut the object short is an error (retried as a transient one), not a
+    checkpoint that fails to load later. One metadata request per whole-file write."""
+    with suppress(Exception):
+        fs.invalidate_cache(path)
+    size = fs.size(path)
+    if size != written:
+        raise OSError(getattr(errno, "EREMOTEIO", errno.EIO), f"short upload: {size} of {written} bytes reached {path}")
 
 
 class _FullWriter:

@@ -112,6 +112,15 @@ def _int32(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32) if a.size and a.max() < 2 ** 31 else a
 
 
+def stable_argsort(a: np.ndarray) -> np.ndarray:
+    """``np.argsort(a, kind="stable")``; for non-negative int32 values by two 16-bit radix passes
+    (numpy sorts 16-bit keys by radix; 3x faster than its merge sort on millions of edges)."""
+    if a.dtype != np.int32 or a.size < 1024 or a.min() < 0:
+        return np.argsort(a, kind="stable")
+    low = np.argsort((a & 0xFFFF).astype(np.uint16), kind="stable")
+    return low[np.argsort((a[low] >> 16).astype(np.uint16), kind="stable")]
+
+
 def _in_order(dst: np.ndarray, src: np.ndarray) -> bool:
     """Whether (dst, src) pairs are sorted already."""
     if dst.size < 2:
@@ -239,7 +248,7 @@ class PageRankLoaded(LoadedBlock):
                  track_l1: bool = True) -> None:
         super().__init__(id, io)
         self.damping, self.iterations, self.track_l1 = damping, iterations, track_l1
-        self.routes: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+        self.routes: list[tuple[str, np.ndarray, dict[str, np.ndarray] | None]] = []
         self.perm: np.ndarray | None = None
         self.dpos: np.ndarray | None = None
 
@@ -255,11 +264,49 @@ class PageRankLoaded(LoadedBlock):
             slot = g.slot if sel is None else g.slot[sel]
             if not slot.size:
                 continue
-            order = np.argsort(slot, kind="stable")  # by (dst, src): the receiver's summation order
+            order = stable_argsort(slot)  # by (dst, src): the receiver's summation order
             rows_b = rows[order] if sel is None else rows[sel[order]]
-            self.routes.append((g.blocks[b], rows_b, pack_keys(g.targets[slot[order]]), pack_keys(g.own[rows_b])))
+            slot = slot[order]
+            del order
+            # the structure, compactly: each edge's destination and source as int32 indices into
+            # this route's distinct destination keys and distinct source keys (8 bytes an edge)
+            new = np.ones(slot.size, dtype=bool)
+            new[1:] = slot[1:] != slot[:-1]
+            dk, di = g.targets[slot[new]], (np.cumsum(new) - 1).astype(np.int32)
+            del slot, new
+            present = np.zeros(len(g.own), dtype=bool)
+            present[rows_b] = True
+            si = (np.cumsum(present) - 1).astype(np.int32)[rows_b]
+            self.routes.append((g.blocks[b], rows_b, {"di": di, "dk": pack_keys(dk), "si": si,
+                                                       "sk": pack_keys(g.own[present])}))
         # the structure travels once (step 0); then only values: drop the edge arrays
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+
+    def _structure(self, messages: list[Message]) -> None:
+        """From the first contributions: each one's local destination (``dpos``) and the order
+        that sums them in ascending source key per destination (``perm``; None if they are in it)."""
+        g = self.g
+        assert g is not None
+        parts = [m.payload for m in messages if "di" in m.payload]
+        # sources: ranks among the distinct source keys of every sender (no key is in two senders)
+        sk = [unpack_keys(p.pop("sk")) for p in parts]
+        at = np.cumsum([0] + [len(k) for k in sk])
+        rank = np.empty(int(at[-1]), np.int64)
+        if len(rank):
+            rank[np.argsort(np.concatenate(sk))] = np.arange(len(rank))
+        del sk
+        # one int64 per edge: (local destination, source rank); each sender's run is sorted by it
+        # already, so the stable sort (a merge of runs) is near linear; the message arrays are let go
+        # as they are read
+        order = np.concatenate([g.local(unpack_keys(p.pop("dk"))).astype(np.int64)[p.pop("di")] * len(rank)
+                                + rank[at[i] + p.pop("si")] for i, p in enumerate(parts)]) if parts \
+            else np.empty(0, np.int64)
+        if order.size < 2 or bool(np.all(order[1:] >= order[:-1])):  # one sending block: in order
+            self.perm, self.dpos = None, _int32(order // max(len(rank), 1))
+        else:
+            perm = np.argsort(order, kind="stable")
+            self.dpos = _int32(order[perm] // len(rank))
+            self.perm = _int32(perm)
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g
@@ -272,24 +319,19 @@ class PageRankLoaded(LoadedBlock):
             self.value = np.full(len(g.own), 1.0 / n)
         else:
             if self.dpos is None:  # the first contributions carry the structure: fix the sum order once
-                dst = _concat(messages, "dst", keys=True)
-                src = _concat(messages, "src", keys=True)
-                if _in_order(dst, src):  # one sending block (or runs that happen to merge in place)
-                    self.perm, self.dpos = None, _int32(g.local(dst))
-                else:
-                    perm = np.lexsort((src, dst))
-                    self.perm, self.dpos = _int32(perm), _int32(g.local(dst[perm]))
+                self._structure(messages)
+            assert self.dpos is not None
             self.value = pagerank_update(ctx, _concat(messages, "val", np.float64), self.perm, self.dpos,
                                          self.value, self.damping, self.track_l1, n)
         if s >= self.iterations:
             ctx.vote_to_halt()
             return
         share = pagerank_shares(ctx, self.value, self.outdeg)
-        for i, (block, rows, dst, src) in enumerate(self.routes):
+        for i, (block, rows, structure) in enumerate(self.routes):
             payload: dict[str, Any] = {"val": share[rows]}
-            if s == 0:
-                payload["dst"], payload["src"] = dst, src
-                self.routes[i] = (block, rows, None, None)  # sent once; not kept
+            if structure is not None:
+                payload.update(structure)
+                self.routes[i] = (block, rows, None)  # sent once; not kept
             ctx.send(block, payload, tag=BLOCK_TAG)
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,4 +71,74 @@ def test_losing_all_but_one_or_every_worker_at_once_is_recovered(tmp_path, refer
                             on_start=lambda m, p: procs.extend(p), **FAST)
     assert len(killed) == 2 and params == reference[workers]
     assert result.metrics[-1]["restarts"] == 1
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+def test_a_replacement_that_dies_before_it_joins_is_replaced_again(tmp_path, reference):
+    """A cluster manager (or the OOM killer) may kill the worker the master started to replace a
+    lost one before it has joined: the master starts another for the same slot, it does not fail."""
+    procs: list[Any] = []
+    killed: list[int] = []
+    here = Path(f"/proc/{os.getpid()}/task")
+
+    def kids() -> set[int]:
+        return {int(x) for t in here.iterdir() for x in (t / "children").read_text().split()}
+
+    def kill_the_replacement(before: set[int]) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            new = kids() - before
+            if new:
+                pid = min(new)
+                killed.append(pid)
+                os.kill(pid, signal.SIGKILL)  # it is still starting: far from joining
+                return
+            time.sleep(0.002)
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == 20 and not killed:
+            threading.Thread(target=kill_the_replacement, args=(kids(),), daemon=True).start()
+            killed.append(procs[1].pid)
+            os.kill(procs[1].pid, signal.SIGKILL)
+
+    params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
+    assert len(killed) == 2 and params == reference[2]
+    assert result.metrics[-1]["restarts"] == 2  # the lost worker, then its replacement
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+def test_a_worker_lost_as_the_job_finishes_is_recovered(tmp_path, reference):
+    """Killed after the last superstep's barrier: the master finds it gone while it collects the
+    last checkpoint and the results, rolls back like any loss and finishes again."""
+    last = _train(tmp_path / "plain")[1].supersteps - 1
+    procs: list[Any] = []
+    killed: list[int] = []
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == last and not killed:
+            killed.append(procs[0].pid)
+            os.kill(procs[0].pid, signal.SIGKILL)
+
+    params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
+    assert killed and params == reference[2]
+    assert result.metrics[-1]["restarts"] == 1 and result.supersteps == last + 1
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+
+
+def test_a_second_worker_lost_while_the_first_is_replaced_is_replaced_too(tmp_path, reference):
+    """Worker 1 killed and worker 0 paused at once: the master starts replacing worker 1, finds
+    worker 0 silent during that rollback, and replaces it too, welcoming each new worker once."""
+    procs: list[Any] = []
+    hit: list[int] = []
+
+    def hook(line: dict[str, Any]) -> None:
+        if line["superstep"] == 20 and not hit:
+            hit.extend([procs[0].pid, procs[1].pid])
+            os.kill(procs[0].pid, signal.SIGSTOP)
+            os.kill(procs[1].pid, signal.SIGKILL)
+
+    params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
+    assert hit and params == reference[2]
+    assert result.metrics[-1]["restarts"] in (1, 2)  # one round, or a second when the pause is found mid-rollback
+    assert not alive(hit[0])  # the paused one was killed when it was replaced
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))

@@ -45,12 +45,13 @@ def _newest(run: Path) -> int:
     return next((ss for ss in ck.supersteps() if (run / "checkpoints" / f"ss-{ss:06d}" / "manifest.json").exists()), -1)
 
 
-def _wait(condition: Any, timeout: float, what: str, master: subprocess.Popen | None) -> None:
+def _wait(condition: Any, timeout: float, what: str, master: subprocess.Popen | None, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
+        tail = log.read_text()[-4000:] if log is not None and log.exists() else ""
         assert master is None or master.poll() is None or condition(), \
-            f"the job ended ({master.returncode}) while waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+            f"the job ended ({master.returncode}) while waiting for {what}; its log ends:\n{tail}"
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}; the log ends:\n{tail}"
         time.sleep(0.05)
 
 
@@ -81,7 +82,8 @@ def test_soak_twenty_worker_faults_and_two_master_kills_end_bit_identical(tmp_pa
     try:
         for n, event in enumerate(events):
             last = _newest(run)
-            _wait(lambda: _newest(run) > last, 120, f"a checkpoint after {last} (event {n}: {event})", master)
+            _wait(lambda: _newest(run) > last, 120, f"a checkpoint after {last} (event {n}: {event})", master,
+                  tmp_path / "master.log")
             for pid in stopped:  # a paused worker the master replaced is dead; any other goes on
                 if alive(pid):
                     os.kill(pid, signal.SIGCONT)
@@ -95,7 +97,7 @@ def test_soak_twenty_worker_faults_and_two_master_kills_end_bit_identical(tmp_pa
                 # that has joined within --worker-timeout, one still joining within --connect-timeout)
                 master = subprocess.Popen(_argv(run), env=env, stdout=log, stderr=subprocess.STDOUT)
                 continue
-            _wait(lambda: len(children(master.pid)) >= 2, 60, "two workers", master)
+            _wait(lambda: len(children(master.pid)) >= 2, 60, "two workers", master, tmp_path / "master.log")
             workers = children(master.pid)
             seen += workers
             victim = rng.choice(workers)

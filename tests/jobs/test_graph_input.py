@@ -300,7 +300,7 @@ def test_the_master_reads_no_graph_to_build_the_job(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the build read the graph")
 
-    for name in ("read_text_split", "read_table_split", "numeric_table", "_parse_lines"):
+    for name in ("read_text_split", "read_table_split", "numeric_edges", "_parse_lines"):
         monkeypatch.setattr(graphload, name, refuse)
     for job in ("pagerank", "wcc", "sssp"):
         j = get_job(job)

@@ -83,6 +83,16 @@ def _integer_ids(keys: np.ndarray) -> np.ndarray:
     return decode_keys(keys).astype(np.int64) if len(keys) else np.empty(0, np.int64)
 
 
+def _distinct(idx: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of ``idx`` (all in [0, n)), ascending: a mark array when they are many,
+    a sort when they are few (a high-diameter BFS has thousands of tiny frontiers)."""
+    if idx.size * 16 < n:
+        return np.unique(idx)
+    mark = np.zeros(n, dtype=bool)
+    mark[idx] = True
+    return np.flatnonzero(mark)
+
+
 def _by_sender(messages: list[Message]) -> list[Message]:
     """``messages`` in sender order: the same order every step, whatever the arrival order."""
     return sorted(messages, key=lambda m: m.src)
@@ -144,12 +154,12 @@ class BFSLoaded(LoadedBlock):
                 raise UsageError(f"source vertex '{self.source_name}' is not in {self.out.url} ({g.n} vertices)")
             rows = np.array([self.source_row] if self.source_row >= 0 else [], dtype=np.int64)
         else:
-            rows = np.unique(g.local(_concat(messages, "dst", g.own.dtype, keys=True)))
+            rows = _distinct(g.local(_concat(messages, "dst", g.own.dtype, keys=True)), len(g.own))
             rows = rows[depth[rows] == UNREACHABLE]
             if rows.size:
                 ctx.aggregate("updated", int(rows.size))
         depth[rows] = s
-        slots = np.unique(g.slot[g.edges_of(rows)])
+        slots = _distinct(g.slot[g.edges_of(rows)], len(g.targets))
         slots = slots[~self.sent[slots]]
         if slots.size:
             self.sent[slots] = True

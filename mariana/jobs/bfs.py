@@ -4,50 +4,72 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..engine import Graph, RunResult
 from ..errors import UsageError
-from ..vertices.graphalytics import UNREACHABLE, BFSBlock, BFSVertex
-from .graphalytics import follow, load_graph, write_result
-from .graphjob import GRAPH_KEYS, build_graph, collect
+from ..vertices.graphalytics import UNREACHABLE, BFSVertex
+from ..vertices.graphalytics_loaded import BFSLoaded
+from .graphalytics import follow, load_graph, value_format, write_result
+from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job, Key
 from .sssp import EXAMPLE_SOURCE, _bisect
 
 
+def _summarize(ids: np.ndarray, depth: np.ndarray) -> dict[str, Any]:
+    reached = depth[depth != UNREACHABLE]
+    levels, counts = np.unique(reached, return_counts=True)
+    return {"levels": {str(d): int(c) for d, c in zip(levels.tolist(), counts.tolist())}}
+
+
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
-    edges = follow(load_graph(config), config)
     source = config["source"]
     if source is None:
         if config["graph"] is not None:
             raise UsageError("bfs needs a source vertex: --set source=VERTEX")
         source = EXAMPLE_SOURCE
-    try:
-        src_index = _bisect(edges.ids, source)
-    except ValueError:
-        sample = ", ".join(edges.ids[:3])
-        raise UsageError(f"source vertex '{source}' is not in {edges.url} "
-                         f"({edges.n} vertices, e.g. {sample})") from None
-    g = build_graph("bfs", edges, bctx, config["mode"],
-                    lambda vid, adj: BFSVertex(vid, adj, vid == source),
-                    lambda bid, sub: BFSBlock(bid, sub, src_index))
+    if config["mode"] == "block":
+        g = build_loaded_graph("bfs", config, bctx, lambda bid, io: BFSLoaded(bid, io, source),
+                               undirected=not config["directed"], summarize=_summarize,
+                               fmt=value_format(config, "depth"))
+    else:
+        edges = follow(load_graph(config), config)
+        try:
+            _bisect(edges.ids, source)
+        except ValueError:
+            sample = ", ".join(edges.ids[:3])
+            raise UsageError(f"source vertex '{source}' is not in {edges.url} "
+                             f"({edges.n} vertices, e.g. {sample})") from None
+        g = build_graph("bfs", edges, bctx, lambda vid, adj: BFSVertex(vid, adj, vid == source))
     g.add_combiner("min")
     g.add_aggregator("updated", "sum")
     return g
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    rows = collect(result)
-    write_result(config, rows, "depth")
-    reached = [d for _, d in rows if d != UNREACHABLE]
+    parted = parted_results(result, config)
     levels: dict[int, int] = {}
-    for d in reached:
-        levels[d] = levels.get(d, 0) + 1
+    if parted is not None:
+        count = parted[0]
+        for s in parted[1]:
+            for d, c in s["levels"].items():
+                levels[int(d)] = levels.get(int(d), 0) + c
+    else:
+        rows = collect(result)
+        write_result(config, rows, "depth")
+        count = len(rows)
+        for _, d in rows:
+            if d != UNREACHABLE:
+                levels[d] = levels.get(d, 0) + 1
+    reached = sum(levels.values())
+    depth = max(levels, default=0)
     source = config["source"] or EXAMPLE_SOURCE
-    lines = [f"bfs from {source}: {len(reached)} of {len(rows)} vertices reachable, "
-             f"depth {max(reached, default=0)}, {result.supersteps} supersteps"]
+    lines = [f"bfs from {source}: {reached} of {count} vertices reachable, "
+             f"depth {depth}, {result.supersteps} supersteps"]
     lines += [f"depth {d:>6}: {levels[d]} vertices" for d in sorted(levels)[: config["top"]]]
     if config["output"]:
-        lines.append(f"wrote {len(rows)} depths to {config['output']}")
-    return "\n".join(lines), {"vertices": len(rows), "reachable": len(reached), "depth": max(reached, default=0),
+        lines.append(f"wrote {count} depths to {config['output']}")
+    return "\n".join(lines), {"vertices": count, "reachable": reached, "depth": depth,
                               "levels": {str(d): c for d, c in sorted(levels.items())}}
 
 

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import StorageError, UsageError
-from ..partitioner import resolve_strategy
 from ..storage import read_text
-from ..vertices.graph_algos import Subgraph
 
-__all__ = ["EdgeList", "load_edges", "parse_edges", "example_graph_url", "block_subgraphs"]
+__all__ = ["EdgeList", "load_edges", "parse_edges", "example_graph_url"]
 
 
 @dataclass
@@ -305,22 +303,3 @@ def _combine(parts: list[EdgeList], url: str, extra: list[str]) -> EdgeList:
     return EdgeList(url, ids, cat(src) if src else np.zeros(0, np.int64), cat(dst) if dst else np.zeros(0, np.int64),
                     cat([p.weight for p in parts]) if parts else np.zeros(0),
                     cat([p.lineno for p in parts]) if parts else np.zeros(0, np.int64))
-
-
-def block_subgraphs(edges: EdgeList, workers: int, placement: str | None, prefix: str) -> list[Subgraph]:
-    """Cut the graph into one ``Subgraph`` per worker; graph vertices are placed by ``placement``."""
-    strategy = resolve_strategy(placement)
-    owner = np.asarray(strategy.assign(edges.ids, workers), dtype=np.int64).reshape(edges.n)
-    blocks = [f"{prefix}{b:04d}" for b in range(workers)]
-    order = np.lexsort((edges.dst, edges.src))  # CSR rows by source, stable within a row
-    src, dst, weight = edges.src[order], edges.dst[order], edges.weight[order]
-    subs = []
-    for b in range(workers):
-        own = np.flatnonzero(owner == b)
-        sel = owner[src] == b
-        counts = np.bincount(np.searchsorted(own, src[sel]), minlength=len(own))
-        indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        subs.append(Subgraph(edges.n, own, indptr, dst[sel], weight[sel], owner, blocks,
-                             [edges.ids[i] for i in own.tolist()]))
-    return subs
-

@@ -12,6 +12,12 @@ components named by their numerically smallest member. ``format=mariana`` keeps 
 ``vertex<TAB>value`` lines in string order (``inf`` for unreachable). ``format=auto`` (default)
 is ``graphalytics`` when ``vertices=`` is given, otherwise ``mariana``, so the plain edge-list
 jobs behave as before.
+
+Block mode reads every job's graph in parts with all of these conventions (``jobs/graphload.py``:
+``directed=false`` routes each edge to both ends, the owner of each vertex checks it against the
+``.v`` file, each worker writes its part with ``graphalytics_part`` and the parts are merged in
+the same order); vertex mode reads the whole graph in every process (``load_graph``) and writes
+with ``write_result``. Both give the same bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from .edgelist import EdgeList, load_edges
 from .registry import Key
 
 __all__ = ["GRAPHALYTICS_KEYS", "read_vertices", "with_vertices", "load_graph", "output_format",
-           "id_order", "label_ranks", "write_result"]
+           "id_order", "label_ranks", "write_result", "value_format", "graphalytics_part"]
 
 GRAPHALYTICS_KEYS = (
     Key("vertices", None, "str", "Graphalytics .v file: every vertex id, one per line (isolated vertices "
@@ -95,15 +101,6 @@ def follow(edges: EdgeList, config: dict[str, Any]) -> EdgeList:
     return edges if config.get("directed", True) else edges.undirected()
 
 
-def loads_in_parts(config: dict[str, Any], follows_direction: bool = True) -> bool:
-    """Whether a job reads the graph in parts, each worker its own splits (block mode, issue 23's
-    loading supersteps), or whole in every process (vertex mode, and what the partitioned path does
-    not do yet: Graphalytics' output order and, for a job that follows edge direction,
-    ``directed=false``)."""
-    undirected_input = follows_direction and not config.get("directed", True)
-    return config["mode"] == "block" and not undirected_input and output_format(config) == "mariana"
-
-
 def output_format(config: dict[str, Any]) -> str:
     fmt = config.get("format", "auto")
     if fmt == "auto":
@@ -145,6 +142,29 @@ def _fmt_graphalytics_float(x: float) -> str:
     return "Infinity" if math.isinf(x) else repr(float(x))
 
 
+def value_format(config: dict[str, Any], kind: str) -> Callable[[Any], str]:
+    """How a value of ``kind`` (see ``write_result``) is written in the output format of ``config``."""
+    graphalytics = output_format(config) == "graphalytics"
+    if kind == "float":
+        return _fmt_graphalytics_float if graphalytics else _fmt_mariana_float
+    if kind == "depth":
+        from ..vertices.graphalytics import UNREACHABLE
+
+        return str if graphalytics else (lambda d: "inf" if d == UNREACHABLE else str(d))
+    return str
+
+
+def graphalytics_part(ids: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str], numeric: bool) -> tuple[str, str]:
+    """One worker's part of a Graphalytics output: ``vertex value`` lines (``ids`` in string order)
+    ordered by number when every id of the graph is an integer (``numeric``); and that order, the
+    key of the parts' merge (``storage.parts.LINE_KEYS``)."""
+    if numeric and len(ids):
+        by_number = np.argsort(ids.astype(np.int64), kind="stable")
+        ids, values = ids[by_number], values[by_number]
+    text = "".join(map("{} {}\n".format, ids.tolist(), map(fmt, values.tolist())))
+    return text, "numeric" if numeric else "graphalytics"
+
+
 def write_result(config: dict[str, Any], rows: list[tuple[str, Any]], kind: str) -> None:
     """Write ``rows`` (sorted by id string) to ``config['output']`` if set.
 
@@ -156,15 +176,7 @@ def write_result(config: dict[str, Any], rows: list[tuple[str, Any]], kind: str)
     if not url:
         return
     graphalytics = output_format(config) == "graphalytics"
-    fmt: Callable[[Any], str]
-    if kind == "float":
-        fmt = _fmt_graphalytics_float if graphalytics else _fmt_mariana_float
-    elif kind == "depth":
-        from ..vertices.graphalytics import UNREACHABLE
-
-        fmt = str if graphalytics else (lambda d: "inf" if d == UNREACHABLE else str(d))
-    else:
-        fmt = str
+    fmt = value_format(config, kind)
     if graphalytics:
         order = id_order([vid for vid, _ in rows])
         rows = [rows[i] for i in order]

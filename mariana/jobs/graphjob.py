@@ -1,4 +1,4 @@
-"""What pagerank, sssp and wcc share: config keys, graph construction in both modes, output."""
+"""What the graph jobs share: config keys, graph construction in both modes, output."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from ..partitioner import ExplicitStrategy, RangeStrategy
 from ..storage import write_text
 from ..storage.parts import commit_parts, discard_parts
 from ..storage.splits import list_inputs
-from ..vertices.graph_algos import Subgraph
-from .edgelist import EdgeList, block_subgraphs, example_graph_url
-from .graphalytics import GRAPHALYTICS_KEYS
+from .edgelist import EdgeList, example_graph_url
+from .graphalytics import GRAPHALYTICS_KEYS, output_format
 from .graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec
 from .registry import BuildContext, Key
 
@@ -29,23 +28,14 @@ GRAPH_KEYS = (
 ) + GRAPHALYTICS_KEYS
 
 
-def build_graph(name: str, edges: EdgeList, bctx: BuildContext, mode: str,
-                make_vertex: Callable[[str, list[tuple[str, Any]]], Vertex],
-                make_block: Callable[[str, Subgraph], Vertex]) -> Graph:
-    """One vertex per graph vertex (``mode=vertex``) or one block vertex per worker (``block``).
-
-    Either way graph vertices are placed on workers by ``bctx.placement``.
-    """
+def build_graph(name: str, edges: EdgeList, bctx: BuildContext,
+                make_vertex: Callable[[str, list[tuple[str, Any]]], Vertex]) -> Graph:
+    """Vertex mode: one engine vertex per graph vertex, placed on workers by ``bctx.placement``
+    (block mode loads the graph in parts instead: ``build_loaded_graph``)."""
     g = Graph(name=name)
-    if mode == "vertex":
-        for vid, adj in zip(edges.ids, edges.adjacency()):
-            g.add_vertex(make_vertex(vid, adj))
-        g.placement = bctx.placement
-        return g
-    for b, sub in enumerate(block_subgraphs(edges, bctx.workers, bctx.placement, f"{name}-block-")):
-        g.add_lazy(sub.blocks[b], lambda bid=sub.blocks[b], sub=sub: make_block(bid, sub), size_hint=len(sub.own))
-    # block b lives on worker b; the strategy the user chose placed the graph vertices into blocks
-    g.placement = ExplicitStrategy(lambda vid: int(vid.rsplit("-", 1)[1]), name=bctx.placement or "hash")
+    for vid, adj in zip(edges.ids, edges.adjacency()):
+        g.add_vertex(make_vertex(vid, adj))
+    g.placement = bctx.placement
     return g
 
 
@@ -101,10 +91,14 @@ def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
     range_ = placement == "range" or isinstance(placement, RangeStrategy)
     spec = LoadSpec(graph=config["graph"] or example_graph_url(), vertices=config.get("vertices"),
                     undirected=undirected, weights=weights, nonnegative=nonnegative, split_mb=config["split_mb"],
-                    placement="range" if range_ else "hash", output=config["output"] or None)
+                    placement="range" if range_ else "hash", output=config["output"] or None,
+                    graphalytics=output_format(config) == "graphalytics")
     list_inputs(spec.graph)
     if spec.vertices:
-        list_inputs(spec.vertices)
+        try:
+            list_inputs(spec.vertices)
+        except UsageError as exc:
+            raise UsageError(f"cannot read vertices file: {exc}") from None
     g = Graph(name=name)
     blocks = [f"{name}-block-{b:04d}" for b in range(bctx.workers)]
     for b, bid in enumerate(blocks):
@@ -125,7 +119,7 @@ def parted_results(result: RunResult, config: dict[str, Any]) -> tuple[int, list
     try:
         if errors:
             raise StorageError(errors[0])
-        commit_parts(config["output"], [b["part"] for b in blocks])
+        commit_parts(config["output"], [b["part"] for b in blocks], order=blocks[0].get("order", "string"))
     except StorageError as exc:
         discard_parts(config["output"])
         raise UsageError(f"cannot write output: {exc}") from None

@@ -110,6 +110,8 @@ class LoadSpec:
     split_mb: float = 64.0
     placement: str | None = None
     output: str | None = None
+    #: output parts in Graphalytics' format: 'vertex value' lines, numeric order for integer ids
+    graphalytics: bool = False
 
 
 @dataclass
@@ -125,6 +127,7 @@ class _Chunk:
     values: np.ndarray | None
     pairs: np.ndarray
     weight: np.ndarray | None
+    listed: bool = False  # ids of the vertices= file (every edge endpoint must be one of them)
 
     @property
     def size(self) -> int:
@@ -281,7 +284,19 @@ class GraphLoader:
     def _parse_vertices(self, split: Split) -> _Chunk:
         text = read_text_split(split).decode("utf-8", errors="strict")
         tokens = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        for i, t in enumerate(tokens):  # Graphalytics .v: one id per line
+            if len(t.split()) > 1:
+                raise UsageError(f"{split.url}:{lines_before(split) + i + 1}: expected one vertex id per line, "
+                                 f"found {len(t.split())} fields: {t!r}")
         ids = sorted({t for t in tokens if t})
+        if len(ids) < sum(1 for t in tokens if t):
+            first: dict[str, int] = {}
+            for i, t in enumerate(tokens):
+                if t in first:
+                    raise UsageError(f"{split.url}:{lines_before(split) + i + 1}: vertex {t!r} listed twice "
+                                     f"(first at line {lines_before(split) + first[t] + 1})")
+                if t:
+                    first[t] = i
         names = np.array(ids, dtype=str) if ids else np.empty(0, dtype="U1")
         values = None
         try:
@@ -290,7 +305,8 @@ class GraphLoader:
                 values = ints
         except (ValueError, OverflowError):
             pass
-        return _Chunk(split, names if values is None else None, values, np.empty((0, 2), np.int64), None)
+        return _Chunk(split, names if values is None else None, values, np.empty((0, 2), np.int64), None,
+                      listed=True)
 
     # -- superstep 1 ---------------------------------------------------------------------------
     def key_of(self, name: str) -> Any:
@@ -343,10 +359,10 @@ class GraphLoader:
                     if wt is not None:
                         box.setdefault("w", []).append(wt[sel])
             for blk in np.unique(owner).tolist():  # every id seen exists at its owner
-                out.setdefault(blk, {}).setdefault("ann", []).append(keys[owner == blk])
+                out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(keys[owner == blk])
         for blk in sorted(out):
             box = out.pop(blk)
-            payload = {k: (pack_keys(_cat(box.pop(k))) if k in ("src", "dst", "ann") else _cat(box.pop(k)))
+            payload = {k: (pack_keys(_cat(box.pop(k))) if k in ("src", "dst", "ann", "listed") else _cat(box.pop(k)))
                        for k in list(box)}
             ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
 
@@ -372,6 +388,19 @@ class GraphLoader:
         weight = cat("w", dtype=np.float64)[order] if self.spec.weights else None
         del order
         own = _sorted_unique(np.concatenate([_sorted_unique(src, presorted=True), cat("ann", True)]))
+        if self.spec.vertices:  # every edge endpoint (all of them were announced) must be listed
+            listed = np.sort(cat("listed", True))
+            twice = np.flatnonzero(listed[1:] == listed[:-1])
+            if twice.size:  # in two splits (one split names its line)
+                vid = str(decode_keys(listed[twice[:1]])[0])
+                raise UsageError(f"{self.spec.vertices}: vertex {vid!r} listed twice")
+            at = np.minimum(np.searchsorted(listed, own), max(len(listed) - 1, 0))
+            missing = np.flatnonzero(listed[at] != own) if len(listed) else np.arange(len(own))
+            if missing.size:
+                vid = str(decode_keys(own[missing[:1]])[0])
+                raise UsageError(f"{self.url}: vertex {vid!r} is not in {self.spec.vertices} "
+                                 f"(every edge endpoint must be listed there)")
+            own = listed
         indptr = np.append(np.searchsorted(src, own), len(src)).astype(np.int64)
         del src
         # destinations: int32 slots into the distinct destination keys (8 + 2 bytes per target, not per edge)
@@ -413,9 +442,17 @@ class GraphLoader:
         if not self.spec.output:
             return {"ids": ids.tolist(), "values": vals.tolist() if labels else vals}
         url = part_url(self.spec.output, self.index)
-        line = "{}\t{!r}\n" if vals.dtype.kind == "f" else "{}\t{}\n"  # repr(float): as fmt_float
+        order = "string"
+        if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
+            from .graphalytics import graphalytics_part
+
+            text, order = graphalytics_part(ids, vals, self.fmt, own.dtype.kind != "S")
+        elif vals.dtype.kind == "f":
+            text = "".join(map("{}\t{!r}\n".format, ids.tolist(), vals.tolist()))  # repr(float): as fmt_float
+        else:
+            text = "".join(map("{}\t{}\n".format, ids.tolist(), map(self.fmt, vals.tolist())))
         try:
-            write_text(url, "".join(map(line.format, ids.tolist(), vals.tolist())))
+            write_text(url, text)
         except StorageError as exc:  # reported by the job's finish, with every other part discarded
             return {"part": url, "error": str(exc)}
-        return {"part": url, "rows": len(ids), "summary": self.summarize(ids, vals)}
+        return {"part": url, "rows": len(ids), "summary": self.summarize(ids, vals), "order": order}

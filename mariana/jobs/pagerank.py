@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 
 from ..engine import Graph, RunResult
-from ..vertices.graph_algos import PageRankBlock, PageRankVertex, pagerank_master
+from ..vertices.graph_algos import PageRankVertex, pagerank_master
 from ..vertices.graph_blocks import LOAD_STEPS, PageRankLoaded, loaded_pagerank_master
-from .graphalytics import follow, load_graph, loads_in_parts, write_result
-from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, fmt_float, parted_results
+from .graphalytics import follow, load_graph, value_format, write_result
+from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, parted_results
 from .registry import BuildContext, Job, Key
 
 
@@ -19,7 +19,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     check_range(config, "iterations", 0)
     check_range(config, "tol", 0.0)
     d, it, l1 = config["damping"], config["iterations"], config["tol"] > 0
-    if loads_in_parts(config):
+    if config["mode"] == "block":
         top = config["top"]
 
         def summarize(ids: np.ndarray, ranks: np.ndarray) -> dict[str, Any]:
@@ -27,13 +27,12 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
             return {"top": [[ids[i], float(ranks[i])] for i in best.tolist()]}
 
         g = build_loaded_graph("pagerank", config, bctx, lambda bid, io: PageRankLoaded(bid, io, d, it, l1),
-                               summarize=summarize, fmt=fmt_float)
+                               undirected=not config["directed"], summarize=summarize,
+                               fmt=value_format(config, "float"))
         g.master_compute = loaded_pagerank_master(config["tol"])
     else:
         edges = follow(load_graph(config), config)
-        g = build_graph("pagerank", edges, bctx, config["mode"],
-                        lambda vid, adj: PageRankVertex(vid, adj, d, it, l1),
-                        lambda bid, sub: PageRankBlock(bid, sub, d, it, l1))
+        g = build_graph("pagerank", edges, bctx, lambda vid, adj: PageRankVertex(vid, adj, d, it, l1))
         g.master_compute = pagerank_master(config["tol"])
     g.add_aggregator("dangling", "fsum")
     g.add_aggregator("l1", "fsum")
@@ -50,7 +49,7 @@ def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tu
         write_result(config, rows, "float")
         count = len(rows)
         top = sorted(rows, key=lambda r: (-r[1], r[0]))[: config["top"]]
-    loading = LOAD_STEPS if loads_in_parts(config) else 0
+    loading = LOAD_STEPS if config["mode"] == "block" else 0
     updates = max(result.supersteps - 1 - loading, 0)
     lines = [f"pagerank: {count} vertices, {updates} update(s) ({result.halt_reason})"]
     lines += [f"{i + 1:>4}  {vid:<24} {rank:.10f}" for i, (vid, rank) in enumerate(top)]

@@ -9,10 +9,10 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..errors import UsageError
-from ..vertices.graph_algos import SSSPBlock, SSSPVertex
+from ..vertices.graph_algos import SSSPVertex
 from ..vertices.graph_blocks import SSSPLoaded
-from .graphalytics import follow, load_graph, loads_in_parts, write_result
-from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, fmt_float, parted_results
+from .graphalytics import follow, load_graph, value_format, write_result
+from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job, Key
 
 EXAMPLE_SOURCE = "amsterdam"
@@ -24,7 +24,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         if config["graph"] is not None:
             raise UsageError("sssp needs a source vertex: --set source=VERTEX")
         source = EXAMPLE_SOURCE
-    if loads_in_parts(config):
+    if config["mode"] == "block":
         top = config["top"]
 
         def summarize(ids: np.ndarray, dist: np.ndarray) -> dict[str, Any]:
@@ -33,7 +33,8 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
             return {"reached": int(reached.size), "nearest": [[ids[i], float(dist[i])] for i in best.tolist()]}
 
         g = build_loaded_graph("sssp", config, bctx, lambda bid, io: SSSPLoaded(bid, io, source),
-                               weights=True, nonnegative=True, summarize=summarize, fmt=fmt_float)
+                               undirected=not config["directed"], weights=True, nonnegative=True,
+                               summarize=summarize, fmt=value_format(config, "float"))
     else:
         g = _whole_graph(config, bctx, source)
     g.add_combiner("min")
@@ -42,20 +43,19 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
 
 
 def _whole_graph(config: dict[str, Any], bctx: BuildContext, source: str) -> Graph:
-    """The graph read whole in every process (vertex mode, Graphalytics conventions)."""
+    """Vertex mode: the graph read whole in every process."""
     edges = follow(load_graph(config), config)
     negative = np.flatnonzero(edges.weight < 0)
     if negative.size:
         e = int(negative[0])
         raise UsageError(f"{edges.where(e)}: negative weight {edges.weight[e]:g} (sssp needs weights >= 0)")
     try:
-        src_index = _bisect(edges.ids, source)
+        _bisect(edges.ids, source)
     except ValueError:
         sample = ", ".join(edges.ids[:3])
         raise UsageError(f"source vertex '{source}' is not in {edges.url} "
                          f"({edges.n} vertices, e.g. {sample})") from None
-    return build_graph("sssp", edges, bctx, config["mode"], lambda vid, adj: SSSPVertex(vid, adj, vid == source),
-                       lambda bid, sub: SSSPBlock(bid, sub, src_index))
+    return build_graph("sssp", edges, bctx, lambda vid, adj: SSSPVertex(vid, adj, vid == source))
 
 
 def _bisect(ids: list[str], v: str) -> int:

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from ..engine import Graph, RunResult
-from ..vertices.graph_algos import WCCBlock, WCCVertex
-from ..vertices.graph_blocks import WCCLoaded
-from .graphalytics import load_graph, loads_in_parts, write_result
+from ..vertices.graph_algos import WCCVertex
+from ..vertices.graphalytics_loaded import WCCComponentsLoaded
+from .graphalytics import load_graph, output_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job
 
@@ -23,11 +23,13 @@ def _summarize(ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
-    if loads_in_parts(config, follows_direction=False):
-        g = build_loaded_graph("wcc", config, bctx, WCCLoaded, undirected=True, summarize=_summarize)
+    if config["mode"] == "block":  # Graphalytics names a component by its numerically smallest member
+        numeric = output_format(config) == "graphalytics"
+        g = build_loaded_graph("wcc", config, bctx, lambda bid, io: WCCComponentsLoaded(bid, io, numeric),
+                               undirected=True, summarize=_summarize)
     else:
         edges = load_graph(config).undirected()
-        g = build_graph("wcc", edges, bctx, config["mode"], WCCVertex, WCCBlock)
+        g = build_graph("wcc", edges, bctx, WCCVertex)
     g.add_combiner("min")
     g.add_aggregator("updated", "sum")
     return g
@@ -41,10 +43,7 @@ def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tu
         for s in parted[1]:
             sizes_counter.update(dict(zip((str(x) for x in s["labels"]), s["counts"])))
     else:
-        rows = collect(result)
-        if rows and not isinstance(rows[0][1], str):  # block labels are global indices
-            ids = [vid for vid, _ in rows]
-            rows = [(vid, ids[label]) for vid, label in rows]
+        rows = [(vid, str(label)) for vid, label in collect(result)]  # block mode: ints for integer ids
         write_result(config, rows, "component")
         count = len(rows)
         sizes_counter.update(label for _, label in rows)

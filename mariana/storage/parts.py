@@ -3,7 +3,8 @@
 Every worker writes its part (sorted within the part) under ``OUT.tmp-parts/`` while the job
 finishes; then the driver commits them: when ``OUT`` is a directory (ends with ``/`` or already is
 one) the parts become ``OUT/part-00000.tsv``, ...; when ``OUT`` is a file, a streaming k-way merge
-of the parts writes it sorted by vertex id, reading a bounded number of lines of each part at a
+of the parts writes it sorted by vertex id (as a number, for Graphalytics' format with integer
+ids), reading a bounded number of lines of each part at a
 time. Until the commit, ``OUT`` is untouched: a job that fails leaves no half-written output.
 """
 
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import posixpath
 from itertools import islice
-from typing import IO, Callable, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from ..errors import MarianaError, StorageError
 from .rundir import _FS_ERRORS, _fs, _open_whole
 
-__all__ = ["part_url", "is_directory_output", "commit_parts", "merge_sorted", "discard_parts"]
+__all__ = ["part_url", "is_directory_output", "commit_parts", "merge_sorted", "discard_parts", "LINE_KEYS"]
 
 
 def _tmp(output: str) -> str:
@@ -43,8 +44,22 @@ def _key(line: str) -> str:
     return line[:line.find("\t")]
 
 
+def _graphalytics_key(line: str) -> str:
+    return line[:line.find(" ")]
+
+
+def _numeric_key(line: str) -> int:
+    return int(line[:line.find(" ")])
+
+
+#: the order of the lines of a part: ``string`` ('vertex<TAB>value', by id string), Graphalytics'
+#: 'vertex value' by id string (``graphalytics``) or, every id an integer, by number (``numeric``)
+LINE_KEYS: dict[str, Callable[[str], Any]] = {"string": _key, "graphalytics": _graphalytics_key,
+                                              "numeric": _numeric_key}
+
+
 def merge_sorted(readers: list[IO[str]], out: IO[bytes], chunk_lines: int = 1 << 16,
-                 key: Callable[[str], str] = _key) -> int:
+                 key: Callable[[str], Any] = _key) -> int:
     """Merge text streams, each sorted by ``key``, into ``out``; at most ``chunk_lines`` lines of
     each stream in memory. Returns the number of lines written."""
     buffers: list[list[str]] = [[] for _ in readers]
@@ -84,8 +99,9 @@ def merge_sorted(readers: list[IO[str]], out: IO[bytes], chunk_lines: int = 1 <<
         written += len(batch)
 
 
-def commit_parts(output: str, parts: list[str]) -> str:
-    """Make the written ``parts`` the output ``output``; returns what was written (dir or file)."""
+def commit_parts(output: str, parts: list[str], order: str = "string") -> str:
+    """Make the written ``parts`` the output ``output``; returns what was written (dir or file).
+    ``order``: how each part is sorted, and so the merge (a key of ``LINE_KEYS``)."""
     fs, path = _fs(output)
     try:
         if is_directory_output(output):
@@ -101,7 +117,7 @@ def commit_parts(output: str, parts: list[str]) -> str:
         readers = [fs.open(_fs(p)[1], "rt", encoding="utf-8") for p in parts]
         try:
             with _open_whole(fs, path, fsync=False) as out:
-                merge_sorted(readers, out)
+                merge_sorted(readers, out, key=LINE_KEYS[order])
         finally:
             for r in readers:
                 r.close()

@@ -7,7 +7,8 @@ builds a ``LocalGraph``), then runs its algorithm; ``step = superstep - LOAD_STE
 Vertices are named by *keys*: int64 codes of the ids that sort like the id strings (for integer
 ids) or the UTF-8 bytes of the ids (``S`` arrays, sent as ``uint8`` matrices). Keys sort in string
 order of the ids, so sums run in ascending source id order (PageRank is bit-identical to
-``PageRankVertex`` whatever the worker count) and the smallest key is the smallest id (WCC).
+``PageRankVertex`` whatever the worker count) and the smallest key is the smallest id (WCC,
+``graphalytics_loaded.WCCComponentsLoaded``; BFS, CDLP and LCC are there too).
 No array here is as long as the whole graph: a block holds its own vertices, their out-edges
 (destination keys, destination blocks) and, for PageRank, the order of its in-edges.
 """
@@ -24,7 +25,7 @@ from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
 from .graph_algos import pagerank_shares, pagerank_update
 
-__all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded", "WCCLoaded",
+__all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
            "pack_keys", "unpack_keys", "loaded_pagerank_master", "BLOCK_TAG"]
 
 #: Supersteps spent loading: parse the splits, route edges to their owners, build the blocks.
@@ -381,35 +382,3 @@ class SSSPLoaded(LoadedBlock):
             w = g.weight[e] if g.weight is not None else 1.0
             _send_min(ctx, g, g.slot[e], dist[src_rows] + w, "d")
         ctx.vote_to_halt()
-
-
-class WCCLoaded(LoadedBlock):
-    """HashMin over edges loaded in both directions; the label is the smallest key (= id)."""
-
-    state_fields = LoadedBlock.state_fields
-
-    def loaded(self, ctx: Context) -> None:
-        assert self.g is not None
-        self.value = self.g.own.copy()
-
-    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
-        g, label = self.g, self.value
-        assert g is not None
-        if s == 0:
-            rows = np.arange(len(g.own))
-        else:
-            rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "label", keys=True),
-                             label)
-            if rows.size:
-                ctx.aggregate("updated", int(rows.size))
-        e = g.edges_of(rows)
-        if e.size:
-            src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
-            _send_min(ctx, g, g.slot[e], label[src_rows], "label")
-        ctx.vote_to_halt()
-
-    def result(self) -> dict[str, Any]:
-        g = self.g
-        if g is None:
-            return {"ids": [], "values": np.zeros(0)}
-        return self.out.result(g.own, self.value, labels=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mariana.errors import UsageError
-from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, block_subgraphs, example_graph_url,
+from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, example_graph_url,
                                    load_edges, parse_edges)
 
 pytestmark = pytest.mark.timeout(120)
@@ -177,28 +177,6 @@ def test_adjacency_in_file_order():
     assert adj[el.ids.index("a")] == [("c", 1.0), ("b", 3.0), ("c", 4.0)]
     assert adj[el.ids.index("b")] == [("a", 2.0)]
     assert adj[el.ids.index("c")] == []
-
-
-@pytest.mark.parametrize("placement", ["hash", "range"])
-@pytest.mark.parametrize("workers", [1, 2, 3, 7])
-def test_block_subgraphs_partition_the_graph(placement, workers):
-    rnd = random.Random(workers)
-    ids = [f"v{i}" for i in range(20)] + [str(i) for i in range(12)]
-    text = "\n".join(f"{rnd.choice(ids)} {rnd.choice(ids)} {rnd.randint(0, 9)}" for _ in range(80))
-    el = parse_edges(text, URL)
-    subs = block_subgraphs(el, workers, placement, "x-")
-    assert len(subs) == workers
-    owned = np.concatenate([s.own for s in subs])
-    assert sorted(owned.tolist()) == list(range(el.n))  # every vertex in exactly one block
-    got = []
-    for s in subs:
-        assert s.blocks == [f"x-{b:04d}" for b in range(workers)]
-        assert s.ids == [el.ids[i] for i in s.own.tolist()]
-        for row, g in enumerate(s.own.tolist()):
-            for e in range(s.indptr[row], s.indptr[row + 1]):
-                got.append((g, int(s.dst[e]), float(s.weight[e])))
-    want = list(zip(el.src.tolist(), el.dst.tolist(), el.weight.tolist()))
-    assert sorted(got) == sorted(want)
 
 
 # ----------------------------------------------------------------------------------------------

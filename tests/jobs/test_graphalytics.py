@@ -249,8 +249,10 @@ def test_bad_vertices_files(capsys, tmp_path):
     edges.write_text("1 2\n2 3\n")
     verts = tmp_path / "g.v"
     verts.write_text("1\n2\n")
+    err = bad_run(capsys, ["run", "lcc", "--set", f"graph={edges}", "--set", f"vertices={verts}", "--set", "mode=vertex"])
+    assert f"{edges}:2" in err and "'3'" in err and str(verts) in err  # the whole file: its line
     err = bad_run(capsys, ["run", "lcc", "--set", f"graph={edges}", "--set", f"vertices={verts}"])
-    assert f"{edges}:2" in err and "'3'" in err and str(verts) in err
+    assert f"{edges}: vertex '3' is not in {verts}" in err  # in parts: the vertex and both files
     verts.write_text("1\n2\n3\n2\n")
     err = bad_run(capsys, ["run", "bfs", "--set", f"graph={edges}", "--set", f"vertices={verts}", "--set", "source=1"])
     assert f"{verts}:4" in err and "twice" in err
@@ -293,7 +295,7 @@ def test_output_at_a_memory_url(capsys, tmp_path):
 
 def test_lcc_wedges_in_many_chunks(capsys, tmp_path, monkeypatch):
     """Superstep 2 cuts the wedges into messages of at most WEDGE_CHUNK: the result is the same."""
-    import mariana.vertices.graphalytics as ga
+    import mariana.vertices.graphalytics_loaded as ga
 
     rg = RandomGraph(9, 150, 2, density=4.0)
     path = rg.write(tmp_path)

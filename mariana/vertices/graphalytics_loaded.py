@@ -1,0 +1,573 @@
+"""BFS, CDLP and LCC over a graph loaded in parts (``graph_blocks.LoadedBlock``): each worker holds
+only its own vertices and their out-edges, as for PageRank, SSSP and WCC.
+
+The results are those of the vertex programs of ``vertices.graphalytics`` (BFS depths and CDLP
+labels exactly, LCC to the bit: integer triangle counts divided once, as there).
+
+- ``BFSLoaded``: hop depths from the source along the loaded out-edges (both ways for an
+  undirected graph: the loader routes each edge to both ends). Depths only grow, so each
+  destination is sent one message in the whole run (``sent`` marks it at the sender), carrying
+  only its key: it arrives in step s with depth s.
+- ``CDLPLoaded``: label propagation over in- plus out-neighbours counted per edge (an edge listed
+  both ways counts twice, a self-loop counts the vertex's own label twice), ties to the smallest
+  label. Step 0 sends every out-edge to its destination's block (the block learns its in-edges);
+  then each block sends every neighbouring block, once per step, the labels of its vertices that
+  have a neighbour there. Labels are the ids' integer values when every id is an integer (so the
+  smallest label is the numerically smallest id, Graphalytics' order), else the ids' UTF-8 bytes
+  (string order).
+- ``LCCLoaded``: ``N(v)`` = in- plus out-neighbours without ``v``; ``lcc(v)`` = directed edges
+  among ``N(v)`` / (|N(v)| (|N(v)| - 1)). Steps: 0 out-edges announce themselves (in-neighbours),
+  1 ``N(v)`` with direction codes and degrees to neighbouring blocks, 2 wedges, 3 closing checks
+  and triangle credits, 4 the coefficient.
+
+Message volume of LCC: neighbours are ranked by (degree, id) and a vertex sends each wedge of two
+*higher-ranked* neighbours (x, w) only to the lower end x, which checks the closing edge x-w in
+its own adjacency. A vertex has at most sqrt(2m) higher-ranked neighbours (each has degree >= its
+own), so the wedges sent are sum over v of C(d+(v), 2) <= m sqrt(2m)/2 over all vertices,
+instead of the sum of d(v)^2 of sending every neighbour list to every neighbour: on a power-law
+graph the hubs, which would dominate d(v)^2, send almost nothing, and the volume grows with the
+number of edges between vertices of similar degree, not with the square of the largest degree.
+Degrees travel once per (vertex, neighbouring block), with the vertex's *slot* (row at its owner
+* blocks + owner), so a wedge is 13 bytes (three int32 slots and the direction counts) and its
+receiver finds x's row without a search; the closing test is a hash-set probe. Triangle credits
+of the receiving block's own vertices are summed in place, the others once per (vertex, block
+that closed a triangle of it); wedges go out in messages of at most ``WEDGE_CHUNK`` wedges.
+Memory per block: its neighbour entries (in + out, ~2x its out-edges) and one chunk of wedges.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine import Context, Message
+from ..errors import UsageError
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys
+from .graphalytics import UNREACHABLE
+
+__all__ = ["UNREACHABLE", "BFSLoaded", "CDLPLoaded", "LCCLoaded", "WCCComponentsLoaded", "WEDGE_CHUNK"]
+
+#: At most this many wedges per message (bounds the memory of LCC's steps 2 and 3).
+WEDGE_CHUNK = 1 << 21
+_POPCOUNT = np.array([0, 1, 1, 2], dtype=np.int8)  # code bit 1: v -> x exists, bit 2: x -> v exists
+
+
+def _find_source(block: LoadedBlock, name: str) -> int:
+    """The local row of vertex ``name`` (-1 if another block owns it, or no block)."""
+    g = block.g
+    assert g is not None
+    key = block.out.key_of(name)
+    i = int(g.local(np.asarray([key], dtype=g.own.dtype))[0]) if len(g.own) else 0
+    return i if i < len(g.own) and g.own[i] == key else -1
+
+
+def _send_by_block(ctx: Context, g: LocalGraph, blk: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+    """Send the rows of ``cols`` (key columns packed already) to the block in ``blk`` of each row."""
+    if len(g.blocks) == 1:
+        if len(blk):
+            ctx.send(g.blocks[0], cols, tag=BLOCK_TAG)
+        return
+    order = np.argsort(blk, kind="stable")
+    bounds = np.searchsorted(blk[order], np.arange(len(g.blocks) + 1))
+    for b in range(len(g.blocks)):
+        sel = order[bounds[b]:bounds[b + 1]]
+        if sel.size:
+            ctx.send(g.blocks[b], {k: v[sel] for k, v in cols.items()}, tag=BLOCK_TAG)
+
+
+def _integer_ids(keys: np.ndarray) -> np.ndarray:
+    """The integer values of int64-coded (all-integer) ids."""
+    from ..jobs.graphload import decode_keys  # the key codes live with the loader
+
+    return decode_keys(keys).astype(np.int64) if len(keys) else np.empty(0, np.int64)
+
+
+def _distinct(idx: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of ``idx`` (all in [0, n)), ascending: a mark array when they are many,
+    a sort when they are few (a high-diameter BFS has thousands of tiny frontiers)."""
+    if idx.size * 16 < n:
+        return np.unique(idx)
+    mark = np.zeros(n, dtype=bool)
+    mark[idx] = True
+    return np.flatnonzero(mark)
+
+
+def _by_sender(messages: list[Message]) -> list[Message]:
+    """``messages`` in sender order: the same order every step, whatever the arrival order."""
+    return sorted(messages, key=lambda m: m.src)
+
+
+def _announce_in_edges(ctx: Context, g: LocalGraph, skip_loops: bool) -> None:
+    """Send every out-edge (src key, dst key) to the block of its destination."""
+    rows = g.src_rows()
+    dst = g.targets[g.slot]
+    if skip_loops:
+        keep = np.flatnonzero(g.own[rows] != dst)
+        rows, dst, blk = rows[keep], dst[keep], g.target_block[g.slot[keep]]
+    else:
+        blk = g.target_block[g.slot]
+    _send_by_block(ctx, g, blk, {"dst": pack_keys(dst), "src": pack_keys(g.own[rows])})
+
+
+def _neighbour_entries(g: LocalGraph, messages: list[Message]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(local row, neighbour key, neighbour's block, code 1 out / 2 in) of every out-edge and of
+    every in-edge announced in ``messages``."""
+    index = {b: i for i, b in enumerate(g.blocks)}
+    msgs = [m for m in _by_sender(messages) if "src" in m.payload]
+    in_dst = _concat(msgs, "dst", g.own.dtype, keys=True)
+    in_src = _concat(msgs, "src", g.own.dtype, keys=True)
+    in_blk = np.repeat(np.array([index[m.src] for m in msgs], dtype=np.int16),
+                       [len(m.payload["dst"]) for m in msgs]) if msgs else np.empty(0, np.int16)
+    rows = np.concatenate([g.src_rows().astype(np.int64), g.local(in_dst).astype(np.int64)])
+    keys = np.concatenate([g.targets[g.slot], in_src]) if len(in_src) else g.targets[g.slot]
+    blk = np.concatenate([g.target_block[g.slot], in_blk]).astype(np.int16)
+    code = np.concatenate([np.ones(len(g.slot), np.int8), np.full(len(in_src), 2, np.int8)])
+    return rows, keys, blk, code
+
+
+# --------------------------------------------------------------------------------------------
+# BFS
+# --------------------------------------------------------------------------------------------
+class BFSLoaded(LoadedBlock):
+    """BFS for a whole partition; the depths of ``BFSVertex``. ``source_name``: the source id."""
+
+    state_fields = (*LoadedBlock.state_fields, "sent", "source_name", "source_row")
+
+    def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
+        super().__init__(id, io)
+        self.source_name = source_name
+
+    def loaded(self, ctx: Context) -> None:
+        g = self.g
+        assert g is not None
+        self.value = np.full(len(g.own), UNREACHABLE, dtype=np.int64)
+        self.sent = np.zeros(len(g.targets), dtype=bool)
+        self.source_row = _find_source(self, self.source_name)
+        ctx.aggregate("source_found", int(self.source_row >= 0))
+
+    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
+        g, depth = self.g, self.value
+        assert g is not None
+        if s == 0:
+            if not ctx.aggregated("source_found", 0):
+                raise UsageError(f"source vertex '{self.source_name}' is not in {self.out.url} ({g.n} vertices)")
+            rows = np.array([self.source_row] if self.source_row >= 0 else [], dtype=np.int64)
+        else:
+            rows = _distinct(g.local(_concat(messages, "dst", g.own.dtype, keys=True)), len(g.own))
+            rows = rows[depth[rows] == UNREACHABLE]
+            if rows.size:
+                ctx.aggregate("updated", int(rows.size))
+        depth[rows] = s
+        slots = _distinct(g.slot[g.edges_of(rows)], len(g.targets))
+        slots = slots[~self.sent[slots]]
+        if slots.size:
+            self.sent[slots] = True
+            _send_by_block(ctx, g, g.target_block[slots], {"dst": pack_keys(g.targets[slots])})
+        ctx.vote_to_halt()
+
+
+# --------------------------------------------------------------------------------------------
+# WCC, block-centric
+# --------------------------------------------------------------------------------------------
+def _local_components(k: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """For every one of ``k`` rows, the smallest row of its component under the edges (u, v):
+    hook every edge's larger root under the smaller, then jump pointers, until nothing moves."""
+    parent = np.arange(k)
+    if not u.size:
+        return parent
+    keep = u < v  # the edges come in both directions: one is enough
+    u, v = u[keep], v[keep]
+    while True:
+        pu, pv = parent[u], parent[v]
+        lo, hi = np.minimum(pu, pv), np.maximum(pu, pv)
+        if np.array_equal(lo, hi):
+            return parent
+        np.minimum.at(parent, hi, lo)  # roots: every row points at its root after the jumps below
+        while True:  # pointer jumping: every row straight to its root
+            pp = parent[parent]
+            if np.array_equal(pp, parent):
+                break
+            parent = pp
+
+
+class WCCComponentsLoaded(LoadedBlock):
+    """Weakly connected components over edges loaded both ways, block-centric: the components
+    *inside* the block are found once (hooking and pointer jumping over its internal edges, O(log n)
+    vectorised rounds), a label that arrives spreads over a whole local component at once, and
+    only edges that leave the block carry messages; on one worker the job takes one step whatever
+    the diameter. The label is the smallest member: the smallest id string (``numeric=False``:
+    the keys), or the numerically smallest id when every id is an integer (``numeric=True``,
+    Graphalytics' naming)."""
+
+    state_fields = (*LoadedBlock.state_fields, "boundary_rows", "boundary_slots", "comp", "numeric")
+
+    def __init__(self, id: str, io: GraphIO, numeric: bool = False) -> None:
+        super().__init__(id, io)
+        self.numeric = numeric
+
+    def loaded(self, ctx: Context) -> None:
+        g = self.g
+        assert g is not None
+        self.value = _integer_ids(g.own) if self.numeric and g.own.dtype.kind != "S" else g.own.copy()
+
+    def _components(self) -> None:
+        """The components inside the block (step 0: processing, not loading)."""
+        g = self.g
+        assert g is not None
+        rows = g.src_rows()
+        inside = g.target_block[g.slot] == g.blocks.index(self.id)
+        self.comp = _local_components(len(g.own), rows[inside].astype(np.int64), g.local(g.targets[g.slot[inside]]))
+        out = np.flatnonzero(~inside)
+        self.boundary_rows, self.boundary_slots = rows[out], g.slot[out]
+        g.slot, g.indptr = g.slot[:0], g.indptr[:1]  # the boundary is all that is needed from here
+
+    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
+        from .graph_blocks import _send_min, group_min
+
+        if s == 0:
+            self._components()
+        g, label, comp = self.g, self.value, self.comp
+        assert g is not None
+        best = label.copy()  # indexed by row; what matters is the value at each component's root
+        if s == 0:
+            group_min(comp, label, best)  # every root takes its component's smallest label
+            label[:] = best[comp]
+            changed = np.ones(len(label), dtype=bool)
+        else:
+            text = label.dtype.kind == "S"
+            vals = _concat(messages, "label", label.dtype, keys=True) if text else _concat(messages, "label", label.dtype)
+            roots = group_min(comp[g.local(_concat(messages, "dst", g.own.dtype, keys=True))], vals, best)
+            lowered = np.zeros(len(label), dtype=bool)
+            lowered[roots] = True
+            changed = lowered[comp]
+            label[changed] = best[comp[changed]]
+            if roots.size:
+                ctx.aggregate("updated", int(np.count_nonzero(changed)))
+        sel = np.flatnonzero(changed[self.boundary_rows])
+        if sel.size:
+            _send_min(ctx, g, self.boundary_slots[sel], label[self.boundary_rows[sel]], "label")
+        ctx.vote_to_halt()
+
+    def result(self) -> dict[str, Any]:
+        g = self.g
+        if g is None:
+            return {"ids": [], "values": np.zeros(0)}
+        return self.out.result(g.own, self.value, labels=not (self.numeric and g.own.dtype.kind != "S"))
+
+
+# --------------------------------------------------------------------------------------------
+# CDLP
+# --------------------------------------------------------------------------------------------
+class CDLPLoaded(LoadedBlock):
+    """CDLP for a whole partition; the labels of ``CDLPVertex`` (see the module doc)."""
+
+    state_fields = (*LoadedBlock.state_fields, "iterations", "lo", "nb_key", "nb_row", "pos", "routes", "row_key",
+                    "span")
+
+    def __init__(self, id: str, io: GraphIO, iterations: int) -> None:
+        super().__init__(id, io)
+        self.iterations = iterations
+        self.routes: list[tuple[str, np.ndarray, np.ndarray | None]] = []
+        self.nb_row = np.empty(0, np.int64)  # local row of every neighbour entry (a multiset)
+        self.nb_key: np.ndarray | None = None  # its key, until ``pos`` is fixed
+        self.pos: np.ndarray | None = None  # where each entry's label sits in a step's messages
+        self.lo, self.span = 0, 0  # integer labels: the range of every id (span 0: rank the labels)
+        self.row_key: np.ndarray | None = None  # row * span of every entry, in the sort key's dtype
+
+    def loaded(self, ctx: Context) -> None:
+        g = self.g
+        assert g is not None
+        self.value = g.own.copy() if g.own.dtype.kind == "S" else _integer_ids(g.own)
+        if self.value.dtype.kind == "i" and len(self.value):  # every label is one of these ids
+            ctx.aggregate("cdlp_lo", int(self.value.min()))
+            ctx.aggregate("cdlp_hi", int(self.value.max()))
+
+    def run(self, ctx: Context, messages: list[Message], step: int) -> None:
+        g, label = self.g, self.value
+        assert g is not None
+        if step == 0:
+            if label.dtype.kind == "i":
+                self.lo = int(ctx.aggregated("cdlp_lo", 0))
+                self.span = int(ctx.aggregated("cdlp_hi", 0)) - self.lo + 1
+            if self.iterations > 0:
+                _announce_in_edges(ctx, g, skip_loops=False)
+            ctx.vote_to_halt()
+            return
+        s = step - 1  # rounds: labels sent in round s are taken up in round s + 1
+        if s == 0:
+            rows, keys, blk, _ = _neighbour_entries(g, messages)
+            self.nb_row, self.nb_key = rows, keys
+            if 0 < self.span and len(label) * self.span <= 2 ** 62:  # (row, label - lo) in one int
+                kt: Any = np.uint32 if len(label) * self.span <= 2 ** 32 else np.int64  # 32-bit keys sort faster
+                self.row_key = rows.astype(kt) * kt(self.span)
+            for b in np.unique(blk).tolist():
+                r = np.unique(rows[blk == b])
+                self.routes.append((g.blocks[b], r, pack_keys(g.own[r])))
+            g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        elif messages:
+            msgs = _by_sender(messages)
+            text = label.dtype.kind == "S"
+            if self.pos is None:
+                ids = _concat(msgs, "ids", g.own.dtype, keys=True)
+                order = np.argsort(ids, kind="stable")
+                assert self.nb_key is not None
+                self.pos = order[np.searchsorted(ids[order], self.nb_key)]
+                self.nb_key = None
+            lab = (_concat(msgs, "label", label.dtype, keys=True) if text else _concat(msgs, "label", np.int64))[self.pos]
+            self._adopt(ctx, lab)
+        if s < self.iterations:
+            for i, (block, rows, ids) in enumerate(self.routes):
+                payload: dict[str, Any] = {"label": pack_keys(label[rows]) if label.dtype.kind == "S" else label[rows]}
+                if ids is not None:
+                    payload["ids"] = ids
+                    self.routes[i] = (block, rows, None)  # sent once
+                ctx.send(block, payload, tag=BLOCK_TAG)
+        ctx.vote_to_halt()
+
+    def _adopt(self, ctx: Context, lab: np.ndarray) -> None:
+        """Every row with neighbours takes their most frequent label, the smallest of a tie."""
+        label = self.value
+        if not lab.size:
+            return
+        lo = self.lo
+        if self.row_key is not None:  # integer labels in a known range
+            uniq, u = None, self.span
+            key = np.sort(self.row_key + (lab - lo).astype(self.row_key.dtype))
+        else:  # labels ranked first (bytes, or a range too wide)
+            uniq, inverse = np.unique(lab, return_inverse=True)
+            u = len(uniq)
+            kt: Any = np.uint32 if len(label) * u <= 2 ** 32 else np.int64
+            key = np.sort(self.nb_row.astype(kt) * kt(u) + inverse.reshape(-1).astype(kt))
+        first = np.ones(key.size, dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        count = np.diff(np.append(starts, key.size))
+        key = key[starts].astype(np.int64)
+        row, lab_code = key // u, key % u
+        row_start = np.ones(row.size, dtype=bool)
+        row_start[1:] = row[1:] != row[:-1]
+        bounds = np.flatnonzero(row_start)
+        top = np.maximum.reduceat(count, bounds)
+        group = np.cumsum(row_start) - 1
+        best = np.flatnonzero(count == top[group])
+        keep = np.ones(best.size, dtype=bool)
+        keep[1:] = group[best[1:]] != group[best[:-1]]
+        best = best[keep]
+        rows = row[best]
+        new = lab_code[best] + lo if uniq is None else uniq[lab_code[best]]
+        changed = int(np.count_nonzero(label[rows] != new))
+        if changed:
+            ctx.aggregate("updated", changed)
+        label[rows] = new
+
+    def result(self) -> dict[str, Any]:
+        g = self.g
+        if g is None:
+            return {"ids": [], "values": np.zeros(0)}
+        return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
+
+
+# --------------------------------------------------------------------------------------------
+# LCC
+# --------------------------------------------------------------------------------------------
+class _KeySet:
+    """A vectorised open-addressing hash map int64 key -> small int (linear probing): LCC's
+    closing-edge test, one or two random reads per probe instead of a binary search."""
+
+    EMPTY = -1
+
+    def __init__(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        bits = max(4, int(4 * max(keys.size, 1) - 1).bit_length())  # load factor <= 1/4
+        self.shift = np.uint64(64 - bits)
+        self.mask = (1 << bits) - 1
+        self.keys = np.full(1 << bits, self.EMPTY, dtype=np.int64)
+        self.vals = np.zeros(1 << bits, dtype=np.int8)
+        slot = self._hash(keys)
+        pending = np.arange(keys.size)
+        while pending.size:
+            sp, kp = slot[pending], keys[pending]
+            free = self.keys[sp] == self.EMPTY
+            self.keys[sp[free]] = kp[free]  # one of several claimants wins each free slot
+            won = self.keys[sp] == kp
+            self.vals[sp[won]] = vals[pending[won]]
+            pending = pending[~won]
+            slot[pending] = (slot[pending] + 1) & self.mask
+
+    def _hash(self, keys: np.ndarray) -> np.ndarray:
+        h = keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        return (h >> self.shift).astype(np.int64)
+
+    def get(self, probe: np.ndarray) -> np.ndarray:
+        """The value of every probe key, 0 where absent."""
+        out = np.zeros(probe.size, dtype=np.int8)
+        slot = self._hash(probe)
+        pending = np.arange(probe.size)
+        while pending.size:
+            sp = slot[pending]
+            t = self.keys[sp]
+            hit = t == probe[pending]
+            out[pending[hit]] = self.vals[sp[hit]]
+            pending = pending[~hit & (t != self.EMPTY)]
+            slot[pending] = (slot[pending] + 1) & self.mask
+        return out
+
+
+def _small(a: np.ndarray) -> np.ndarray:
+    """Non-negative ints as int32 where they fit (the wire carries half the bytes)."""
+    return a.astype(np.int32) if not a.size or int(a.max()) < 2 ** 31 else a
+
+
+class LCCLoaded(LoadedBlock):
+    """LCC for a whole partition with degree-ordered wedge checks (see the module doc); the values
+    of ``LCCVertex`` to the bit.
+
+    From step 1 on a vertex is also named by its *slot* ``row * blocks + block`` (its local row at
+    its owner, and the owner): slots travel with the degrees once, so wedges and credits carry
+    4-byte slots instead of keys, and the receiver finds the row without a search."""
+
+    state_fields = (*LoadedBlock.state_fields, "closing_keys", "closing_mult", "code", "nb", "nb_blk", "nb_indptr", "tri")
+
+    def loaded(self, ctx: Context) -> None:
+        g = self.g
+        assert g is not None
+        self.value = np.zeros(len(g.own))
+        self.nb_indptr = np.zeros(len(g.own) + 1, dtype=np.int64)
+        self.nb = g.own[:0]                        # N(v) of every own row (keys), by (row, key)
+        self.nb_blk = np.empty(0, dtype=np.int16)  # the block of each entry
+        self.code = np.empty(0, dtype=np.int8)     # direction code of each entry
+        self.closing_keys = np.empty(0, dtype=np.int64)  # step 2 -> 3: edges x - w, w ranked above x
+        self.closing_mult = np.empty(0, dtype=np.int8)   # (row of x << 32 | slot of w) and their edge counts
+        self.tri = np.zeros(len(g.own), dtype=np.int64)  # step 3 -> 4: triangle credits summed here
+
+    def _me(self) -> int:
+        assert self.g is not None
+        return self.g.blocks.index(self.id)
+
+    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
+        g = self.g
+        assert g is not None
+        if s == 0:  # out-edges announce themselves: in-neighbours
+            _announce_in_edges(ctx, g, skip_loops=True)
+        elif s == 1:
+            self._neighbours(ctx, messages)
+        elif s == 2:
+            self._wedges(ctx, messages)
+        elif s == 3:
+            self._close(ctx, messages)
+        else:
+            tri = self.tri
+            for m in messages:
+                np.add.at(tri, m.payload["row"].astype(np.int64), m.payload["c"])
+            deg = np.diff(self.nb_indptr)
+            denom = deg * (deg - 1)
+            self.value = np.where(deg > 1, tri / np.maximum(denom, 1), 0.0)
+            ctx.vote_to_halt()
+
+    def _neighbours(self, ctx: Context, messages: list[Message]) -> None:
+        """N(v) with direction codes (bit 1 out, bit 2 in), deduplicated; degrees and slots to
+        neighbouring blocks."""
+        g = self.g
+        assert g is not None
+        rows, keys, blk, code = _neighbour_entries(g, messages)
+        keep = np.flatnonzero(g.own[rows] != keys)
+        rows, keys, blk, code = rows[keep], keys[keep], blk[keep], code[keep]
+        order = np.argsort(keys, kind="stable")
+        order = order[np.argsort(rows[order], kind="stable")]  # by (row, key)
+        rows, keys, blk, code = rows[order], keys[order], blk[order], code[order]
+        first = np.ones(rows.size, dtype=bool)
+        first[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
+        starts = np.flatnonzero(first)
+        self.code = np.bitwise_or.reduceat(code, starts) if starts.size else code[:0]
+        self.nb, self.nb_blk, row = keys[starts], blk[starts], rows[starts]
+        self.nb_indptr = np.concatenate(([0], np.cumsum(np.bincount(row, minlength=len(g.own))))).astype(np.int64)
+        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        deg = np.diff(self.nb_indptr)
+        w, me = len(g.blocks), self._me()
+        for b in np.unique(self.nb_blk).tolist():
+            r = np.unique(row[self.nb_blk == b])
+            ctx.send(g.blocks[b], {"ids": pack_keys(g.own[r]), "deg": deg[r], "slot": _small(r * w + me)},
+                     tag=BLOCK_TAG)
+
+    def _wedges(self, ctx: Context, messages: list[Message]) -> None:
+        """Each pair of higher-ranked neighbours (x, w), rank x < rank w, to the block of x;
+        rank = (degree, slot): a total order every block computes alike."""
+        g = self.g
+        assert g is not None
+        rows_n, w_n, me = len(g.own), len(g.blocks), self._me()
+        ids = _concat(messages, "ids", g.own.dtype, keys=True)
+        by_id = np.argsort(ids, kind="stable")
+        at = by_id[np.searchsorted(ids[by_id], self.nb)] if self.nb.size else by_id[:0]
+        nb_deg = _concat(messages, "deg", np.int64)[at].astype(np.int64)
+        nb_slot = _concat(messages, "slot", np.int64)[at].astype(np.int64)
+        deg = np.diff(self.nb_indptr)
+        row = np.repeat(np.arange(rows_n, dtype=np.int64), deg)
+        own_rank = (deg << 32) | (np.arange(rows_n, dtype=np.int64) * w_n + me)
+        nb_rank = (nb_deg << 32) | nb_slot
+        higher = np.flatnonzero(nb_rank > own_rank[row])
+        higher = higher[np.lexsort((nb_rank[higher], row[higher]))]  # by row, then rank
+        hrow, hslot = row[higher], nb_slot[higher]
+        hmult = _POPCOUNT[self.code[higher]]
+        self.closing_keys, self.closing_mult = (hrow << 32) | hslot, hmult
+        self.nb, self.nb_blk, self.code = self.nb[:0], self.nb_blk[:0], self.code[:0]
+        own_slot = np.arange(rows_n, dtype=np.int64) * w_n + me
+        counts = np.bincount(hrow, minlength=rows_n)
+        row_start = np.concatenate(([0], np.cumsum(counts)))
+        cum = np.cumsum(counts * (counts - 1) // 2)
+        lo = 0
+        while lo < rows_n:  # rows [lo, hi) with at most WEDGE_CHUNK wedges (or one row)
+            base = cum[lo - 1] if lo else 0
+            hi = max(int(np.searchsorted(cum, base + WEDGE_CHUNK, side="right")), lo + 1)
+            per_entry = np.arange(row_start[lo], row_start[hi])
+            lo = hi
+            if not per_entry.size:
+                continue
+            per = row_start[hrow[per_entry] + 1] - per_entry - 1  # pairs (i, j > i) within the row
+            i = np.repeat(per_entry, per)
+            if not i.size:
+                continue
+            j = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per) + i + 1  # i ranks below j
+            x = hslot[i]
+            _send_by_block(ctx, g, (x % w_n).astype(np.int16),
+                           {"x": _small(x), "w": _small(hslot[j]), "v": _small(own_slot[hrow[i]]),
+                            "m": (hmult[i] * 4 + hmult[j]).astype(np.int8)})
+
+    def _close(self, ctx: Context, messages: list[Message]) -> None:
+        """Close the wedges x-w: credit v with the x-w edges, x with v-w, w with v-x. Credits of
+        this block's own vertices (every x) are summed here; the others per vertex, then sent."""
+        g = self.g
+        assert g is not None
+        w_n, me, rows_n = len(g.blocks), self._me(), len(g.own)
+        closing = _KeySet(self.closing_keys, self.closing_mult)
+        self.closing_keys, self.closing_mult = self.closing_keys[:0], self.closing_mult[:0]
+        tri = np.zeros(rows_n, dtype=np.float64)  # exact: integer counts < 2^53
+        slots, credits = [], []
+        for msg in messages:
+            p = msg.payload
+            x_row = p["x"].astype(np.int64)
+            if w_n > 1:
+                x_row //= w_n
+            mxw = closing.get((x_row << 32) | p["w"])
+            found = np.flatnonzero(mxw)
+            m = p["m"][found]
+            tri += np.bincount(x_row[found], weights=m & 3, minlength=rows_n)
+            for slot, credit in ((p["v"][found], mxw[found]), (p["w"][found], m >> 2)):
+                if w_n == 1:
+                    tri += np.bincount(slot, weights=credit, minlength=rows_n)
+                else:
+                    slots.append(slot.astype(np.int64))
+                    credits.append(credit)
+        self.tri = tri.astype(np.int64)
+        if not slots:
+            return
+        slot, credit = np.concatenate(slots), np.concatenate(credits).astype(np.int64)
+        del slots, credits
+        blk = slot % w_n
+        for b in np.flatnonzero(np.bincount(blk, minlength=w_n)).tolist():
+            sel = np.flatnonzero(blk == b)
+            total = np.bincount(slot[sel] // w_n, weights=credit[sel])
+            if b == me:
+                self.tri[:len(total)] += total.astype(np.int64)
+                continue
+            r = np.flatnonzero(total)
+            ctx.send(g.blocks[b], {"row": _small(r), "c": total[r].astype(np.int64)}, tag=BLOCK_TAG)

@@ -29,16 +29,18 @@ from ..engine import Context, Message
 from ..errors import StorageError, UsageError
 from ..storage import write_text
 from ..storage.parquet import read_parquet_split
-from ..storage.splits import (Split, assigned, lines_before, list_inputs, make_splits, read_table_split,
+from ..storage.splits import (Split, _compressed, assigned, lines_before, list_inputs, make_splits, read_table_split,
                               read_text_split)
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
-from .edgelist import _parse_lines, decimal_len, numeric_edges
+from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges
 from ..storage.parts import part_url
 
 __all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
 PIECE = 4 << 20
+#: ... and an edge table in pieces of this many rows (~4 MB of int64 ids).
+TABLE_PIECE = 1 << 18
 #: Integer ids up to this many characters (with the sign) are coded as int64 keys.
 MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
@@ -227,8 +229,13 @@ class GraphLoader:
     def _parse_split(self, split: Split) -> list[_Chunk]:
         """The edges of one split, parsed in pieces of at most ``PIECE`` bytes (cut at line ends),
         so the parser's temporaries stay small whatever the split size."""
-        if split.kind in ("npy", "npz", "parquet"):
-            return [self._table_chunk(split)]
+        if split.kind == "parquet":
+            return [self._table_chunk(split, t, first) for t, first in
+                    read_parquet_split(split.url, (split.start, split.end), self.spec.weights, TABLE_PIECE)]
+        if split.kind in ("npy", "npz"):  # in pieces of rows, but a deflated .npz cannot be entered midway
+            step = TABLE_PIECE if split.kind == "npy" or not _compressed(split.url) else max(split.end - split.start, 1)
+            subs = [Split(split.url, a, min(a + step, split.end), split.kind) for a in range(split.start, split.end, step)]
+            return [self._table_chunk(sub, read_table_split(sub), sub.start) for sub in subs]
         raw = read_text_split(split)
         chunks, at = [], 0
         while at < len(raw):
@@ -277,17 +284,17 @@ class GraphLoader:
             chunk.weight = None
         return chunk
 
-    def _table_chunk(self, split: Split) -> _Chunk:
-        if split.kind == "parquet":  # row groups [start, end); ``first``: the file's row of the first
-            t, first = read_parquet_split(split.url, (split.start, split.end), self.spec.weights)
-            if t["src"].dtype.kind == "U" or t["dst"].dtype.kind == "U":
-                return self._named_table_chunk(split, t, first)
-        else:
-            t, first = read_table_split(split), split.start
+    def _table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
+        """A piece of an edge table (``first``: the file's row number of its first row)."""
+        if t["src"].dtype.kind == "U" or t["dst"].dtype.kind == "U":  # Parquet string ids
+            return self._named_table_chunk(split, t, first)
+        trim_heap()
         src, dst = t["src"], t["dst"]
         ids = np.stack([_int_ids(split, src, first), _int_ids(split, dst, first)], axis=1)
-        unique, inverse = np.unique(ids.reshape(-1), return_inverse=True)
-        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(src))
+        del src, dst
+        unique, inverse = _unique(ids.reshape(-1))  # by a lookup table when the ids are dense, as text
+        del ids
+        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(inverse) // 2)
         self._check_weight(split, weight, first)
         pairs = inverse.reshape(-1, 2)
         return _Chunk(split, None, unique, pairs.astype(np.int32) if len(unique) < 2 ** 31 else pairs,

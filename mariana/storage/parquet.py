@@ -11,7 +11,7 @@ pyarrow is imported only when a ``.parquet`` input is read.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -131,9 +131,12 @@ def _column(url: str, table: Any, name: str, first_row: int) -> np.ndarray:
     return col.to_numpy()
 
 
-def read_parquet_split(url: str, groups: tuple[int, int], weights: bool) -> tuple[dict[str, np.ndarray], int]:
+def read_parquet_split(url: str, groups: tuple[int, int], weights: bool,
+                       rows: int = 1 << 62) -> Iterator[tuple[dict[str, np.ndarray], int]]:
     """The ``src``, ``dst`` (and, if present and ``weights``, ``weight``) arrays of row groups
-    [a, b), and the file's row number of their first row."""
+    [a, b), one row group at a time in pieces of at most ``rows`` rows (so a worker holds one
+    decoded row group and one piece's arrays at a time), each with the file's row number of its
+    first row."""
     a, b = groups
     with _Open(url) as pf:
         names = pf.schema_arrow.names
@@ -141,8 +144,13 @@ def read_parquet_split(url: str, groups: tuple[int, int], weights: bool) -> tupl
         columns = ["src", "dst"] + (["weight"] if weights and "weight" in names else [])
         meta = pf.metadata
         first = sum(meta.row_group(g).num_rows for g in range(a))
-        try:
-            table = pf.read_row_groups(list(range(a, b)), columns=columns, use_threads=False)
-        except Exception as exc:  # a damaged file: pyarrow's ArrowInvalid / OSError
-            raise UsageError(f"{url}: row groups {a}-{b - 1}: not readable: {exc}") from None
-    return {name: _column(url, table, name, first) for name in columns}, first
+        for g in range(a, b):
+            try:
+                table = pf.read_row_group(g, columns=columns, use_threads=False)
+            except Exception as exc:  # a damaged file: pyarrow's ArrowInvalid / OSError
+                raise UsageError(f"{url}: row group {g}: not readable: {exc}") from None
+            for at in range(0, table.num_rows, rows):
+                piece = table.slice(at, rows)
+                yield {name: _column(url, piece, name, first + at) for name in columns}, first + at
+            first += table.num_rows
+            del table

@@ -120,10 +120,33 @@ def test_row_group_splits_hold_every_row_exactly_once(tmp_path):
         seen = []
         for w in range(workers):
             for _, s in assigned(splits, w, workers):
-                t, first = read_parquet_split(s.url, (s.start, s.end), weights=w % 2 == 0)
-                assert t["src"][0] == first and ("weight" in t) == (w % 2 == 0)
-                seen.append(t["src"])
+                for t, first in read_parquet_split(s.url, (s.start, s.end), weights=w % 2 == 0, rows=150):
+                    assert t["src"][0] == first and ("weight" in t) == (w % 2 == 0) and len(t["src"]) <= 150
+                    seen.append(t["src"])
         assert np.array_equal(np.sort(np.concatenate(seen)), rows)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz", "parquet"])
+def test_tables_read_in_small_pieces_give_the_text_results(capsys, tmp_path, monkeypatch, fmt):
+    import mariana.jobs.graphload as graphload
+
+    src, dst, weight, text = int_graph(12, 1500)
+    (tmp_path / "g.e").write_text(text)
+    want = tmp_path / "want.tsv"
+    sets = (f"source={src[0]}",)
+    assert run(capsys, "sssp", tmp_path / "g.e", want, *sets)[0] == 0
+    if fmt == "npy":
+        np.save(tmp_path / "g.npy", np.stack([src, dst, weight], axis=1))
+    elif fmt == "npz":
+        np.savez(tmp_path / "g.npz", src=src, dst=dst, weight=weight)
+    else:
+        pq.write_table(pa.table({"src": src, "dst": dst, "weight": weight}), tmp_path / "g.parquet",
+                       row_group_size=400)
+    monkeypatch.setattr(graphload, "TABLE_PIECE", 7)
+    out = tmp_path / "out.tsv"
+    rc, err = run(capsys, "sssp", tmp_path / f"g.{fmt}", out, *sets, "split_mb=0.01", workers=2)
+    assert rc == 0, err
+    assert out.read_text() == want.read_text()
 
 
 @pytest.mark.timeout(180)
@@ -165,7 +188,10 @@ BAD = [
 
 
 @pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
-def test_bad_tables_are_one_line_with_file_and_row(capsys, tmp_path, case):
+def test_bad_tables_are_one_line_with_file_and_row(capsys, tmp_path, monkeypatch, case):
+    import mariana.jobs.graphload as graphload
+
+    monkeypatch.setattr(graphload, "TABLE_PIECE", 100)  # row groups read in pieces: rows still named right
     _, columns, job, message = case
     bad = pa.table({k: v if isinstance(v, pa.Array) else pa.array(v) for k, v in columns.items()})
     good = pa.table({k: pa.array([1 + i % 7 for i in range(500)]).cast(bad.schema.field(k).type) for k in columns})

@@ -313,9 +313,13 @@ class GraphLoader:
     def _named_table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
         """A Parquet table with string ids: like the ids of a text edge list (``names``)."""
         src, dst = (a if a.dtype.kind == "U" else self._int_names(split, a, first) for a in (t["src"], t["dst"]))
-        if (src == "").any() or (dst == "").any():
-            row = int(np.flatnonzero((src == "") | (dst == ""))[0])
-            raise UsageError(f"{split.url}: row {first + row}: empty vertex id")
+        bad = (src == "") | (dst == "")
+        for c in "\t\n\r":  # an id must stay one field of one line of the output
+            bad |= (np.char.find(src, c) >= 0) | (np.char.find(dst, c) >= 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise UsageError(f"{split.url}: row {first + row}: vertex id {str(src[row])!r} -> {str(dst[row])!r}: ids must be "
+                             f"non-empty, without tabs or line breaks")
         names, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
         weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(src))
         self._check_weight(split, weight, first)

@@ -182,6 +182,8 @@ BAD = [
      "g.parquet: column 'src' has type bool; it must be an integer or string"),
     ("string weight", {"src": [1, 2], "dst": [2, 3], "weight": ["a", "b"]}, "sssp",
      "g.parquet: column 'weight' has type string; it must be a number"),
+    ("tab in a string id", {"src": ["a", "b", "c"], "dst": ["b", "c\td", "a"]}, "wcc",
+     "g.parquet: row 501: vertex id 'b' -> 'c\\td': ids must be non-empty, without tabs or line breaks"),
     ("huge uint64 id", {"src": pa.array([1, 2, 2 ** 63], pa.uint64()), "dst": pa.array([2, 3, 1], pa.uint64())},
      "wcc", "found 9223372036854775808 (uint64) in row 502"),
 ]

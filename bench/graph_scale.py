@@ -337,8 +337,9 @@ def main() -> int:
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each mariana configuration N times (formats interleaved); report the minimum times")
-    ap.add_argument("--formats", nargs="+", default=["text"], choices=FORMATS,
-                    help="mariana also on the same graph as .npy / Parquet tables (text always runs: the baseline)")
+    ap.add_argument("--formats", nargs="+", choices=FORMATS,
+                    help="mariana also on the same graph as .npy / Parquet tables (text always runs: the baseline; "
+                         "default text, with --quick all three)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "mariana-graph-scale")
     ap.add_argument("--quick", "--smoke", action="store_true", help="scale 12, workers 1 2: a smoke test in seconds")
@@ -356,6 +357,8 @@ def main() -> int:
         return 0
     if args.quick:
         args.scales, args.workers = [12], [1, 2]
+        if args.formats is None:
+            args.formats = list(FORMATS)
     available = []
     for p in args.peers:
         try:
@@ -363,7 +366,7 @@ def main() -> int:
             available.append(p)
         except ImportError:
             log(f"peer {p} is not installed (pip install 'mariana-bsp[bench]'): skipped")
-    formats = [f for f in FORMATS if f in args.formats and f != "text"]
+    formats = [f for f in FORMATS if f in (args.formats or ()) and f != "text"]
     if "parquet" in formats:
         try:
             import pyarrow  # noqa: F401

@@ -286,7 +286,7 @@ class GraphLoader:
 
     def _table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
         """A piece of an edge table (``first``: the file's row number of its first row)."""
-        if t["src"].dtype.kind == "U" or t["dst"].dtype.kind == "U":  # Parquet string ids
+        if "names" in t or t["src"].dtype.kind == "U" or t["dst"].dtype.kind == "U":  # Parquet string ids
             return self._named_table_chunk(split, t, first)
         trim_heap()
         src, dst = t["src"], t["dst"]
@@ -311,19 +311,23 @@ class GraphLoader:
                              f"(sssp needs weights >= 0)")
 
     def _named_table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
-        """A Parquet table with string ids: like the ids of a text edge list (``names``)."""
-        src, dst = (a if a.dtype.kind == "U" else self._int_names(split, a, first) for a in (t["src"], t["dst"]))
-        bad = (src == "") | (dst == "")
+        """A Parquet table with string ids (``names`` and ``pairs``, or ``U`` arrays ``src`` and
+        ``dst`` when one of them is a number column): like the ids of a text edge list."""
+        if "names" in t:
+            names, pairs = t["names"], t["pairs"]
+        else:
+            src, dst = (a if a.dtype.kind == "U" else self._int_names(split, a, first) for a in (t["src"], t["dst"]))
+            names, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
+            pairs = inverse.reshape(2, -1).T
+        bad = names == ""
         for c in "\t\n\r":  # an id must stay one field of one line of the output
-            bad |= (np.char.find(src, c) >= 0) | (np.char.find(dst, c) >= 0)
+            bad |= np.char.find(names, c) >= 0
         if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise UsageError(f"{split.url}: row {first + row}: vertex id {str(src[row])!r} -> {str(dst[row])!r}: ids must be "
-                             f"non-empty, without tabs or line breaks")
-        names, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
-        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(src))
+            row = int(np.flatnonzero(bad[pairs].any(axis=1))[0])
+            raise UsageError(f"{split.url}: row {first + row}: vertex id {str(names[pairs[row, 0]])!r} -> "
+                             f"{str(names[pairs[row, 1]])!r}: ids must be non-empty, without tabs or line breaks")
+        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(pairs))
         self._check_weight(split, weight, first)
-        pairs = inverse.reshape(2, -1).T
         return _Chunk(split, names, None, pairs.astype(np.int32) if len(names) < 2 ** 31 else pairs,
                       weight if self.spec.weights else None)
 

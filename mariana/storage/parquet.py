@@ -116,7 +116,8 @@ def row_offset(url: str, group: int) -> int:
         return sum(meta.row_group(g).num_rows for g in range(group))
 
 
-def _column(url: str, table: Any, name: str, first_row: int) -> np.ndarray:
+def _arrow_column(url: str, table: Any, name: str, first_row: int) -> Any:
+    """Column ``name`` of ``table``, dictionaries decoded; a null is named by its row."""
     pa, _ = _pa()
     col = table.column(name)
     if col.null_count:
@@ -126,9 +127,37 @@ def _column(url: str, table: Any, name: str, first_row: int) -> np.ndarray:
         raise UsageError(f"{url}: row {first_row + row}: '{name}' is null")
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        return np.array(col.to_pylist(), dtype=str) if len(col) else np.empty(0, dtype="U1")
-    return col.to_numpy()
+    return col
+
+
+def _is_text(pa: Any, col: Any) -> bool:
+    return bool(pa.types.is_string(col.type) or pa.types.is_large_string(col.type))
+
+
+def _piece(url: str, table: Any, columns: list[str], first_row: int) -> dict[str, np.ndarray]:
+    """One piece as numpy arrays: ``src``, ``dst`` (numbers, or ``U`` strings when one of them is
+    text) and ``weight``; when both are text, instead ``names`` (its distinct ids, found by
+    Arrow's hash table: one Python string per distinct id, not per row) and ``pairs`` (rows x 2
+    indices into them)."""
+    pa, _ = _pa()
+    cols = {name: _arrow_column(url, table, name, first_row) for name in columns}
+    out: dict[str, np.ndarray] = {}
+    if "weight" in cols:
+        out["weight"] = cols.pop("weight").to_numpy()
+    src, dst = cols["src"], cols["dst"]
+    if _is_text(pa, src) and _is_text(pa, dst):
+        both = pa.chunked_array(src.cast(pa.large_string()).chunks + dst.cast(pa.large_string()).chunks)
+        enc = both.combine_chunks().dictionary_encode() if len(both) else None
+        if enc is None:
+            out["names"], out["pairs"] = np.empty(0, "U1"), np.empty((0, 2), np.int32)
+        else:
+            out["names"] = np.array(enc.dictionary.to_pylist(), dtype=str)
+            out["pairs"] = enc.indices.to_numpy().reshape(2, -1).T
+        return out
+    for name, col in (("src", src), ("dst", dst)):
+        out[name] = (np.array(col.to_pylist(), dtype=str) if len(col) else np.empty(0, dtype="U1")) \
+            if _is_text(pa, col) else col.to_numpy()
+    return out
 
 
 def read_parquet_split(url: str, groups: tuple[int, int], weights: bool,
@@ -151,6 +180,6 @@ def read_parquet_split(url: str, groups: tuple[int, int], weights: bool,
                 raise UsageError(f"{url}: row group {g}: not readable: {exc}") from None
             for at in range(0, table.num_rows, rows):
                 piece = table.slice(at, rows)
-                yield {name: _column(url, piece, name, first + at) for name in columns}, first + at
+                yield _piece(url, piece, columns, first + at), first + at
             first += table.num_rows
             del table

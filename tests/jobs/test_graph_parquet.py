@@ -88,6 +88,16 @@ def test_string_and_dictionary_ids_give_the_text_results(capsys, tmp_path, job):
         assert out.read_text() == want.read_text(), name
 
 
+def test_an_integer_and_a_string_id_column_mix(capsys, tmp_path):
+    (tmp_path / "g.e").write_text("1 2\n2 3\n3 1\n4 x\n10 5\n")
+    pq.write_table(pa.table({"src": [1, 2, 3, 4, 10], "dst": ["2", "3", "1", "x", "5"]}), tmp_path / "g.parquet")
+    want, out = tmp_path / "want.tsv", tmp_path / "out.tsv"
+    assert run(capsys, "wcc", tmp_path / "g.e", want)[0] == 0
+    rc, err = run(capsys, "wcc", tmp_path / "g.parquet", out, workers=2)
+    assert rc == 0, err
+    assert out.read_text() == want.read_text() == "1\t1\n10\t10\n2\t1\n3\t1\n4\t4\n5\t10\nx\t4\n"
+
+
 def test_a_directory_of_part_files_as_spark_writes_it(capsys, tmp_path):
     src, dst, weight, text = int_graph(10, 2000)
     (tmp_path / "g.e").write_text(text)

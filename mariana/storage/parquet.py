@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import StorageError, UsageError
+from .rundir import _fs
 
 __all__ = ["PARQUET_EXTS", "parquet_splits", "read_parquet_split", "row_offset"]
 
@@ -37,11 +38,12 @@ class _Open:
     """The Parquet file at ``url`` (fsspec URL or local path) as a ``ParquetFile``."""
 
     def __init__(self, url: str) -> None:
-        from .splits import _input_fs
-
         _, self.pq = _pa()
         self.url = url
-        self.fs, self.path = _input_fs(url)
+        try:
+            self.fs, self.path = _fs(url)
+        except StorageError as exc:
+            raise UsageError(f"cannot read graph input: {exc}") from None
         self.f: Any = None
 
     def __enter__(self) -> Any:

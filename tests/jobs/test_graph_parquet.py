@@ -58,7 +58,8 @@ def test_a_parquet_table_gives_the_text_results(capsys, tmp_path, job):
     want = tmp_path / "want.tsv"
     rc, err = run(capsys, job, tmp_path / "g.e", want, *sets)
     assert rc == 0, err
-    for name, workers, extra, runtime in [("one", 1, (), "local"), ("two", 2, (), "local"),
+    for name, workers, extra, runtime in [("vertex", 2, ("mode=vertex",), "local"),
+                                          ("one", 1, (), "local"), ("two", 2, (), "local"),
                                           ("tiny-3", 3, ("split_mb=0.004",), "local"),
                                           ("cluster-2", 2, ("split_mb=0.004",), "cluster")]:
         if runtime == "cluster" and job != "sssp":  # one cluster run (weights travel): enough
@@ -81,9 +82,9 @@ def test_string_and_dictionary_ids_give_the_text_results(capsys, tmp_path, job):
     sets = sets_of(job, rg.source(0))
     want = tmp_path / "want.tsv"
     assert run(capsys, job, tmp_path / "g.e", want, *sets, workers=2)[0] == 0
-    for name in ("s.parquet", "d.parquet"):
+    for name, mode in (("s.parquet", "block"), ("d.parquet", "block"), ("d.parquet", "vertex")):
         out = tmp_path / f"{name}.tsv"
-        rc, err = run(capsys, job, tmp_path / name, out, *sets, "split_mb=0.001", workers=2)
+        rc, err = run(capsys, job, tmp_path / name, out, *sets, "split_mb=0.001", f"mode={mode}", workers=2)
         assert rc == 0, err
         assert out.read_text() == want.read_text(), name
 

@@ -278,7 +278,8 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
                 from ..storage.splits import table_rows
 
                 t = read_table_split(Split(f, 0, table_rows(f)[0], f[-3:]))
-                lines = [f"{a} {b} {w!r}" for a, b, w in zip(t["src"].tolist(), t["dst"].tolist(),
+                lines = [f"{a} {b} {w!r}" for a, b, w in zip(_whole_ids(f, t["src"], 0).tolist(),
+                                                            _whole_ids(f, t["dst"], 0).tolist(),
                                                             t.get("weight", np.ones(len(t["src"]))).tolist())]
                 parts.append(parse_edges("\n".join(lines) + "\n", f))
                 continue
@@ -295,6 +296,17 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
     return _combine(parts, url, extra)
 
 
+def _whole_ids(url: str, a: np.ndarray, first: int) -> np.ndarray:
+    """Float ids of a table as int64 (written as ``2``, not ``2.0``, as block mode reads them)."""
+    if a.dtype.kind != "f":
+        return a
+    bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
+    if bad.size:
+        raise UsageError(f"{url}: vertex ids must be integers, found {a[bad[0]].item()!r} "
+                         f"({a.dtype}) in row {first + int(bad[0])}")
+    return a.astype(np.int64)
+
+
 def _parquet_text(url: str, size: int) -> str:
     """A whole Parquet edge table as edge-list text (``mode=vertex`` reads graphs whole)."""
     from ..storage.parquet import parquet_splits, read_parquet_split
@@ -306,15 +318,7 @@ def _parquet_text(url: str, size: int) -> str:
                 src, dst = t["names"][t["pairs"][:, 0]], t["names"][t["pairs"][:, 1]]
             else:
                 src, dst = t["src"], t["dst"]
-            ends = []
-            for a in (src, dst):
-                if a.dtype.kind == "f":
-                    bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
-                    if bad.size:
-                        raise UsageError(f"{url}: vertex ids must be integers, found {a[bad[0]].item()!r} "
-                                         f"({a.dtype}) in row {first + int(bad[0])}")
-                    a = a.astype(np.int64)
-                ends.append(a.tolist())
+            ends = [_whole_ids(url, a, first).tolist() for a in (src, dst)]
             weight = t.get("weight", np.ones(len(ends[0]))).astype(np.float64).tolist()
             lines += [f"{a} {b} {w!r}" for a, b, w in zip(ends[0], ends[1], weight)]
     return "\n".join(lines) + "\n"

@@ -160,6 +160,16 @@ def test_tables_read_in_small_pieces_give_the_text_results(capsys, tmp_path, mon
     assert out.read_text() == want.read_text()
 
 
+def test_a_float_npy_table_in_vertex_mode_has_the_block_mode_ids(capsys, tmp_path):
+    np.save(tmp_path / "g.npy", np.array([[1.0, 2.0, 0.5], [2.0, 3.0, 1.5], [10.0, 3.0, 1.0]]))
+    outs = {}
+    for mode in ("block", "vertex"):
+        rc, err = run(capsys, "wcc", tmp_path / "g.npy", tmp_path / f"{mode}.tsv", f"mode={mode}")
+        assert rc == 0, err
+        outs[mode] = (tmp_path / f"{mode}.tsv").read_text()
+    assert outs["vertex"] == outs["block"] == "1\t1\n10\t1\n2\t1\n3\t1\n"
+
+
 @pytest.mark.timeout(180)
 def test_a_parquet_table_on_s3(capsys, tmp_path, s3_url):
     src, dst, weight, text = int_graph(11, 2000)

@@ -258,7 +258,9 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
         raise UsageError("config key 'graph' is empty: give an edge-list path or URL, or leave it out for the example")
     url = url or example_graph_url()
     files = list_inputs(url)
-    if len(files) == 1 and files[0][0] == url and not url.endswith((".gz", ".npy", ".npz")):
+    from ..storage.parquet import PARQUET_EXTS
+
+    if len(files) == 1 and files[0][0] == url and not url.endswith((".gz", ".npy", ".npz", *PARQUET_EXTS)):
         try:
             text = read_text(url)
         except StorageError as exc:
@@ -267,11 +269,15 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
     else:
         parts = []
         for f, size in files:
+            if f.endswith(PARQUET_EXTS):
+                parts.append(parse_edges(_parquet_text(f, size), f))
+                continue
             if f.endswith((".npy", ".npz")):
                 from ..storage.splits import table_rows
 
                 t = read_table_split(Split(f, 0, table_rows(f)[0], f[-3:]))
-                lines = [f"{a} {b} {w!r}" for a, b, w in zip(t["src"].tolist(), t["dst"].tolist(),
+                lines = [f"{a} {b} {w!r}" for a, b, w in zip(_whole_ids(f, t["src"], 0).tolist(),
+                                                            _whole_ids(f, t["dst"], 0).tolist(),
                                                             t.get("weight", np.ones(len(t["src"]))).tolist())]
                 parts.append(parse_edges("\n".join(lines) + "\n", f))
                 continue
@@ -286,6 +292,34 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
             raw = read_text_split(Split(f, 0, -1, "gz") if f.endswith(".gz") else Split(f, 0, size))
             extra += [t for t in (line.split("#", 1)[0].strip() for line in raw.decode("utf-8").splitlines()) if t]
     return _combine(parts, url, extra)
+
+
+def _whole_ids(url: str, a: np.ndarray, first: int) -> np.ndarray:
+    """Float ids of a table as int64 (written as ``2``, not ``2.0``, as block mode reads them)."""
+    if a.dtype.kind != "f":
+        return a
+    bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
+    if bad.size:
+        raise UsageError(f"{url}: vertex ids must be integers, found {a[bad[0]].item()!r} "
+                         f"({a.dtype}) in row {first + int(bad[0])}")
+    return a.astype(np.int64)
+
+
+def _parquet_text(url: str, size: int) -> str:
+    """A whole Parquet edge table as edge-list text (``mode=vertex`` reads graphs whole)."""
+    from ..storage.parquet import parquet_splits, read_parquet_split
+
+    lines: list[str] = []
+    for groups in parquet_splits(url, size, max(size, 1)):
+        for t, first in read_parquet_split(url, groups, weights=True):
+            if "names" in t:
+                src, dst = t["names"][t["pairs"][:, 0]], t["names"][t["pairs"][:, 1]]
+            else:
+                src, dst = t["src"], t["dst"]
+            ends = [_whole_ids(url, a, first).tolist() for a in (src, dst)]
+            weight = t.get("weight", np.ones(len(ends[0]))).astype(np.float64).tolist()
+            lines += [f"{a} {b} {w!r}" for a, b, w in zip(ends[0], ends[1], weight)]
+    return "\n".join(lines) + "\n"
 
 
 def _combine(parts: list[EdgeList], url: str, extra: list[str]) -> EdgeList:

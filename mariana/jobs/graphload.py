@@ -28,16 +28,19 @@ import numpy as np
 from ..engine import Context, Message
 from ..errors import StorageError, UsageError
 from ..storage import write_text
-from ..storage.splits import (Split, assigned, lines_before, list_inputs, make_splits, read_table_split,
+from ..storage.parquet import read_parquet_split
+from ..storage.splits import (Split, _compressed, assigned, lines_before, list_inputs, make_splits, read_table_split,
                               read_text_split)
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
-from .edgelist import _parse_lines, decimal_len, numeric_edges
+from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges
 from ..storage.parts import part_url
 
 __all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
 PIECE = 4 << 20
+#: ... and an edge table in pieces of this many rows (~4 MB of int64 ids).
+TABLE_PIECE = 1 << 18
 #: Integer ids up to this many characters (with the sign) are coded as int64 keys.
 MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
@@ -167,6 +170,25 @@ def _sorted_unique(a: np.ndarray, presorted: bool = False) -> np.ndarray:
     return a[keep]
 
 
+def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
+    """Table ids as int64: a float table holds its ids as floats, whole numbers only; uint64 ids
+    must fit in int64. ``first``: the file's row number of ``a[0]``, to name a bad row."""
+    if a.dtype.kind not in "iuf":
+        raise UsageError(f"{split.url}: vertex ids must be integers, found {a.dtype}")
+    if a.dtype.kind == "f":
+        bad = ~(np.isfinite(a) & (np.abs(a) < 2.0 ** 53))
+        bad[~bad] = a[~bad] != np.floor(a[~bad])
+    elif a.dtype == np.uint64:
+        bad = a > np.uint64(2 ** 63 - 1)
+    else:
+        return a.astype(np.int64, copy=False)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise UsageError(f"{split.url}: vertex ids must be integers of at most 63 bits, found {a[row].item()!r} "
+                         f"({a.dtype}) in row {first + row}")
+    return a.astype(np.int64)
+
+
 class GraphLoader:
     """Loads one worker's part of a graph in ``LOAD_STEPS`` supersteps; writes its results."""
 
@@ -210,8 +232,13 @@ class GraphLoader:
     def _parse_split(self, split: Split) -> list[_Chunk]:
         """The edges of one split, parsed in pieces of at most ``PIECE`` bytes (cut at line ends),
         so the parser's temporaries stay small whatever the split size."""
-        if split.kind in ("npy", "npz"):
-            return [self._table_chunk(split)]
+        if split.kind == "parquet":
+            return [self._table_chunk(split, t, first) for t, first in
+                    read_parquet_split(split.url, (split.start, split.end), self.spec.weights, TABLE_PIECE)]
+        if split.kind in ("npy", "npz"):  # in pieces of rows, but a deflated .npz cannot be entered midway
+            step = TABLE_PIECE if split.kind == "npy" or not _compressed(split.url) else max(split.end - split.start, 1)
+            subs = [Split(split.url, a, min(a + step, split.end), split.kind) for a in range(split.start, split.end, step)]
+            return [self._table_chunk(sub, read_table_split(sub), sub.start) for sub in subs]
         raw = read_text_split(split)
         chunks, at = [], 0
         while at < len(raw):
@@ -260,26 +287,56 @@ class GraphLoader:
             chunk.weight = None
         return chunk
 
-    def _table_chunk(self, split: Split) -> _Chunk:
-        t = read_table_split(split)
+    def _table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
+        """A piece of an edge table (``first``: the file's row number of its first row)."""
+        if "names" in t or t["src"].dtype.kind == "U" or t["dst"].dtype.kind == "U":  # Parquet string ids
+            return self._named_table_chunk(split, t, first)
+        trim_heap()
         src, dst = t["src"], t["dst"]
-        for a in (src, dst):  # a (rows, 3) float table holds its ids as floats: whole numbers only
-            if a.dtype.kind not in "iuf" or (a.dtype.kind == "f" and not (
-                    np.isfinite(a).all() and (a == np.floor(a)).all() and (np.abs(a) < 2.0 ** 53).all())):
-                raise UsageError(f"{split.url}: vertex ids must be integers, found {a.dtype} values that are not")
-        ids = np.stack([src.astype(np.int64), dst.astype(np.int64)], axis=1)
-        unique, inverse = np.unique(ids.reshape(-1), return_inverse=True)
-        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(src))
-        if not np.isfinite(weight).all():
-            row = split.start + int(np.flatnonzero(~np.isfinite(weight))[0])
-            raise UsageError(f"{split.url}: row {row}: weight must be a finite number")
-        if self.spec.nonnegative and (weight < 0).any():
-            row = int(np.flatnonzero(weight < 0)[0])
-            raise UsageError(f"{split.url}: row {split.start + row}: negative weight {weight[row]:g} "
-                             f"(sssp needs weights >= 0)")
+        ids = np.stack([_int_ids(split, src, first), _int_ids(split, dst, first)], axis=1)
+        del src, dst
+        unique, inverse = _unique(ids.reshape(-1))  # by a lookup table when the ids are dense, as text
+        del ids
+        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(inverse) // 2)
+        self._check_weight(split, weight, first)
         pairs = inverse.reshape(-1, 2)
         return _Chunk(split, None, unique, pairs.astype(np.int32) if len(unique) < 2 ** 31 else pairs,
                       weight if self.spec.weights else None)
+
+    def _check_weight(self, split: Split, weight: np.ndarray, first: int) -> None:
+        """Finite weights (and >= 0 for sssp); ``first``: the file's row number of ``weight[0]``."""
+        if not np.isfinite(weight).all():
+            row = first + int(np.flatnonzero(~np.isfinite(weight))[0])
+            raise UsageError(f"{split.url}: row {row}: weight must be a finite number")
+        if self.spec.nonnegative and (weight < 0).any():
+            row = int(np.flatnonzero(weight < 0)[0])
+            raise UsageError(f"{split.url}: row {first + row}: negative weight {weight[row]:g} "
+                             f"(sssp needs weights >= 0)")
+
+    def _named_table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
+        """A Parquet table with string ids (``names`` and ``pairs``, or ``U`` arrays ``src`` and
+        ``dst`` when one of them is a number column): like the ids of a text edge list."""
+        if "names" in t:
+            names, pairs = t["names"], t["pairs"]
+        else:
+            src, dst = (a if a.dtype.kind == "U" else self._int_names(split, a, first) for a in (t["src"], t["dst"]))
+            names, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
+            pairs = inverse.reshape(2, -1).T
+        bad = names == ""
+        for c in "\t\n\r":  # an id must stay one field of one line of the output
+            bad |= np.char.find(names, c) >= 0
+        if bad.any():
+            row = int(np.flatnonzero(bad[pairs].any(axis=1))[0])
+            raise UsageError(f"{split.url}: row {first + row}: vertex id {str(names[pairs[row, 0]])!r} -> "
+                             f"{str(names[pairs[row, 1]])!r}: ids must be non-empty, without tabs or line breaks")
+        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(pairs))
+        self._check_weight(split, weight, first)
+        return _Chunk(split, names, None, pairs.astype(np.int32) if len(names) < 2 ** 31 else pairs,
+                      weight if self.spec.weights else None)
+
+    @staticmethod
+    def _int_names(split: Split, a: np.ndarray, first: int) -> np.ndarray:
+        return _int_ids(split, a, first).astype(str)
 
     def _parse_vertices(self, split: Split) -> _Chunk:
         text = read_text_split(split).decode("utf-8", errors="strict")

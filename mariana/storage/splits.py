@@ -5,8 +5,9 @@ An input is one file, a directory of part files (names starting with ``_`` or ``
 Hadoop's ``_SUCCESS``) or a glob, at any fsspec URL. A text file is cut into byte ranges; a split
 owns every line that *starts* inside its range, so reading a split means one range read plus the
 rest of its last line (``read_text_split``). A ``.gz`` file cannot be entered in the middle: it
-is one split. A ``.npy``/``.npz`` edge table is cut into row ranges. Nothing here reads more
-than its own split, except to count the lines before a split when a malformed line must be named.
+is one split. A ``.npy``/``.npz`` edge table is cut into row ranges, a Parquet file
+(``storage.parquet``) into runs of row groups. Nothing here reads more than its own split,
+except to count the lines before a split when a malformed line must be named.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import StorageError, UsageError
+from .parquet import PARQUET_EXTS, parquet_splits
 from .rundir import _FS_ERRORS, _fs
 
 __all__ = ["Split", "list_inputs", "make_splits", "read_text_split", "read_table_split", "lines_before",
@@ -32,7 +34,8 @@ TABLE_EXTS = (".npy", ".npz")
 @dataclass(frozen=True)
 class Split:
     """``url`` [``start``, ``end``): bytes of a text file, rows of a table (``kind`` ``npy``/``npz``),
-    or a whole compressed file (``kind`` ``gz``, ``end`` = -1)."""
+    row groups of a Parquet file (``kind`` ``parquet``), or a whole compressed file (``kind``
+    ``gz``, ``end`` = -1)."""
 
     url: str
     start: int
@@ -86,6 +89,8 @@ def make_splits(files: list[tuple[str, int]], split_bytes: int) -> list[Split]:
     for url, size in files:
         if url.endswith(".gz"):
             out.append(Split(url, 0, -1, "gz"))
+        elif url.endswith(PARQUET_EXTS):
+            out.extend(Split(url, a, b, "parquet") for a, b in parquet_splits(url, size, split_bytes))
         elif url.endswith(TABLE_EXTS):
             rows, row_bytes = table_rows(url)
             # a compressed .npz member cannot be entered in the middle (like .gz): one split

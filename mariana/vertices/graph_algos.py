@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message, Vertex
+from .block_kernels import csr_sum
 
 __all__ = [
     "PageRankVertex", "SSSPVertex", "WCCVertex", "Subgraph", "PageRankBlock", "SSSPBlock", "WCCBlock",
@@ -245,14 +246,11 @@ def _local_components(k: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
             parent = pp
 
 
-def pagerank_update(ctx: Context, vals: np.ndarray, perm: np.ndarray | None, dpos: np.ndarray, value: np.ndarray,
-                    damping: float, track_l1: bool, n: int) -> np.ndarray:
-    """A block's new ranks from its in-edge contributions ``vals`` (message order; ``perm`` puts them
-    in ascending source order per destination, ``dpos`` their local destinations): the summation
-    order every PageRank block shares, so their results are bit-identical."""
-    if perm is not None:
-        vals = vals[perm]
-    incoming = np.bincount(dpos, weights=vals, minlength=len(value))
+def pagerank_update(ctx: Context, incoming: np.ndarray, value: np.ndarray, damping: float, track_l1: bool,
+                    n: int) -> np.ndarray:
+    """A block's new ranks from the sums of its in-edge contributions ``incoming`` (each added in
+    ascending source order: the order every PageRank form shares, so their results are
+    bit-identical)."""
     dangling = ctx.aggregated("dangling", 0.0)
     new = (1.0 - damping) / n + damping * (incoming + dangling / n)
     if track_l1:
@@ -292,6 +290,7 @@ class PageRankBlock(Vertex):
             self.routes.append((sub.blocks[b], src_local[sel], sub.dst[sel], sub.own[src_local[sel]]))
         self.perm: np.ndarray | None = None  # None after setup: contributions arrive in order
         self.dpos: np.ndarray | None = None
+        self._gather: Any = None
 
     def size_hint(self) -> int:
         return len(self.sub.own)
@@ -311,8 +310,12 @@ class PageRankBlock(Vertex):
                 self.dpos = sub.local(dst[perm])
                 # one source block (or sorted runs that happen to merge in place): no gather needed
                 self.perm = None if np.array_equal(perm, np.arange(perm.size)) else perm
-            self.value = pagerank_update(ctx, _concat(messages, "val", np.float64), self.perm, self.dpos,
-                                         self.value, self.damping, self.track_l1, n)
+            if self._gather is None:  # contributions in message order -> per row, ascending source
+                cols = np.arange(len(self.dpos)) if self.perm is None else self.perm
+                indptr = np.concatenate(([0], np.cumsum(np.bincount(self.dpos, minlength=len(sub.own)))))
+                self._gather = csr_sum(indptr, cols)
+            incoming = self._gather(_concat(messages, "val", np.float64))
+            self.value = pagerank_update(ctx, incoming, self.value, self.damping, self.track_l1, n)
         if s >= self.iterations:
             ctx.vote_to_halt()
             return

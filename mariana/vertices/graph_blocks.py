@@ -22,6 +22,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
+from .block_kernels import components, csr_sum, relax
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded", "WCCLoaded",
@@ -230,17 +231,25 @@ class LoadedBlock(Vertex):
 
 class PageRankLoaded(LoadedBlock):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex`` (contributions summed in
-    ascending source id order, dangling mass and L1 change with the exact ``fsum``)."""
+    ascending source id order, dangling mass and L1 change with the exact ``fsum``).
 
-    state_fields = (*LoadedBlock.state_fields, "damping", "dpos", "iterations", "outdeg", "perm", "routes", "track_l1")
+    Block-centric: edges between two vertices of this block never become messages; their
+    contributions come from the block's own shares. Once the first contributions have told it
+    the order, every update is one sparse sum (``block_kernels.csr_sum``) over the vector of its
+    own shares followed by the values other blocks sent, in the summation order fixed once."""
+
+    state_fields = (*LoadedBlock.state_fields, "damping", "in_cols", "in_indptr", "iterations", "local_in", "outdeg",
+                    "routes", "track_l1")
 
     def __init__(self, id: str, io: GraphIO, damping: float = 0.85, iterations: int = 100,
                  track_l1: bool = True) -> None:
         super().__init__(id, io)
         self.damping, self.iterations, self.track_l1 = damping, iterations, track_l1
         self.routes: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
-        self.perm: np.ndarray | None = None
-        self.dpos: np.ndarray | None = None
+        self.local_in: tuple[np.ndarray, np.ndarray] | None = None  # (dst row, src row) of internal edges
+        self.in_indptr: np.ndarray | None = None
+        self.in_cols: np.ndarray | None = None
+        self._gather: Any = None
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -248,17 +257,39 @@ class PageRankLoaded(LoadedBlock):
         self.value = np.zeros(len(g.own))
         self.outdeg = np.diff(g.indptr)
         rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
-        edge_block = None if len(g.blocks) == 1 else g.target_block[g.slot]
+        me = g.blocks.index(self.id)
+        edge_block = g.target_block[g.slot]
         for b in range(len(g.blocks)):
-            sel = None if edge_block is None else np.flatnonzero(edge_block == b)
-            slot = g.slot if sel is None else g.slot[sel]
+            sel = np.flatnonzero(edge_block == b)
+            slot = g.slot[sel]
+            if b == me:  # internal edges: summed from this block's own shares, never sent
+                order = np.argsort(slot, kind="stable")  # by (dst, src) already: the summation order
+                self.local_in = (_int32(g.local(g.targets[slot[order]])), rows[sel[order]])
+                continue
             if not slot.size:
                 continue
             order = np.argsort(slot, kind="stable")  # by (dst, src): the receiver's summation order
-            rows_b = rows[order] if sel is None else rows[sel[order]]
+            rows_b = rows[sel[order]]
             self.routes.append((g.blocks[b], rows_b, pack_keys(g.targets[slot[order]]), pack_keys(g.own[rows_b])))
         # the structure travels once (step 0); then only values: drop the edge arrays
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+
+    def _order(self, messages: list[Message]) -> None:
+        """Fix the summation order from the first contributions: per destination row, by source
+        key, over [own shares..., values received in message order...]."""
+        g = self.g
+        assert g is not None and self.local_in is not None
+        k = len(g.own)
+        ldst, lsrc = self.local_in
+        rdst = g.local(_concat(messages, "dst", keys=True))
+        rsrc = _concat(messages, "src", keys=True)
+        dst = np.concatenate((ldst, rdst))
+        src = np.concatenate((g.own[lsrc], rsrc)) if rsrc.size else g.own[lsrc]
+        cols = np.concatenate((lsrc, k + np.arange(rdst.size)))
+        order = None if _in_order(dst, src) else np.lexsort((src, dst))
+        self.in_cols = _int32(cols if order is None else cols[order])
+        self.in_indptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=k))))
+        self.local_in = None
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g
@@ -270,16 +301,15 @@ class PageRankLoaded(LoadedBlock):
         if s == 0:
             self.value = np.full(len(g.own), 1.0 / n)
         else:
-            if self.dpos is None:  # the first contributions carry the structure: fix the sum order once
-                dst = _concat(messages, "dst", keys=True)
-                src = _concat(messages, "src", keys=True)
-                if _in_order(dst, src):  # one sending block (or runs that happen to merge in place)
-                    self.perm, self.dpos = None, _int32(g.local(dst))
-                else:
-                    perm = np.lexsort((src, dst))
-                    self.perm, self.dpos = _int32(perm), _int32(g.local(dst[perm]))
-            self.value = pagerank_update(ctx, _concat(messages, "val", np.float64), self.perm, self.dpos,
-                                         self.value, self.damping, self.track_l1, n)
+            if self.in_cols is None:
+                self._order(messages)
+            assert self.in_cols is not None and self.in_indptr is not None
+            if self._gather is None:
+                self._gather = csr_sum(self.in_indptr, self.in_cols)
+            shares = self.value / np.maximum(self.outdeg, 1)  # what this block sent itself last step
+            vals = [m.payload["val"] for m in messages]
+            x = np.concatenate((shares, *vals)) if vals else shares
+            self.value = pagerank_update(ctx, self._gather(x), self.value, self.damping, self.track_l1, n)
         if s >= self.iterations:
             ctx.vote_to_halt()
             return
@@ -303,14 +333,49 @@ def loaded_pagerank_master(tol: float):
     return master
 
 
+class _Split:
+    """A block's out-edges cut in two: internal ones (both ends here; a CSR over local rows) and
+    boundary ones (a CSR of ``slot``s, for ``_send_min``). Derived from ``LocalGraph`` on first
+    use, so it needs no checkpoint."""
+
+    def __init__(self, g: LocalGraph, me: int) -> None:
+        k = len(g.own)
+        rows = g.src_rows()
+        inside = g.target_block[g.slot] == me
+        self.indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=k))))
+        self.indices = _int32(g.local(g.targets[g.slot[inside]]))
+        self.weight = None if g.weight is None else g.weight[inside]
+        out = ~inside
+        self.b_indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[out], minlength=k))))
+        self.b_slot = g.slot[out]
+        self.b_weight = None if g.weight is None else g.weight[out]
+
+    def boundary(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source row, index into ``b_slot``) of the boundary edges of ``rows``."""
+        starts = self.b_indptr[rows]
+        counts = self.b_indptr[rows + 1] - starts
+        total = int(counts.sum())
+        if total == 0:
+            return rows[:0], np.empty(0, dtype=np.int64)
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        return np.repeat(rows, counts), offsets + np.arange(total)
+
+
 class SSSPLoaded(LoadedBlock):
-    """Bellman-Ford for a whole partition; bit-identical to ``SSSPVertex``. ``source``: its key."""
+    """SSSP for a whole partition; bit-identical to ``SSSPVertex``. ``source``: its key.
+
+    Block-centric: each superstep relaxes the block's internal edges to a fixpoint at once
+    (``block_kernels.relax``: Dijkstra from the rows that improved) and sends only over edges that
+    leave the block, so one worker needs one superstep whatever the diameter. Distances are the
+    same left-to-right sums along the same shortest paths as Bellman-Ford's."""
 
     state_fields = (*LoadedBlock.state_fields, "source_name", "source_row")
 
     def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
         super().__init__(id, io)
         self.source_name = source_name
+        self._split: _Split | None = None
+        self._relax: Any = None
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -320,10 +385,21 @@ class SSSPLoaded(LoadedBlock):
         i = int(g.local(np.asarray([source], dtype=g.own.dtype))[0]) if len(g.own) else 0
         self.source_row = i if i < len(g.own) and g.own[i] == source else -1
         ctx.aggregate("source_found", int(self.source_row >= 0))
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Split the edges and set up the relaxation: while loading, or after a restore."""
+        assert self.g is not None
+        self._split = sp = _Split(self.g, self.g.blocks.index(self.id))
+        self._relax = relax(sp.indptr, sp.indices, sp.weight if sp.weight is not None else np.ones(len(sp.indices)))
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g, dist = self.g, self.value
         assert g is not None
+        if self._split is None:
+            self._prepare()
+        sp = self._split
+        assert sp is not None
         if s == 0:
             if not ctx.aggregated("source_found", 0):
                 raise UsageError(f"source vertex '{self.source_name}' is not in {self.out.url} ({g.n} vertices)")
@@ -331,39 +407,67 @@ class SSSPLoaded(LoadedBlock):
             dist[rows] = 0.0
         else:
             rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "d", np.float64), dist)
-            if rows.size:
-                ctx.aggregate("updated", int(rows.size))
-        e = g.edges_of(rows)
+        down = self._relax(dist, rows)
+        if down.size:
+            rows = np.union1d(rows, down)
+        if s > 0 and rows.size:
+            ctx.aggregate("updated", int(rows.size))
+        src_rows, e = sp.boundary(rows)
         if e.size:
-            src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
-            w = g.weight[e] if g.weight is not None else 1.0
-            _send_min(ctx, g, g.slot[e], dist[src_rows] + w, "d")
+            w = sp.b_weight[e] if sp.b_weight is not None else 1.0
+            _send_min(ctx, g, sp.b_slot[e], dist[src_rows] + w, "d")
         ctx.vote_to_halt()
 
 
 class WCCLoaded(LoadedBlock):
-    """HashMin over edges loaded in both directions; the label is the smallest key (= id)."""
+    """HashMin over edges loaded in both directions; the label is the smallest key (= id).
+
+    Block-centric: the components of the block's internal edges are found once
+    (``block_kernels.components``), a label spreads over a whole local component at once and only
+    edges that leave the block carry messages: one worker needs one superstep."""
 
     state_fields = LoadedBlock.state_fields
+
+    def __init__(self, id: str, io: GraphIO) -> None:
+        super().__init__(id, io)
+        self._split: _Split | None = None
+        self._comp: np.ndarray | None = None
 
     def loaded(self, ctx: Context) -> None:
         assert self.g is not None
         self.value = self.g.own.copy()
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Split the edges (graph structure, built while loading or after a restore)."""
+        assert self.g is not None
+        self._split = _Split(self.g, self.g.blocks.index(self.id))
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g, label = self.g, self.value
         assert g is not None
+        if self._split is None:
+            self._prepare()
+        sp = self._split
+        assert sp is not None
+        if self._comp is None:  # the algorithm's first step (not loading): the block's own components
+            self._comp = components(sp.indptr, sp.indices)
+        comp = self._comp
         if s == 0:
+            label[:] = label[comp]  # every row takes its component's smallest row's key
             rows = np.arange(len(g.own))
         else:
-            rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "label", keys=True),
-                             label)
+            roots = group_min(comp[g.local(_concat(messages, "dst", keys=True))],
+                              _concat(messages, "label", keys=True), label)
+            hit = np.zeros(len(g.own), dtype=bool)
+            hit[roots] = True
+            rows = np.flatnonzero(hit[comp])
+            label[rows] = label[comp[rows]]
             if rows.size:
                 ctx.aggregate("updated", int(rows.size))
-        e = g.edges_of(rows)
+        src_rows, e = sp.boundary(rows)
         if e.size:
-            src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
-            _send_min(ctx, g, g.slot[e], label[src_rows], "label")
+            _send_min(ctx, g, sp.b_slot[e], label[src_rows], "label")
         ctx.vote_to_halt()
 
     def result(self) -> dict[str, Any]:

@@ -408,8 +408,11 @@ class SSSPLoaded(LoadedBlock):
         else:
             rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "d", np.float64), dist)
         down = self._relax(dist, rows)
-        if down.size:
-            rows = np.union1d(rows, down)
+        if down.size:  # the union, by a mask (np.union1d sorts)
+            changed = np.zeros(len(dist), dtype=bool)
+            changed[rows] = True
+            changed[down] = True
+            rows = np.flatnonzero(changed)
         if s > 0 and rows.size:
             ctx.aggregate("updated", int(rows.size))
         src_rows, e = sp.boundary(rows)
@@ -451,7 +454,7 @@ class WCCLoaded(LoadedBlock):
         sp = self._split
         assert sp is not None
         if self._comp is None:  # the algorithm's first step (not loading): the block's own components
-            self._comp = components(sp.indptr, sp.indices)
+            self._comp = components(sp.indptr, sp.indices, symmetric=True)  # loaded in both directions
         comp = self._comp
         if s == 0:
             label[:] = label[comp]  # every row takes its component's smallest row's key

@@ -94,6 +94,7 @@ def test_components_label_each_row_with_its_components_smallest_row(form):
     both_s, both_d = np.concatenate((src, dst)), np.concatenate((dst, src))
     indptr, indices = _csr(k, both_s, both_d)
     got = bk.components(indptr, indices)
+    np.testing.assert_array_equal(bk.components(indptr, indices, symmetric=True), got)
     parent = list(range(k))  # reference: union-find
 
     def find(x):
@@ -111,6 +112,7 @@ def test_components_label_each_row_with_its_components_smallest_row(form):
     n = 4000
     indptr, indices = _csr(n, np.r_[np.arange(n - 1), np.arange(1, n)], np.r_[np.arange(1, n), np.arange(n - 1)])
     assert not bk.components(indptr, indices).any()
+    assert not bk.components(indptr, indices, symmetric=True).any()
 
 
 def test_csr_sum_adds_in_stored_order(form):

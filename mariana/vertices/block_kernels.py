@@ -123,15 +123,26 @@ class Relaxer:
         self.indptr, self.indices, self.weight = indptr, indices, weight
         self.k = len(indptr) - 1
 
-    def __call__(self, dist: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    #: frontier rounds before the rest goes to scipy's Dijkstra, which costs O(rows) per call
+    #: whatever it reaches: a few boundary updates take a few cheap rounds, a long local
+    #: propagation (a block newly reached, a high-diameter block) one Dijkstra
+    ROUNDS = 16
+
+    def __call__(self, dist: np.ndarray, seeds: np.ndarray, method: str | None = None) -> np.ndarray:
         """Lower ``dist`` (in place) to what the seeds' current distances reach (the rest of
-        ``dist`` is a fixpoint already); the rows that went down."""
+        ``dist`` is a fixpoint already); the rows that went down. ``method``: "dijkstra",
+        "frontier" or None (Dijkstra from the source, else frontier rounds, then Dijkstra from
+        what is left): the same bits."""
         if not seeds.size or not self.indices.size:
             return seeds[:0]
-        if have_scipy():
+        if method is None:
+            method = "auto" if have_scipy() else "frontier"
+        if method == "dijkstra" or (method == "auto" and not dist[seeds].any()):
             cand = self._dijkstra(dist, seeds)
         else:
-            cand = self._bellman_ford(dist, seeds)
+            cand, rest = self._frontier(dist, seeds, self.ROUNDS if method == "auto" else -1)
+            if rest.size:
+                cand = np.minimum(cand, self._dijkstra(cand, rest))
         better = np.flatnonzero(cand < dist)
         dist[better] = cand[better]
         return better
@@ -154,22 +165,25 @@ class Relaxer:
             m = self.__dict__["_m"] = _csr_matrix((self.weight, self.indices, self.indptr), shape=(self.k, self.k))
         return m
 
-    def _bellman_ford(self, dist: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    def _frontier(self, dist: np.ndarray, seeds: np.ndarray, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+        """Bellman-Ford rounds over the rows that improved, at most ``rounds`` (-1: to the end):
+        (candidates, the rows still to relax)."""
         cand = dist.copy()  # what is known was relaxed to a fixpoint already: only news propagate
         rows = seeds
         indptr, indices, weight = self.indptr, self.indices, self.weight
-        while rows.size:
+        while rows.size and rounds != 0:
+            rounds -= 1
             starts, counts = indptr[rows], indptr[rows + 1] - indptr[rows]
             total = int(counts.sum())
             if not total:
-                break
+                return cand, rows[:0]
             e = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(total)
             via = np.repeat(cand[rows], counts) + weight[e]
-            best = cand.copy()
-            np.minimum.at(best, indices[e], via)
+            best = cand.copy()  # (a block-sized copy and scan per round measured 2.5x faster on a
+            np.minimum.at(best, indices[e], via)  # 2-block grid than sorting the offers)
             rows = np.flatnonzero(best < cand)
             cand = best
-        return cand
+        return cand, rows
 
 
 def relax(indptr: np.ndarray, indices: np.ndarray, weight: np.ndarray) -> Relaxer:

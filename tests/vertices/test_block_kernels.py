@@ -61,7 +61,11 @@ def _reference_sssp(k, src, dst, w, start):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed):
+@pytest.mark.parametrize("method", [None, "dijkstra", "frontier"])
+def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, monkeypatch):
+    if form == "numpy" and method == "dijkstra":
+        pytest.skip("Dijkstra is the scipy form")
+    monkeypatch.setattr(bk.Relaxer, "ROUNDS", 2)  # the default mix: 2 frontier rounds, then Dijkstra
     k = 300
     src, dst, w = _random_graph(seed, k, 900)
     indptr, indices, weight = _csr(k, src, dst, w)
@@ -70,7 +74,7 @@ def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed):
     # from one source at 0.0, then news at offsets (as boundary messages bring them)
     dist = np.full(k, np.inf)
     dist[0] = 0.0
-    relax(dist, np.array([0]))
+    relax(dist, np.array([0]), method)
     np.testing.assert_array_equal(dist, _reference_sssp(k, src, dst, w, {0: 0.0}))
     seeds = rng.choice(k, 7, replace=False)
     offsets = np.round(rng.random(7) * 0.05, 4) + 0.1 / 3
@@ -81,7 +85,7 @@ def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed):
         start[v] = min(d0, start.get(v, np.inf))
     news = np.array(sorted(v for v, d0 in start.items() if d0 <= dist[v]))
     before = dist.copy()
-    down = relax(dist, news)
+    down = relax(dist, news, method)
     ref = np.minimum(before, _reference_sssp(k, src, dst, w, {v: dist[v] for v in news.tolist()}))
     np.testing.assert_array_equal(dist, ref)  # bit for bit
     assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist())

@@ -236,7 +236,8 @@ class PageRankLoaded(LoadedBlock):
     Block-centric: edges between two vertices of this block never become messages; their
     contributions come from the block's own shares. Once the first contributions have told it
     the order, every update is one sparse sum (``block_kernels.csr_sum``) over the vector of its
-    own shares followed by the values other blocks sent, in the summation order fixed once."""
+    own shares followed by the values other blocks sent, in the summation order fixed once.
+    Another block gets one value per source vertex with edges into it (not one per edge)."""
 
     state_fields = (*LoadedBlock.state_fields, "damping", "in_cols", "in_indptr", "iterations", "local_in", "outdeg",
                     "routes", "track_l1")
@@ -245,7 +246,9 @@ class PageRankLoaded(LoadedBlock):
                  track_l1: bool = True) -> None:
         super().__init__(id, io)
         self.damping, self.iterations, self.track_l1 = damping, iterations, track_l1
-        self.routes: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+        #: per other block: (its id, the rows whose shares it gets, then sent once and dropped: each
+        #: edge's destination key, source key and index into those shares)
+        self.routes: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]] = []
         self.local_in: tuple[np.ndarray, np.ndarray] | None = None  # (dst row, src row) of internal edges
         self.in_indptr: np.ndarray | None = None
         self.in_cols: np.ndarray | None = None
@@ -270,7 +273,10 @@ class PageRankLoaded(LoadedBlock):
                 continue
             order = np.argsort(slot, kind="stable")  # by (dst, src): the receiver's summation order
             rows_b = rows[sel[order]]
-            self.routes.append((g.blocks[b], rows_b, pack_keys(g.targets[slot[order]]), pack_keys(g.own[rows_b])))
+            # one value per source vertex, not per edge: the receiver's sum picks it once per edge
+            senders, col = np.unique(rows_b, return_inverse=True)
+            self.routes.append((g.blocks[b], senders, pack_keys(g.targets[slot[order]]), pack_keys(g.own[rows_b]),
+                                _int32(col)))
         # the structure travels once (step 0); then only values: drop the edge arrays
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
 
@@ -285,7 +291,9 @@ class PageRankLoaded(LoadedBlock):
         rsrc = _concat(messages, "src", keys=True)
         dst = np.concatenate((ldst, rdst))
         src = np.concatenate((g.own[lsrc], rsrc)) if rsrc.size else g.own[lsrc]
-        cols = np.concatenate((lsrc, k + np.arange(rdst.size)))
+        # each in-edge's column in x = [own shares, each message's values...]
+        offsets = np.cumsum([k] + [len(m.payload["val"]) for m in messages])
+        cols = np.concatenate([lsrc] + [off + m.payload["col"] for off, m in zip(offsets.tolist(), messages)])
         order = None if _in_order(dst, src) else np.lexsort((src, dst))
         self.in_cols = _int32(cols if order is None else cols[order])
         self.in_indptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=k))))
@@ -314,11 +322,11 @@ class PageRankLoaded(LoadedBlock):
             ctx.vote_to_halt()
             return
         share = pagerank_shares(ctx, self.value, self.outdeg)
-        for i, (block, rows, dst, src) in enumerate(self.routes):
-            payload: dict[str, Any] = {"val": share[rows]}
+        for i, (block, senders, dst, src, col) in enumerate(self.routes):
+            payload: dict[str, Any] = {"val": share[senders]}
             if s == 0:
-                payload["dst"], payload["src"] = dst, src
-                self.routes[i] = (block, rows, None, None)  # sent once; not kept
+                payload["dst"], payload["src"], payload["col"] = dst, src, col
+                self.routes[i] = (block, senders, None, None, None)  # sent once; not kept
             ctx.send(block, payload, tag=BLOCK_TAG)
 
 

@@ -5,6 +5,7 @@
     python bench/graphalytics.py --scale 18      # the size (minutes on an idle machine)
     python bench/graphalytics.py --quick         # scale 10 smoke run, seconds
     python bench/graphalytics.py --json
+    python bench/graphalytics.py --partitioned --repeat 3   # pagerank/sssp/wcc via the partitioned loader, best of 3
 
 Graphs (written once as Graphalytics files: ``G.e`` each undirected edge once ``src dst weight``,
 ``G.v`` every vertex, both read with ``directed=false``):

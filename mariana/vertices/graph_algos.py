@@ -141,14 +141,11 @@ class WCCVertex(Vertex):
 # --------------------------------------------------------------------------------------------
 # The PageRank step that every block form shares (vertices/graph_blocks.py)
 # --------------------------------------------------------------------------------------------
-def pagerank_update(ctx: Context, vals: np.ndarray, perm: np.ndarray | None, dpos: np.ndarray, value: np.ndarray,
-                    damping: float, track_l1: bool, n: int) -> np.ndarray:
-    """A block's new ranks from its in-edge contributions ``vals`` (message order; ``perm`` puts them
-    in ascending source order per destination, ``dpos`` their local destinations): the summation
-    order every PageRank block shares, so their results are bit-identical."""
-    if perm is not None:
-        vals = vals[perm]
-    incoming = np.bincount(dpos, weights=vals, minlength=len(value))
+def pagerank_update(ctx: Context, incoming: np.ndarray, value: np.ndarray, damping: float, track_l1: bool,
+                    n: int) -> np.ndarray:
+    """A block's new ranks from the sums of its in-edge contributions ``incoming`` (each added in
+    ascending source order: the order every PageRank form shares, so their results are
+    bit-identical)."""
     dangling = ctx.aggregated("dangling", 0.0)
     new = (1.0 - damping) / n + damping * (incoming + dangling / n)
     if track_l1:

@@ -23,6 +23,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
+from .block_kernels import csr_sum, relax
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
@@ -240,17 +241,28 @@ class LoadedBlock(Vertex):
 
 class PageRankLoaded(LoadedBlock):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex`` (contributions summed in
-    ascending source id order, dangling mass and L1 change with the exact ``fsum``)."""
+    ascending source id order, dangling mass and L1 change with the exact ``fsum``).
 
-    state_fields = (*LoadedBlock.state_fields, "damping", "dpos", "iterations", "outdeg", "perm", "routes", "track_l1")
+    Block-centric: edges between two vertices of this block never become messages; their
+    contributions come from the block's own shares. Once the first contributions have told it
+    the order, every update is one sparse sum (``block_kernels.csr_sum``) over the vector of its
+    own shares followed by the values other blocks sent, in the summation order fixed once.
+    Another block gets one value per source vertex with edges into it (not one per edge)."""
+
+    state_fields = (*LoadedBlock.state_fields, "damping", "in_cols", "in_indptr", "iterations", "local_in", "outdeg",
+                    "routes", "track_l1")
 
     def __init__(self, id: str, io: GraphIO, damping: float = 0.85, iterations: int = 100,
                  track_l1: bool = True) -> None:
         super().__init__(id, io)
         self.damping, self.iterations, self.track_l1 = damping, iterations, track_l1
+        #: per other block: (its id, the rows whose shares it gets, the structure sent once and dropped:
+        #: each edge's destination and source as int32 indices into the route's distinct keys)
         self.routes: list[tuple[str, np.ndarray, dict[str, np.ndarray] | None]] = []
-        self.perm: np.ndarray | None = None
-        self.dpos: np.ndarray | None = None
+        self.local_in: tuple[np.ndarray, np.ndarray] | None = None  # (dst row, src row) of internal edges
+        self.in_indptr: np.ndarray | None = None
+        self.in_cols: np.ndarray | None = None
+        self._gather: Any = None
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -258,55 +270,68 @@ class PageRankLoaded(LoadedBlock):
         self.value = np.zeros(len(g.own))
         self.outdeg = np.diff(g.indptr)
         rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
-        edge_block = None if len(g.blocks) == 1 else g.target_block[g.slot]
+        me = g.blocks.index(self.id)
+        edge_block = g.target_block[g.slot]
         for b in range(len(g.blocks)):
-            sel = None if edge_block is None else np.flatnonzero(edge_block == b)
-            slot = g.slot if sel is None else g.slot[sel]
+            sel = np.flatnonzero(edge_block == b)
+            slot = g.slot[sel]
+            if b == me:  # internal edges: summed from this block's own shares, never sent
+                order = np.argsort(slot, kind="stable")  # by (dst, src) already: the summation order
+                self.local_in = (_int32(g.local(g.targets[slot[order]])), rows[sel[order]])
+                continue
             if not slot.size:
                 continue
             order = stable_argsort(slot)  # by (dst, src): the receiver's summation order
-            rows_b = rows[order] if sel is None else rows[sel[order]]
+            rows_b = rows[sel[order]]
             slot = slot[order]
             del order
+            # one value per source vertex, not per edge (the receiver's sum picks it once per edge);
             # the structure, compactly: each edge's destination and source as int32 indices into
-            # this route's distinct destination keys and distinct source keys (8 bytes an edge)
+            # this route's distinct destination keys and distinct sources (8 bytes an edge)
             new = np.ones(slot.size, dtype=bool)
             new[1:] = slot[1:] != slot[:-1]
             dk, di = g.targets[slot[new]], (np.cumsum(new) - 1).astype(np.int32)
             del slot, new
             present = np.zeros(len(g.own), dtype=bool)
             present[rows_b] = True
-            si = (np.cumsum(present) - 1).astype(np.int32)[rows_b]
-            self.routes.append((g.blocks[b], rows_b, {"di": di, "dk": pack_keys(dk), "si": si,
-                                                       "sk": pack_keys(g.own[present])}))
+            col = (np.cumsum(present) - 1).astype(np.int32)[rows_b]
+            senders = np.flatnonzero(present)
+            self.routes.append((g.blocks[b], senders, {"di": di, "dk": pack_keys(dk), "col": col,
+                                                        "sk": pack_keys(g.own[senders])}))
         # the structure travels once (step 0); then only values: drop the edge arrays
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
 
-    def _structure(self, messages: list[Message]) -> None:
-        """From the first contributions: each one's local destination (``dpos``) and the order
-        that sums them in ascending source key per destination (``perm``; None if they are in it)."""
+    def _order(self, messages: list[Message]) -> None:
+        """Fix the summation order from the first contributions: per destination row, by source
+        key, over x = [own shares..., each message's values...] (``in_indptr``, ``in_cols``)."""
         g = self.g
-        assert g is not None
-        parts = [m.payload for m in messages if "di" in m.payload]
-        # sources: ranks among the distinct source keys of every sender (no key is in two senders)
-        sk = [unpack_keys(p.pop("sk")) for p in parts]
-        at = np.cumsum([0] + [len(k) for k in sk])
+        assert g is not None and self.local_in is not None
+        k = len(g.own)
+        ldst, lsrc = self.local_in
+        parts = [m.payload for m in messages]
+        # sources: ranks among this block's keys and every sender's distinct source keys (no key
+        # is in two blocks); the message arrays are let go as they are read
+        sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
+        at = np.cumsum([0] + [len(x) for x in sk])
         rank = np.empty(int(at[-1]), np.int64)
-        if len(rank):
-            rank[np.argsort(np.concatenate(sk))] = np.arange(len(rank))
+        rank[np.argsort(np.concatenate(sk))] = np.arange(len(rank))
         del sk
-        # one int64 per edge: (local destination, source rank); each sender's run is sorted by it
-        # already, so the stable sort (a merge of runs) is near linear; the message arrays are let go
-        # as they are read
-        order = np.concatenate([g.local(unpack_keys(p.pop("dk"))).astype(np.int64)[p.pop("di")] * len(rank)
-                                + rank[at[i] + p.pop("si")] for i, p in enumerate(parts)]) if parts \
-            else np.empty(0, np.int64)
-        if order.size < 2 or bool(np.all(order[1:] >= order[:-1])):  # one sending block: in order
-            self.perm, self.dpos = None, _int32(order // max(len(rank), 1))
-        else:
-            perm = np.argsort(order, kind="stable")
-            self.dpos = _int32(order[perm] // len(rank))
-            self.perm = _int32(perm)
+        dst = [ldst.astype(np.int64)] + [g.local(unpack_keys(p.pop("dk")))[p.pop("di")] for p in parts]
+        cols = [lsrc] + [p.pop("col") for p in parts]
+        # one int64 per in-edge, (destination row, source rank); each run (this block's, each
+        # sender's) is sorted by it already, so the stable sort is a near-linear merge of runs
+        key = np.concatenate([d * len(rank) + rank[at[i] + c] for i, (d, c) in enumerate(zip(dst, cols))])
+        dst_rows = np.concatenate(dst)
+        del dst
+        offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts])  # each run's place in x
+        col = np.concatenate([off + c for off, c in zip(offsets.tolist(), cols)])
+        del cols
+        if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
+            order = np.argsort(key, kind="stable")
+            col = col[order]
+        self.in_cols = _int32(col)
+        self.in_indptr = np.concatenate(([0], np.cumsum(np.bincount(dst_rows, minlength=k))))
+        self.local_in = None
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g
@@ -318,20 +343,24 @@ class PageRankLoaded(LoadedBlock):
         if s == 0:
             self.value = np.full(len(g.own), 1.0 / n)
         else:
-            if self.dpos is None:  # the first contributions carry the structure: fix the sum order once
-                self._structure(messages)
-            assert self.dpos is not None
-            self.value = pagerank_update(ctx, _concat(messages, "val", np.float64), self.perm, self.dpos,
-                                         self.value, self.damping, self.track_l1, n)
+            if self.in_cols is None:
+                self._order(messages)
+            assert self.in_cols is not None and self.in_indptr is not None
+            if self._gather is None:
+                self._gather = csr_sum(self.in_indptr, self.in_cols)
+            shares = self.value / np.maximum(self.outdeg, 1)  # what this block sent itself last step
+            vals = [m.payload["val"] for m in messages]
+            x = np.concatenate((shares, *vals)) if vals else shares
+            self.value = pagerank_update(ctx, self._gather(x), self.value, self.damping, self.track_l1, n)
         if s >= self.iterations:
             ctx.vote_to_halt()
             return
         share = pagerank_shares(ctx, self.value, self.outdeg)
-        for i, (block, rows, structure) in enumerate(self.routes):
-            payload: dict[str, Any] = {"val": share[rows]}
+        for i, (block, senders, structure) in enumerate(self.routes):
+            payload: dict[str, Any] = {"val": share[senders]}
             if structure is not None:
                 payload.update(structure)
-                self.routes[i] = (block, rows, None)  # sent once; not kept
+                self.routes[i] = (block, senders, None)  # sent once; not kept
             ctx.send(block, payload, tag=BLOCK_TAG)
 
 
@@ -346,14 +375,49 @@ def loaded_pagerank_master(tol: float):
     return master
 
 
+class _Split:
+    """A block's out-edges cut in two: internal ones (both ends here; a CSR over local rows) and
+    boundary ones (a CSR of ``slot``s, for ``_send_min``). Derived from ``LocalGraph`` on first
+    use, so it needs no checkpoint."""
+
+    def __init__(self, g: LocalGraph, me: int) -> None:
+        k = len(g.own)
+        rows = g.src_rows()
+        inside = g.target_block[g.slot] == me
+        self.indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=k))))
+        self.indices = _int32(g.local(g.targets[g.slot[inside]]))
+        self.weight = None if g.weight is None else g.weight[inside]
+        out = ~inside
+        self.b_indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[out], minlength=k))))
+        self.b_slot = g.slot[out]
+        self.b_weight = None if g.weight is None else g.weight[out]
+
+    def boundary(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source row, index into ``b_slot``) of the boundary edges of ``rows``."""
+        starts = self.b_indptr[rows]
+        counts = self.b_indptr[rows + 1] - starts
+        total = int(counts.sum())
+        if total == 0:
+            return rows[:0], np.empty(0, dtype=np.int64)
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        return np.repeat(rows, counts), offsets + np.arange(total)
+
+
 class SSSPLoaded(LoadedBlock):
-    """Bellman-Ford for a whole partition; bit-identical to ``SSSPVertex``. ``source``: its key."""
+    """SSSP for a whole partition; bit-identical to ``SSSPVertex``. ``source``: its key.
+
+    Block-centric: each superstep relaxes the block's internal edges to a fixpoint at once
+    (``block_kernels.relax``: Dijkstra from the rows that improved) and sends only over edges that
+    leave the block, so one worker needs one superstep whatever the diameter. Distances are the
+    same left-to-right sums along the same shortest paths as Bellman-Ford's."""
 
     state_fields = (*LoadedBlock.state_fields, "source_name", "source_row")
 
     def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
         super().__init__(id, io)
         self.source_name = source_name
+        self._split: _Split | None = None
+        self._relax: Any = None
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -363,10 +427,21 @@ class SSSPLoaded(LoadedBlock):
         i = int(g.local(np.asarray([source], dtype=g.own.dtype))[0]) if len(g.own) else 0
         self.source_row = i if i < len(g.own) and g.own[i] == source else -1
         ctx.aggregate("source_found", int(self.source_row >= 0))
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Split the edges and set up the relaxation: while loading, or after a restore."""
+        assert self.g is not None
+        self._split = sp = _Split(self.g, self.g.blocks.index(self.id))
+        self._relax = relax(sp.indptr, sp.indices, sp.weight if sp.weight is not None else np.ones(len(sp.indices)))
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g, dist = self.g, self.value
         assert g is not None
+        if self._split is None:
+            self._prepare()
+        sp = self._split
+        assert sp is not None
         if s == 0:
             if not ctx.aggregated("source_found", 0):
                 raise UsageError(f"source vertex '{self.source_name}' is not in {self.out.url} ({g.n} vertices)")
@@ -374,11 +449,16 @@ class SSSPLoaded(LoadedBlock):
             dist[rows] = 0.0
         else:
             rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "d", np.float64), dist)
-            if rows.size:
-                ctx.aggregate("updated", int(rows.size))
-        e = g.edges_of(rows)
+        down = self._relax(dist, rows)
+        if down.size:  # the union, by a mask (np.union1d sorts)
+            changed = np.zeros(len(dist), dtype=bool)
+            changed[rows] = True
+            changed[down] = True
+            rows = np.flatnonzero(changed)
+        if s > 0 and rows.size:
+            ctx.aggregate("updated", int(rows.size))
+        src_rows, e = sp.boundary(rows)
         if e.size:
-            src_rows = np.repeat(rows, g.indptr[rows + 1] - g.indptr[rows])
-            w = g.weight[e] if g.weight is not None else 1.0
-            _send_min(ctx, g, g.slot[e], dist[src_rows] + w, "d")
+            w = sp.b_weight[e] if sp.b_weight is not None else 1.0
+            _send_min(ctx, g, sp.b_slot[e], dist[src_rows] + w, "d")
         ctx.vote_to_halt()

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..engine import Context, Message
 from ..errors import UsageError
+from .block_kernels import components
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys
 from .graphalytics import UNREACHABLE
 
@@ -170,31 +171,10 @@ class BFSLoaded(LoadedBlock):
 # --------------------------------------------------------------------------------------------
 # WCC, block-centric
 # --------------------------------------------------------------------------------------------
-def _local_components(k: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """For every one of ``k`` rows, the smallest row of its component under the edges (u, v):
-    hook every edge's larger root under the smaller, then jump pointers, until nothing moves."""
-    parent = np.arange(k)
-    if not u.size:
-        return parent
-    keep = u < v  # the edges come in both directions: one is enough
-    u, v = u[keep], v[keep]
-    while True:
-        pu, pv = parent[u], parent[v]
-        lo, hi = np.minimum(pu, pv), np.maximum(pu, pv)
-        if np.array_equal(lo, hi):
-            return parent
-        np.minimum.at(parent, hi, lo)  # roots: every row points at its root after the jumps below
-        while True:  # pointer jumping: every row straight to its root
-            pp = parent[parent]
-            if np.array_equal(pp, parent):
-                break
-            parent = pp
-
-
 class WCCComponentsLoaded(LoadedBlock):
     """Weakly connected components over edges loaded both ways, block-centric: the components
-    *inside* the block are found once (hooking and pointer jumping over its internal edges, O(log n)
-    vectorised rounds), a label that arrives spreads over a whole local component at once, and
+    *inside* the block are found once (``block_kernels.components``: scipy's labelling, or hooking
+    and pointer jumping in numpy), a label that arrives spreads over a whole local component at once, and
     only edges that leave the block carry messages; on one worker the job takes one step whatever
     the diameter. The label is the smallest member: the smallest id string (``numeric=False``:
     the keys), or the numerically smallest id when every id is an integer (``numeric=True``,
@@ -217,7 +197,9 @@ class WCCComponentsLoaded(LoadedBlock):
         assert g is not None
         rows = g.src_rows()
         inside = g.target_block[g.slot] == g.blocks.index(self.id)
-        self.comp = _local_components(len(g.own), rows[inside].astype(np.int64), g.local(g.targets[g.slot[inside]]))
+        # the internal edges as a CSR (rows ascending already); loaded both ways, so symmetric
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=len(g.own)))))
+        self.comp = components(indptr, g.local(g.targets[g.slot[inside]]), symmetric=True)
         out = np.flatnonzero(~inside)
         self.boundary_rows, self.boundary_slots = rows[out], g.slot[out]
         g.slot, g.indptr = g.slot[:0], g.indptr[:1]  # the boundary is all that is needed from here

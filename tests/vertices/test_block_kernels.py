@@ -1,0 +1,133 @@
+"""The whole-block kernels: scipy and numpy forms give the same bits, and the bits of the
+per-vertex algorithms (Bellman-Ford sums, ascending-source PageRank sums, min-id components)."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import pytest
+
+from mariana.vertices import block_kernels as bk
+
+FORMS = ["scipy", "numpy"]
+
+
+@pytest.fixture(params=FORMS)
+def form(request, monkeypatch):
+    if request.param == "numpy":
+        monkeypatch.setenv("MARIANA_NO_SCIPY", "1")
+    else:
+        monkeypatch.delenv("MARIANA_NO_SCIPY", raising=False)
+        if not bk.have_scipy():
+            pytest.skip("scipy is not installed")
+    return request.param
+
+
+def _csr(k: int, src: np.ndarray, dst: np.ndarray, *extra: np.ndarray):
+    order = np.argsort(src, kind="stable")
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=k))))
+    return (indptr, dst[order].astype(np.int32), *(e[order] for e in extra))
+
+
+def _random_graph(seed: int, k: int, m: int):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, k, m), rng.integers(0, k, m)
+    w = np.round(rng.random(m), 3)  # zeros included: 0.0 weights are edges too
+    w[:5] = 0.0
+    return src, dst, w
+
+
+def _reference_sssp(k, src, dst, w, start):
+    """Label-correcting search in plain Python floats: d[v] = min over paths of ((d0 + w1) + w2)..."""
+    adj = [[] for _ in range(k)]
+    for a, b, x in zip(src.tolist(), dst.tolist(), w.tolist()):
+        adj[a].append((b, x))
+    dist = [float("inf")] * k
+    heap = []
+    for v, d0 in start.items():
+        dist[v] = d0
+        heap.append((d0, v))
+    heapq.heapify(heap)
+    while heap:
+        d, v = heapq.heappop(heap)
+        if d > dist[v]:
+            continue
+        for b, x in adj[v]:
+            if d + x < dist[b]:
+                dist[b] = d + x
+                heapq.heappush(heap, (d + x, b))
+    return np.array(dist)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("method", [None, "dijkstra", "frontier"])
+def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, monkeypatch):
+    if form == "numpy" and method == "dijkstra":
+        pytest.skip("Dijkstra is the scipy form")
+    monkeypatch.setattr(bk.Relaxer, "ROUNDS", 2)  # the default mix: 2 frontier rounds, then Dijkstra
+    k = 300
+    src, dst, w = _random_graph(seed, k, 900)
+    indptr, indices, weight = _csr(k, src, dst, w)
+    relax = bk.relax(indptr, indices, weight)
+    rng = np.random.default_rng(seed + 10)
+    # from one source at 0.0, then news at offsets (as boundary messages bring them)
+    dist = np.full(k, np.inf)
+    dist[0] = 0.0
+    relax(dist, np.array([0]), method)
+    np.testing.assert_array_equal(dist, _reference_sssp(k, src, dst, w, {0: 0.0}))
+    seeds = rng.choice(k, 7, replace=False)
+    offsets = np.round(rng.random(7) * 0.05, 4) + 0.1 / 3
+    start = {}
+    for v, d0 in zip(seeds.tolist(), offsets.tolist()):
+        if d0 < dist[v]:
+            dist[v] = d0
+        start[v] = min(d0, start.get(v, np.inf))
+    news = np.array(sorted(v for v, d0 in start.items() if d0 <= dist[v]))
+    before = dist.copy()
+    down = relax(dist, news, method)
+    ref = np.minimum(before, _reference_sssp(k, src, dst, w, {v: dist[v] for v in news.tolist()}))
+    np.testing.assert_array_equal(dist, ref)  # bit for bit
+    assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist())
+
+
+def test_components_label_each_row_with_its_components_smallest_row(form):
+    k = 500
+    rng = np.random.default_rng(4)
+    src, dst = rng.integers(0, k, 300), rng.integers(0, k, 300)
+    both_s, both_d = np.concatenate((src, dst)), np.concatenate((dst, src))
+    indptr, indices = _csr(k, both_s, both_d)
+    got = bk.components(indptr, indices)
+    np.testing.assert_array_equal(bk.components(indptr, indices, symmetric=True), got)
+    parent = list(range(k))  # reference: union-find
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in zip(src.tolist(), dst.tolist()):
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    want = np.array([min(r for r in range(k) if find(r) == find(v)) for v in range(k)])
+    np.testing.assert_array_equal(got, want)
+    # a long path (high diameter): one call, whatever the length
+    n = 4000
+    indptr, indices = _csr(n, np.r_[np.arange(n - 1), np.arange(1, n)], np.r_[np.arange(1, n), np.arange(n - 1)])
+    assert not bk.components(indptr, indices).any()
+    assert not bk.components(indptr, indices, symmetric=True).any()
+
+
+def test_csr_sum_adds_in_stored_order(form):
+    rng = np.random.default_rng(5)
+    k, m = 50, 2000
+    rows = np.sort(rng.integers(0, k, m))
+    cols = rng.integers(0, 3 * m, m)
+    x = rng.random(3 * m) * 10.0 ** rng.integers(-8, 8, 3 * m)  # magnitudes that make the order matter
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=k))))
+    got = bk.csr_sum(indptr, cols)(x)
+    want = np.zeros(k)
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        want[r] += x[c]  # sequential, from 0.0
+    np.testing.assert_array_equal(got, want)

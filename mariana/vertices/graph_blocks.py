@@ -308,30 +308,38 @@ class PageRankLoaded(LoadedBlock):
         assert g is not None and self.local_in is not None
         k = len(g.own)
         ldst, lsrc = self.local_in
+        self.local_in = None
         parts = [m.payload for m in messages]
         # sources: ranks among this block's keys and every sender's distinct source keys (no key
         # is in two blocks); the message arrays are let go as they are read
         sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
-        at = np.cumsum([0] + [len(x) for x in sk])
-        rank = np.empty(int(at[-1]), np.int64)
+        at = np.cumsum([0] + [len(x) for x in sk]).tolist()
+        rank = np.empty(at[-1], np.int64)
         rank[np.argsort(np.concatenate(sk))] = np.arange(len(rank))
         del sk
-        dst = [ldst.astype(np.int64)] + [g.local(unpack_keys(p.pop("dk")))[p.pop("di")] for p in parts]
-        cols = [lsrc] + [p.pop("col") for p in parts]
-        # one int64 per in-edge, (destination row, source rank); each run (this block's, each
-        # sender's) is sorted by it already, so the stable sort is a near-linear merge of runs
-        key = np.concatenate([d * len(rank) + rank[at[i] + c] for i, (d, c) in enumerate(zip(dst, cols))])
-        dst_rows = np.concatenate(dst)
-        del dst
-        offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts])  # each run's place in x
-        col = np.concatenate([off + c for off, c in zip(offsets.tolist(), cols)])
-        del cols
+        # one int64 per in-edge, (destination row, source rank), and its column in x; each run
+        # (this block's, each sender's) is sorted by the key already, so the stable sort below is
+        # a near-linear merge of runs
+        offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts]).tolist()  # each run's place in x
+        counts = np.bincount(ldst, minlength=k)
+        keys = [ldst.astype(np.int64) * len(rank) + rank[lsrc]]
+        cols = [lsrc.astype(np.int32)]
+        del ldst, lsrc
+        for i, p in enumerate(parts, 1):
+            d = g.local(unpack_keys(p.pop("dk"))).astype(np.int32)[p.pop("di")]
+            c = p.pop("col")
+            counts += np.bincount(d, minlength=k)
+            keys.append(d.astype(np.int64) * len(rank) + rank[at[i] + c])
+            cols.append((c + offsets[i]).astype(np.int32))
+            del d, c
+        key, col = np.concatenate(keys), np.concatenate(cols)
+        del keys, cols
         if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
             order = np.argsort(key, kind="stable")
+            del key
             col = col[order]
         self.in_cols = _int32(col)
-        self.in_indptr = np.concatenate(([0], np.cumsum(np.bincount(dst_rows, minlength=k))))
-        self.local_in = None
+        self.in_indptr = np.concatenate(([0], np.cumsum(counts)))
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g

@@ -277,7 +277,7 @@ class PageRankLoaded(LoadedBlock):
             slot = g.slot[sel]
             if b == me:  # internal edges: summed from this block's own shares, never sent
                 order = np.argsort(slot, kind="stable")  # by (dst, src) already: the summation order
-                self.local_in = (_int32(g.local(g.targets[slot[order]])), rows[sel[order]])
+                self.local_in = (_int32(g.local(g.targets))[slot[order]], rows[sel[order]])  # distinct targets looked up once
                 continue
             if not slot.size:
                 continue
@@ -393,7 +393,7 @@ class _Split:
         rows = g.src_rows()
         inside = g.target_block[g.slot] == me
         self.indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=k))))
-        self.indices = _int32(g.local(g.targets[g.slot[inside]]))
+        self.indices = _int32(g.local(g.targets))[g.slot[inside]]  # distinct targets looked up once
         self.weight = None if g.weight is None else g.weight[inside]
         out = ~inside
         self.b_indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[out], minlength=k))))

@@ -199,7 +199,7 @@ class WCCComponentsLoaded(LoadedBlock):
         inside = g.target_block[g.slot] == g.blocks.index(self.id)
         # the internal edges as a CSR (rows ascending already); loaded both ways, so symmetric
         indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=len(g.own)))))
-        self.comp = components(indptr, g.local(g.targets[g.slot[inside]]), symmetric=True)
+        self.comp = components(indptr, g.local(g.targets)[g.slot[inside]], symmetric=True)  # targets looked up once
         out = np.flatnonzero(~inside)
         self.boundary_rows, self.boundary_slots = rows[out], g.slot[out]
         g.slot, g.indptr = g.slot[:0], g.indptr[:1]  # the boundary is all that is needed from here

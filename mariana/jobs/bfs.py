@@ -13,7 +13,7 @@ from ..vertices.graphalytics_loaded import BFSLoaded
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job, Key
-from .sssp import EXAMPLE_SOURCE, _bisect
+from .sssp import EXAMPLE_SOURCE, require_source
 
 
 def _summarize(ids: np.ndarray, depth: np.ndarray) -> dict[str, Any]:
@@ -34,12 +34,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
                                fmt=value_format(config, "depth"))
     else:
         edges = follow(load_graph(config), config)
-        try:
-            _bisect(edges.ids, source)
-        except ValueError:
-            sample = ", ".join(edges.ids[:3])
-            raise UsageError(f"source vertex '{source}' is not in {edges.url} "
-                             f"({edges.n} vertices, e.g. {sample})") from None
+        require_source(edges, source)
         g = build_graph("bfs", edges, bctx, lambda vid, adj: BFSVertex(vid, adj, vid == source))
     g.add_combiner("min")
     g.add_aggregator("updated", "sum")

@@ -49,21 +49,17 @@ def _whole_graph(config: dict[str, Any], bctx: BuildContext, source: str) -> Gra
     if negative.size:
         e = int(negative[0])
         raise UsageError(f"{edges.where(e)}: negative weight {edges.weight[e]:g} (sssp needs weights >= 0)")
-    try:
-        _bisect(edges.ids, source)
-    except ValueError:
-        sample = ", ".join(edges.ids[:3])
-        raise UsageError(f"source vertex '{source}' is not in {edges.url} "
-                         f"({edges.n} vertices, e.g. {sample})") from None
+    require_source(edges, source)
     return build_graph("sssp", edges, bctx, lambda vid, adj: SSSPVertex(vid, adj, vid == source))
 
 
-def _bisect(ids: list[str], v: str) -> int:
-    """Index of ``v`` in the sorted ``ids`` (ValueError if absent)."""
-    i = bisect.bisect_left(ids, v)
-    if i < len(ids) and ids[i] == v:
-        return i
-    raise ValueError(v)
+def require_source(edges: Any, source: str) -> None:
+    """A UsageError unless ``source`` is a vertex of ``edges`` (ids sorted)."""
+    i = bisect.bisect_left(edges.ids, source)
+    if i < len(edges.ids) and edges.ids[i] == source:
+        return
+    sample = ", ".join(edges.ids[:3])
+    raise UsageError(f"source vertex '{source}' is not in {edges.url} ({edges.n} vertices, e.g. {sample})")
 
 
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:

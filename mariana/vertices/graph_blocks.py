@@ -420,6 +420,8 @@ class SSSPLoaded(LoadedBlock):
     same left-to-right sums along the same shortest paths as Bellman-Ford's."""
 
     state_fields = (*LoadedBlock.state_fields, "source_name", "source_row")
+    #: every edge weighs 1.0 whatever the input says (BFS: hop counts)
+    unit = False
 
     def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
         super().__init__(id, io)
@@ -440,8 +442,10 @@ class SSSPLoaded(LoadedBlock):
     def _prepare(self) -> None:
         """Split the edges and set up the relaxation: while loading, or after a restore."""
         assert self.g is not None
+        if self.unit:
+            self.g.weight = None
         self._split = sp = _Split(self.g, self.g.blocks.index(self.id))
-        self._relax = relax(sp.indptr, sp.indices, sp.weight if sp.weight is not None else np.ones(len(sp.indices)))
+        self._relax = relax(sp.indptr, sp.indices, sp.weight)  # None: unit weights
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g, dist = self.g, self.value

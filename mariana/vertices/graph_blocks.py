@@ -390,10 +390,19 @@ class _Split:
 
     def __init__(self, g: LocalGraph, me: int) -> None:
         k = len(g.own)
+        if len(g.targets) == k and np.array_equal(g.targets, g.own):  # every vertex has in-edges
+            local = np.arange(k, dtype=np.int32 if k < 2 ** 31 else np.int64)
+        else:
+            local = _int32(g.local(g.targets))  # the distinct targets looked up once
+        inside_t = g.target_block == me
+        if inside_t.all():  # one block (one worker): every edge is internal, the CSR is g's own
+            self.indptr, self.indices, self.weight = g.indptr, local[g.slot], g.weight
+            self.b_indptr, self.b_slot, self.b_weight = np.zeros(k + 1, dtype=np.int64), g.slot[:0], None
+            return
         rows = g.src_rows()
-        inside = g.target_block[g.slot] == me
+        inside = inside_t[g.slot]
         self.indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=k))))
-        self.indices = _int32(g.local(g.targets))[g.slot[inside]]  # distinct targets looked up once
+        self.indices = local[g.slot[inside]]
         self.weight = None if g.weight is None else g.weight[inside]
         out = ~inside
         self.b_indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[out], minlength=k))))

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..engine import Context, Message
 from .block_kernels import components
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, pack_keys
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, _Split, pack_keys
 from .graphalytics import UNREACHABLE
 
 __all__ = ["UNREACHABLE", "BFSLoaded", "CDLPLoaded", "LCCLoaded", "WCCComponentsLoaded", "WEDGE_CHUNK"]
@@ -156,13 +156,10 @@ class WCCComponentsLoaded(LoadedBlock):
         """The components inside the block (step 0: processing, not loading)."""
         g = self.g
         assert g is not None
-        rows = g.src_rows()
-        inside = g.target_block[g.slot] == g.blocks.index(self.id)
-        # the internal edges as a CSR (rows ascending already); loaded both ways, so symmetric
-        indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=len(g.own)))))
-        self.comp = components(indptr, g.local(g.targets)[g.slot[inside]], symmetric=True)  # targets looked up once
-        out = np.flatnonzero(~inside)
-        self.boundary_rows, self.boundary_slots = rows[out], g.slot[out]
+        sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
+        self.comp = components(sp.indptr, sp.indices, symmetric=True)
+        self.boundary_rows = np.repeat(np.arange(len(g.own), dtype=np.int32), np.diff(sp.b_indptr))
+        self.boundary_slots = sp.b_slot
         g.slot, g.indptr = g.slot[:0], g.indptr[:1]  # the boundary is all that is needed from here
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:

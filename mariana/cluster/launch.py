@@ -101,7 +101,7 @@ def run_cluster(job_name: str, config: dict[str, Any], graph: Graph, options: Ru
             cluster.start()
             return cluster.run(graph, options.run_dir)
     resume = resume_point(options.run_dir, options.keep_checkpoints) if options.resume else None
-    master = Master(job_name, config, graph, options, security=options.security, resume=resume)
+    master = Master(job_name, config, graph, options, security=options.security, resume=resume, token=options.token)
     try:
         master.start()
         if options.on_start is not None:

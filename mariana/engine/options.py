@@ -59,6 +59,7 @@ class RunOptions:
     shm_cap_mb: int = 1024  # shared memory per worker for its outgoing frames; beyond: zmq frames
     shm_min_kb: int = 64  # smaller frames always travel by zmq
     security: Any = None  # a security.Security for the master (`mariana master --keys`)
+    token: str | None = None  # without spawn: admit only workers that present it (a sweep's segment)
     on_start: Callable[[Any, list[Any]], None] | None = None  # (master, worker processes) once bound
 
     def __post_init__(self) -> None:

@@ -379,7 +379,7 @@ class Sweep:
             return
         if "master" in msg:  # across hosts: the segment's master is bound; its reserved hosts join it
             if self._queue is not None:
-                self._queue.assign(child.segment, str(msg["master"]), self.spec.job)
+                self._queue.assign(child.segment, str(msg["master"]), self.spec.job, msg.get("token"))
             return
         t = child.trial
         self._read_metrics(t)

@@ -20,7 +20,10 @@ it says so and exits 2, and its segment is lost the same way.
 
 Messages are one JSON frame each way (no pickle): ``{"op": "ready"}``, ``{"op": "busy",
 "segment": S}``, ``{"op": "done", "segment": S, "code": N}`` from a host; ``{"op": "run",
-"segment": S, "master": ENDPOINT, "job": NAME}``, ``{"op": "ok"}`` and ``{"op": "end"}`` to it.
+"segment": S, "master": ENDPOINT, "job": NAME, "token": T}``, ``{"op": "ok"}`` and ``{"op": "end"}``
+to it. ``T`` is the segment's job token, made by its master's process: the master admits only
+workers that present it (in their environment, never on a command line), so a process on the
+segment master's host that was not sent the token cannot join a plaintext loopback segment.
 """
 
 from __future__ import annotations
@@ -163,12 +166,12 @@ class HostQueue:
             h.state, h.segment, h.since = "reserved", segment, time.monotonic()
         return [h.ident for h in free[:n]]
 
-    def assign(self, segment: str, master: str, job: str) -> None:
-        """Send the bound master of ``segment`` to the hosts reserved for it."""
+    def assign(self, segment: str, master: str, job: str, token: str | None = None) -> None:
+        """Send the bound master of ``segment`` (and its job token) to the hosts reserved for it."""
         for h in self.alive():
             if h.segment == segment and h.state == "reserved":
                 h.state, h.since = "assigned", time.monotonic()
-                self._send(h, {"op": "run", "segment": segment, "master": master, "job": job})
+                self._send(h, {"op": "run", "segment": segment, "master": master, "job": job, "token": token})
 
     def release(self, segment: str) -> None:
         """``segment`` ended before its hosts took it: hosts still only reserved are idle again
@@ -482,11 +485,12 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
                     return 0
                 if op == "run" and child is None and isinstance(msg.get("master"), str):
                     segment, served = str(msg.get("segment")), served + 1
-                    mine = dataclasses.replace(spec, master=msg["master"], job=spec.job or msg.get("job"))
+                    mine = dataclasses.replace(spec, master=msg["master"], job=spec.job or msg.get("job"),
+                                               token=str(msg.get("token") or "") or spec.token)
                     log.info("segment %s: serving the master at %s", segment, mine.master)
                     child = zygote.start(mine) if zygote is not None and not zygote.dead else None
                     if child is None:
-                        child = subprocess.Popen([sys.executable, "-m", "mariana", *mine.argv()], env=env,
+                        child = subprocess.Popen([sys.executable, "-m", "mariana", *mine.argv()], env={**env, **mine.env()},
                                                  stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
                     send({"op": "busy", "segment": segment})
                     next_beat = time.monotonic() + BEAT_S

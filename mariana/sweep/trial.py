@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import sys
 import time
 import traceback
@@ -145,7 +146,8 @@ def run_segment(spec: dict[str, Any], ask: Callable[[int], bool],
 def _remote_options(remote: dict[str, Any] | None, announce: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     """Run options of a segment whose workers are on other hosts: this process is the master
     (``mariana master``'s path: no local workers, CURVE with the sweep's keys), it says where it
-    listens once bound, and a lost worker ends the segment at once (the sweep places it again)."""
+    listens once bound and the segment's token (a worker without it is refused, keys or not), and
+    a lost worker ends the segment at once (the sweep places it again)."""
     if not remote:
         return {}
     security = None
@@ -154,14 +156,16 @@ def _remote_options(remote: dict[str, Any] | None, announce: Callable[[dict[str,
 
         security = Security.for_master(remote["keys"])
 
+    token = secrets.token_hex(16)  # only the hosts this sweep sends it to may join the segment
+
     def on_start(master: Any, procs: list[Any]) -> None:
         if announce is not None:
-            announce({"master": master.endpoint})
+            announce({"master": master.endpoint, "token": token})
 
     timeout = float(remote.get("host_timeout", 10.0))
     return {"runtime": "cluster", "spawn": False, "bind": remote["bind"], "security": security, "on_start": on_start,
             "worker_timeout": timeout, "heartbeat_interval": min(0.5, timeout / 4), "max_restarts": 0,
-            "join_timeout": float(remote.get("join_timeout", 600.0))}
+            "join_timeout": float(remote.get("join_timeout", 600.0)), "token": token}
 
 
 def limit_threads(n: int) -> None:

@@ -317,3 +317,34 @@ def test_trials_of_two_workers_on_two_hosts_each(tmp_path, capsys):
     assert _curves(tmp_path / "hosts", 2) == _curves(tmp_path / "local", 2)
     assert json.loads((tmp_path / "hosts/trials/0000/job.json").read_text())["workers"] == 2
     assert codes == [0, 0, 0]
+
+
+@pytest.mark.timeout(120)
+def test_a_segment_master_admits_only_workers_with_its_token(tmp_path):
+    """A segment's master (``run_segment`` with a remote spec, plaintext on loopback) announces a
+    fresh token with its endpoint; a worker without it is refused (exit 2, one line), one given it
+    in its environment serves the segment to the end."""
+    import threading
+
+    from mariana.jobs.registry import get_job, resolve_config
+    from mariana.sweep.trial import run_segment
+
+    config = resolve_config(get_job("dnn-dp"), None, ["epochs=1", "model=['dense:16:relu','dense:10']"])
+    spec = {"job": "dnn-dp", "run": str(tmp_path / "trial"), "metric": "test_accuracy", "workers": 1, "config": config,
+            "remote": {"bind": "tcp://127.0.0.1:0", "host_timeout": 10.0, "join_timeout": 60.0}}
+    said: list[dict] = []
+    out: dict = {}
+    seg = threading.Thread(target=lambda: out.update(run_segment(spec, lambda n: True, said.append)), daemon=True)
+    seg.start()
+    deadline = time.monotonic() + 60
+    while not said and time.monotonic() < deadline:
+        seg.join(0.05)
+    assert said and len(said[0]["token"]) == 32, (said, out)
+    worker = [sys.executable, "-m", "mariana", "worker", "--master", said[0]["master"], "--connect-timeout", "30"]
+    stranger = subprocess.run(worker, env=_env(), capture_output=True, timeout=60)
+    assert stranger.returncode == 2 and b"job token" in stranger.stderr, stranger.stderr
+    admitted = subprocess.run(worker, env={**_env(), "MARIANA_JOB_TOKEN": said[0]["token"]}, capture_output=True,
+                              timeout=90)
+    seg.join(60)
+    assert admitted.returncode == 0, admitted.stderr
+    assert out["status"] == "completed", out

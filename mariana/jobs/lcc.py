@@ -8,7 +8,7 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..vertices.graphalytics import LCCVertex
-from ..vertices.graphalytics_loaded import LCCLoaded
+from ..vertices.lcc_loaded import LCCLoaded
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job

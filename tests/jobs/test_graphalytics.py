@@ -295,7 +295,7 @@ def test_output_at_a_memory_url(capsys, tmp_path):
 
 def test_lcc_wedges_in_many_chunks(capsys, tmp_path, monkeypatch):
     """Superstep 2 cuts the wedges into messages of at most WEDGE_CHUNK: the result is the same."""
-    import mariana.vertices.graphalytics_loaded as ga
+    import mariana.vertices.lcc_loaded as ga
 
     rg = RandomGraph(9, 150, 2, density=4.0)
     path = rg.write(tmp_path)

@@ -15,6 +15,8 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
   distance is the minimum over paths of the left-to-right float sum ``((d0 + w1) + w2) + ...``,
   the value Bellman-Ford in supersteps reaches (float addition is monotone), so SSSP stays
   bit-identical to ``SSSPVertex``.
+- ``triangle_credits``: LCC's degrees and triangle sums inside one block (every neighbour local),
+  exact integers; see its doc for the cost.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ try:  # optional: the numpy forms below give the same bits
 except ImportError:  # pragma: no cover - scipy is a dependency; this is the fallback
     _csr_matrix = None
 
-__all__ = ["have_scipy", "csr_sum", "components", "relax"]
+__all__ = ["have_scipy", "csr_sum", "components", "relax", "triangle_credits"]
 
 
 def have_scipy() -> bool:
@@ -189,3 +191,165 @@ class Relaxer:
 def relax(indptr: np.ndarray, indices: np.ndarray, weight: np.ndarray) -> Relaxer:
     """A ``Relaxer`` over one block's internal edges."""
     return Relaxer(indptr, indices, weight)
+
+
+#: at most about this many length-2 paths (scipy) or wedges (numpy) per chunk of rows: bounds
+#: the memory of ``triangle_credits`` whatever the degrees
+TRIANGLE_CHUNK = 1 << 22
+
+
+def triangle_credits(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LCC's counts over a directed graph given as a CSR of out-edges (rows and columns the same
+    ``k`` vertices; duplicates and self-loops allowed, ignored): ``(deg, tri)`` with ``deg[v]`` =
+    |N(v)|, N(v) the in- plus out-neighbours other than v, and ``tri[v]`` the number of directed
+    edges among N(v) (int64, exact).
+
+    With ``M[a, b]`` the number of directed edges between a and b (0..2) and the vertices ranked
+    by (degree, row), each triangle v < x < w (by rank) adds M[x, w] to v, M[v, w] to x and
+    M[v, x] to w; ``U`` is M kept on the edges that go up in rank (``out_U(v)`` entries in row v).
+    scipy form, two integer sparse products masked by U's pattern: (U @ U)[v, w] sums over the
+    length-2 paths v -> x -> w (sum over x of in_U(x) out_U(x) terms) M[v, x] and M[x, w] at once
+    (packed in one int64), which credits v (row sums) and w (column sums); (U^T @ U)[x, w] sums
+    M[v, w] over the pairs of higher neighbours of each v (sum over v of out_U(v)^2 terms),
+    which credits x. out_U(v) <= sqrt(2m) (every higher-ranked neighbour has degree >= v's), so
+    both are O(m sqrt(m)) whatever the largest degree (unranked, a hub of degree d costs d^2);
+    rows go in chunks of about ``TRIANGLE_CHUNK`` terms. numpy form: the same wedges of each v
+    enumerated, the closing edge looked up by binary search; the same integers."""
+    k = len(indptr) - 1
+    if have_scipy():
+        return _triangles_scipy(k, indptr, indices)
+    rows = np.repeat(np.arange(k, dtype=np.int64), np.diff(indptr))
+    cols = indices.astype(np.int64)
+    keep = rows != cols
+    return _triangles_numpy(k, rows[keep], cols[keep])
+
+
+def _rank_up(k: int, deg: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Which entries (row, col) go up in rank (degree, row)."""
+    return (deg[cols] > deg[rows]) | ((deg[cols] == deg[rows]) & (cols > rows))
+
+
+def _row_chunks(work: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive row ranges of about ``TRIANGLE_CHUNK`` work each (at least one row)."""
+    k = len(work)
+    if not k or int(work.sum()) <= TRIANGLE_CHUNK:
+        return [(0, k)] if k else []
+    cum = np.cumsum(work)
+    out, lo = [], 0
+    while lo < k:
+        base = int(cum[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(cum, base + TRIANGLE_CHUNK, side="right")), lo + 1)
+        out.append((lo, min(hi, k)))
+        lo = hi
+    return out
+
+
+#: the packing of two sums in one int64 product term: (a * _PACK + 1) * (_PACK + b)
+_PACK = 1 << 20
+
+
+def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = _csr_matrix((np.ones(indices.size, dtype=np.int32), indices, indptr), shape=(k, k))
+    a.sum_duplicates()  # (a no-op on a sorted CSR without duplicates)
+    if a.nnz and (a.data.max() > 1 or a.diagonal().any()):
+        a.data[:] = 1
+        a.setdiag(0)
+        a.eliminate_zeros()
+    at = a.T.tocsr()
+    if np.array_equal(at.indptr, a.indptr) and np.array_equal(at.indices, a.indices):
+        m = a * 2  # every edge both ways (an undirected graph)
+    else:
+        m = (a + at).tocsr()  # 1 or 2 on every neighbour pair, canonical
+    del a, at
+    deg = np.diff(m.indptr).astype(np.int64)
+    tri = np.zeros(k, dtype=np.int64)
+    rank = deg * k + np.arange(k)
+    up = rank[m.indices] > np.repeat(rank, deg)
+    uptr = np.concatenate(([0], np.cumsum(up)))[m.indptr]
+    ucol, umult = m.indices[up], m.data[up].astype(np.int64)
+    del m, up, rank
+    if not ucol.size:
+        return deg, tri
+    out_u = np.diff(uptr)
+    mask = _csr_matrix((np.ones(ucol.size, dtype=np.int8), ucol, uptr), shape=(k, k))
+    # v -> x -> w: left M[v, x] * P + 1, right P + M[x, w]: the sum over x is
+    # sum M[v,x] * P^2 + sum (M[v,x] M[x,w] + 1) * P + sum M[x,w], every field < P (x <= out_U(v) terms)
+    closing = np.zeros(ucol.size, dtype=bool)  # the U edges v -> w that close a triangle
+    if 5 * int(out_u.max()) < _PACK:
+        left = _csr_matrix((umult * _PACK + 1, ucol, uptr), shape=(k, k))
+        right = _csr_matrix((umult + _PACK, ucol, uptr), shape=(k, k))
+        products = [(left, right, "packed")]
+    else:  # out of the packing's range (m beyond ~10^10): one product per sum
+        mu = _csr_matrix((umult, ucol, uptr), shape=(k, k))
+        products = [(mask, mu, "rows"), (mu, mask, "columns")]
+    for lft, rgt, kind in products:
+        for lo, hi in _row_chunks(mask @ out_u):
+            p = (lft[lo:hi] @ rgt).multiply(mask[lo:hi]).tocsr()
+            p.sum_duplicates()  # (sorted: its entries are U's, in U's order)
+            sums = p.data.astype(np.int64)
+            closing[uptr[lo] + _positions(mask, lo, hi, p)] = True
+            if kind != "columns":
+                tri[lo:hi] += _row_sums(p.indptr, sums % _PACK if kind == "packed" else sums)
+            if kind != "rows":
+                high = sums // (_PACK * _PACK) if kind == "packed" else sums
+                tri += np.bincount(p.indices, weights=high, minlength=k).astype(np.int64)
+    if not closing.any():
+        return deg, tri
+    # x <- v -> w with v -> w closing: the sum over v of M[v, w], credited to x (only the closing
+    # edges on the right: the pairs of each v that close nothing cost nothing)
+    ut = mask.T.tocsr()
+    zptr = np.concatenate(([0], np.cumsum(closing)))[uptr]
+    z = _csr_matrix((umult[closing], ucol[closing], zptr), shape=(k, k))
+    for lo, hi in _row_chunks(ut @ np.diff(zptr)):
+        p = (ut[lo:hi] @ z).multiply(mask[lo:hi]).tocsr()
+        tri[lo:hi] += _row_sums(p.indptr, p.data.astype(np.int64))
+    return deg, tri
+
+
+def _positions(mask: Any, lo: int, hi: int, p: Any) -> np.ndarray:
+    """Where each entry of ``p`` (a sorted subset of ``mask``'s rows lo:hi) sits in those rows."""
+    sub = mask[lo:hi]
+    rows = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(p.indptr))
+    key = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(sub.indptr)) * mask.shape[1] + sub.indices
+    return np.searchsorted(key, rows * mask.shape[1] + p.indices)
+
+
+def _row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per-row sums of a CSR's values (int64, exact)."""
+    return np.diff(np.concatenate(([0], np.cumsum(values)))[indptr])
+
+
+def _triangles_numpy(k: int, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    key = np.unique(np.concatenate((rows * k + cols, cols * k + rows)))  # M's pattern, by (row, col)
+    fwd = np.zeros(key.size, dtype=np.int64)
+    fwd[np.searchsorted(key, np.unique(rows * k + cols))] = 1
+    back = np.zeros(key.size, dtype=np.int64)
+    back[np.searchsorted(key, np.unique(cols * k + rows))] = 1
+    mult = fwd + back
+    mrow, mcol = key // k, key % k
+    deg = np.bincount(mrow, minlength=k).astype(np.int64)
+    tri = np.zeros(k, dtype=np.float64)  # exact: integer sums < 2^53
+    up = np.flatnonzero(_rank_up(k, deg, mrow, mcol))
+    urow, ucol, umult = mrow[up], mcol[up], mult[up]
+    ukey = urow * k + ucol  # ascending: U's entries by (row, col)
+    out_u = np.bincount(urow, minlength=k)
+    start = np.concatenate(([0], np.cumsum(out_u)))
+    for lo, hi in _row_chunks(out_u * (out_u - 1) // 2):
+        e = np.arange(start[lo], start[hi])
+        per = start[urow[e] + 1] - e - 1  # pairs (i, j > i) within the row
+        i = np.repeat(e, per)
+        if not i.size:
+            continue
+        j = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per) + i + 1
+        a, b = ucol[i], ucol[j]
+        a_up = (deg[b] > deg[a]) | ((deg[b] == deg[a]) & (b > a))
+        x, w = np.where(a_up, a, b), np.where(a_up, b, a)  # x ranks below w
+        mvx, mvw = np.where(a_up, umult[i], umult[j]), np.where(a_up, umult[j], umult[i])
+        probe = x * k + w
+        at = np.minimum(np.searchsorted(ukey, probe), max(ukey.size - 1, 0))
+        found = np.flatnonzero(ukey[at] == probe)
+        mxw = umult[at[found]]
+        tri += np.bincount(urow[i[found]], weights=mxw, minlength=k)
+        tri += np.bincount(x[found], weights=mvw[found], minlength=k)
+        tri += np.bincount(w[found], weights=mvx[found], minlength=k)
+    return deg, tri.astype(np.int64)

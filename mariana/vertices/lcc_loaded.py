@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import Context, Message
+from .block_kernels import triangle_credits
 from .graph_blocks import BLOCK_TAG, LoadedBlock, _concat, pack_keys
 from .graphalytics_loaded import _announce_in_edges, _neighbour_entries, _send_by_block
 
@@ -113,7 +114,9 @@ class LCCLoaded(LoadedBlock):
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g
         assert g is not None
-        if s == 0:  # out-edges announce themselves: in-neighbours
+        if s == 0 and len(g.blocks) == 1:  # every neighbour is here: no messages
+            self._whole(ctx)
+        elif s == 0:  # out-edges announce themselves: in-neighbours
             _announce_in_edges(ctx, g, skip_loops=True)
         elif s == 1:
             self._neighbours(ctx, messages)
@@ -125,10 +128,23 @@ class LCCLoaded(LoadedBlock):
             tri = self.tri
             for m in messages:
                 np.add.at(tri, m.payload["row"].astype(np.int64), m.payload["c"])
-            deg = np.diff(self.nb_indptr)
-            denom = deg * (deg - 1)
-            self.value = np.where(deg > 1, tri / np.maximum(denom, 1), 0.0)
-            ctx.vote_to_halt()
+            self._coefficient(ctx)
+
+    def _whole(self, ctx: Context) -> None:
+        """The one-block job in one step: degrees and triangle sums by ``triangle_credits``."""
+        g = self.g
+        assert g is not None
+        deg, tri = triangle_credits(g.indptr, g.local(g.targets)[g.slot])  # targets looked up once
+        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        self.nb_indptr = np.concatenate(([0], np.cumsum(deg)))
+        self.tri = tri
+        self._coefficient(ctx)
+
+    def _coefficient(self, ctx: Context) -> None:
+        deg = np.diff(self.nb_indptr)
+        denom = deg * (deg - 1)
+        self.value = np.where(deg > 1, self.tri / np.maximum(denom, 1), 0.0)
+        ctx.vote_to_halt()
 
     def _neighbours(self, ctx: Context, messages: list[Message]) -> None:
         """N(v) with direction codes (bit 1 out, bit 2 in), deduplicated; degrees and slots to

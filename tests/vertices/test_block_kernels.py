@@ -156,9 +156,10 @@ def test_triangle_credits_count_the_edges_among_each_neighbourhood(form, chunk, 
         src, dst = rng.integers(0, k, m), rng.integers(0, k, m)
         if k > 2:
             src[: m // 4] = 0  # a hub
-        for s, d in ((src, dst), (np.concatenate((src, dst)), np.concatenate((dst, src)))):  # directed, both ways
+        both = np.concatenate((src, dst)), np.concatenate((dst, src))
+        for s, d, symmetric in ((src, dst, False), (*both, False), (*both, True)):  # directed; both ways
             indptr, indices = _csr(k, s, d)
-            deg, tri = bk.triangle_credits(indptr, indices)
+            deg, tri = bk.triangle_credits(indptr, indices, symmetric=symmetric)
             want_deg, want_tri = _reference_triangles(k, s, d)
             np.testing.assert_array_equal(deg, want_deg)
             np.testing.assert_array_equal(tri, want_tri)

@@ -275,27 +275,47 @@ def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric:
     del a, up, rank
     if not ucol.size:
         return deg.astype(np.int64), tri
+    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, ucol)
+    return deg.astype(np.int64), low + high + mid
+
+
+def oriented_triangles(k: int, c: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarray | None,
+                       lrow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The scipy core of ``triangle_credits``, also for one block of several: ``U`` has ``k`` rows
+    (vertices v) and ``c`` columns (their higher-ranked neighbours, by a compact id), entries
+    sorted by column within each row (``uptr``, ``ucol``), values M (``umult``; None: 2
+    everywhere); ``lrow[e]`` is the row of entry e's neighbour when that neighbour is itself one of
+    the k rows, else -1. Over the triangles v < x < w with v and x among the rows (w anywhere):
+    ``(low, high, mid)``, low[v] += M[x, w], high[column of w] += M[v, x], mid[x] += M[v, w]."""
+    low, mid = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    high = np.zeros(c, dtype=np.int64)
     out_u = np.diff(uptr)
-    mask = _csr_matrix((np.ones(ucol.size, dtype=np.int32), ucol, uptr), shape=(k, k))
-    closing = np.zeros(ucol.size, dtype=bool)  # the U edges v -> w that close a triangle
+    local = np.flatnonzero(lrow >= 0)
+    if not local.size:
+        return low, high, mid
     # the left factor keeps only the edges v -> x that may start a triangle (see _may_close)
-    keep = np.flatnonzero(_may_close(k, ucol, uptr))
+    keep = local[_may_close(k, ucol, uptr, local, lrow[local])]
+    if not keep.size:  # (a grid: no two higher neighbourhoods meet)
+        return low, high, mid
+    mask = _csr_matrix((np.ones(ucol.size, dtype=np.int32), ucol, uptr), shape=(k, c))
+    closing = np.zeros(ucol.size, dtype=bool)  # the U edges v -> w that close a triangle
     lptr = np.searchsorted(keep, uptr)
+    lcol = lrow[keep]
 
     def left(data: np.ndarray) -> Any:
-        return _csr_matrix((data[keep], ucol[keep], lptr), shape=(k, k))
+        return _csr_matrix((data[keep], lcol, lptr), shape=(k, k))
 
     if umult is None:  # M = 2 everywhere: counts of paths, doubled
         products = [(left(mask.data), mask, "counts")]
     elif 5 * int(out_u.max()) < _PACK:
         # v -> x -> w: left M[v, x] * P + 1, right P + M[x, w]: the sum over x is sum M[v,x] * P^2
         # + sum (M[v,x] M[x,w] + 1) * P + sum M[x,w], every field < P (x: at most out_U(v) terms)
-        right = _csr_matrix((umult + _PACK, ucol, uptr), shape=(k, k))
+        right = _csr_matrix((umult + _PACK, ucol, uptr), shape=(k, c))
         products = [(left(umult * _PACK + 1), right, "packed")]
     else:  # out of the packing's range (m beyond ~10^10): one product per sum
-        mu = _csr_matrix((umult, ucol, uptr), shape=(k, k))
+        mu = _csr_matrix((umult, ucol, uptr), shape=(k, c))
         products = [(left(mask.data), mu, "rows"), (left(umult), mask, "columns")]
-    terms = int(out_u[ucol[keep]].sum())
+    terms = int(out_u[lcol].sum())
     for lft, rgt, kind in products:
         for lo, hi in (_row_chunks(lft @ out_u) if terms > TRIANGLE_CHUNK else [(0, k)]):
             p = (lft[lo:hi] @ rgt).multiply(mask[lo:hi]).tocsr()
@@ -304,38 +324,40 @@ def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric:
             p.sum_duplicates()  # (sorted: its entries are U's, in U's order)
             sums = p.data.astype(np.int64)
             closing[uptr[lo] + _positions(mask, lo, hi, p)] = True
-            low = {"counts": 2 * sums, "packed": sums % _PACK, "rows": sums}.get(kind)
-            if low is not None:
-                tri[lo:hi] += _row_sums(p.indptr, low)
-            high = {"counts": 2 * sums, "packed": sums // (_PACK * _PACK), "columns": sums}.get(kind)
-            if high is not None:
-                tri += np.bincount(p.indices, weights=high, minlength=k).astype(np.int64)
+            lows = {"counts": 2 * sums, "packed": sums % _PACK, "rows": sums}.get(kind)
+            if lows is not None:
+                low[lo:hi] += _row_sums(p.indptr, lows)
+            highs = {"counts": 2 * sums, "packed": sums // (_PACK * _PACK), "columns": sums}.get(kind)
+            if highs is not None:
+                high += np.bincount(p.indices, weights=highs, minlength=c).astype(np.int64)
     if not closing.any():
-        return deg.astype(np.int64), tri
+        return low, high, mid
     # x <- v -> w with v -> w closing: the sum over v of M[v, w], credited to x (only the closing
     # edges on the right: the pairs of each v that close nothing cost nothing)
-    ut = mask.T.tocsr()
+    lt = _csr_matrix((np.ones(keep.size, dtype=np.int32), lcol, lptr), shape=(k, k)).T.tocsr()
     zptr = np.searchsorted(np.flatnonzero(closing), uptr)
-    z = _csr_matrix((2 * mask.data[closing] if umult is None else umult[closing], ucol[closing], zptr), shape=(k, k))
-    for lo, hi in _row_chunks(ut @ np.diff(zptr)):
-        p = (ut[lo:hi] @ z).multiply(mask[lo:hi]).tocsr()
-        tri[lo:hi] += _row_sums(p.indptr, p.data.astype(np.int64))
-    return deg.astype(np.int64), tri
+    z = _csr_matrix((2 * mask.data[closing] if umult is None else umult[closing], ucol[closing], zptr), shape=(k, c))
+    for lo, hi in _row_chunks(lt @ np.diff(zptr)):
+        p = (lt[lo:hi] @ z).multiply(mask[lo:hi]).tocsr()
+        mid[lo:hi] += _row_sums(p.indptr, p.data.astype(np.int64))
+    return low, high, mid
 
 
 _BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
 
-def _may_close(k: int, ucol: np.ndarray, uptr: np.ndarray) -> np.ndarray:
-    """For each entry v -> x of U, whether U(v) and U(x) may meet (a triangle v < x < w needs w in
-    both): a 64-bit signature per row, one hashed bit per entry, must overlap. A necessary test
-    only (it cuts the products' work where triangles are rare: on a grid to ~6%)."""
+def _may_close(k: int, ucol: np.ndarray, uptr: np.ndarray, sel: np.ndarray, xrow: np.ndarray) -> np.ndarray:
+    """For the entries ``sel`` (v -> x, x = row ``xrow``) of U, whether U(v) and U(x) may meet (a
+    triangle v < x < w needs w in both): a 64-bit signature per row, one hashed bit per entry,
+    must overlap. A necessary test only (it cuts the products' work where triangles are rare: on a
+    grid to ~6%)."""
     bits = _BITS[(ucol.astype(np.uint32) * np.uint32(0x9E3779B1)) >> np.uint32(26)]  # a multiplicative hash
     out_u = np.diff(uptr)
     sig = np.zeros(k, dtype=np.uint64)
     rows = np.flatnonzero(out_u)
     sig[rows] = np.bitwise_or.reduceat(bits, uptr[rows]) if rows.size else sig[:0]
-    return (np.repeat(sig, out_u) & sig[ucol]) != 0
+    vsig = np.repeat(sig, out_u) if sel.size == ucol.size else sig[np.searchsorted(uptr, sel, side="right") - 1]
+    return (vsig & sig[xrow]) != 0
 
 
 def _positions(mask: Any, lo: int, hi: int, p: Any) -> np.ndarray:

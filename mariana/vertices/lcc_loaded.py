@@ -8,6 +8,9 @@ bit (integer triangle counts divided once, as there).
   and triangle credits, 4 the coefficient. With one block (one worker) every neighbour is local:
   step 0 does it all with ``block_kernels.triangle_credits`` (the same ranking, as two masked
   sparse products over the rank-oriented adjacency; numpy form without scipy) and sends nothing.
+  With several blocks (and scipy), step 2 does the same products for the wedges whose lower end
+  x is in v's block (``oriented_triangles``: both lower corners here, w anywhere; w's credits
+  join step 3's), and only the wedges whose x lives in another block travel.
 
 Message volume of LCC: neighbours are ranked by (degree, id) and a vertex sends each wedge of two
 *higher-ranked* neighbours (x, w) only to the lower end x, which checks the closing edge x-w in
@@ -36,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import triangle_credits
+from .block_kernels import have_scipy, oriented_triangles, triangle_credits
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, _concat, pack_keys
 from .graphalytics_loaded import _announce_in_edges, _neighbour_entries, _send_by_block
 
@@ -103,7 +106,7 @@ class LCCLoaded(LoadedBlock):
     4-byte slots instead of keys, and the receiver finds the row without a search."""
 
     state_fields = (*LoadedBlock.state_fields, "closing_keys", "closing_mult", "code", "nb", "nb_blk", "nb_indptr",
-                    "symmetric", "tri")
+                    "pend_credit", "pend_slot", "symmetric", "tri")
 
     def __init__(self, id: str, io: GraphIO, symmetric: bool = False) -> None:
         super().__init__(id, io)
@@ -119,7 +122,9 @@ class LCCLoaded(LoadedBlock):
         self.code = np.empty(0, dtype=np.int8)     # direction code of each entry
         self.closing_keys = np.empty(0, dtype=np.int64)  # step 2 -> 3: edges x - w, w ranked above x
         self.closing_mult = np.empty(0, dtype=np.int8)   # (row of x << 32 | slot of w) and their edge counts
-        self.tri = np.zeros(len(g.own), dtype=np.int64)  # step 3 -> 4: triangle credits summed here
+        self.tri = np.zeros(len(g.own), dtype=np.int64)  # step 2 -> 3 -> 4: triangle credits summed here
+        self.pend_slot = np.empty(0, dtype=np.int64)  # step 2 -> 3: credits of other blocks' vertices (slots)
+        self.pend_credit = np.empty(0, dtype=np.int64)
 
     def _me(self) -> int:
         assert self.g is not None
@@ -211,16 +216,21 @@ class LCCLoaded(LoadedBlock):
         own_slot = np.arange(rows_n, dtype=np.int64) * w_n + me
         counts = np.bincount(hrow, minlength=rows_n)
         row_start = np.concatenate(([0], np.cumsum(counts)))
-        cum = np.cumsum(counts * (counts - 1) // 2)
+        lower_end = np.ones(hslot.size, dtype=bool)  # entries whose wedges (as x) travel
+        if have_scipy() and hslot.size:
+            local = hslot % w_n == me
+            if local.any():
+                self._local_triangles(hrow, hslot, hmult, row_start, local)
+                lower_end = ~local
+        ent = np.flatnonzero(lower_end)
+        per_all = row_start[hrow[ent] + 1] - ent - 1  # pairs (i, j > i) within the row
+        cum = np.cumsum(per_all)
         lo = 0
-        while lo < rows_n:  # rows [lo, hi) with at most WEDGE_CHUNK wedges (or one row)
+        while lo < ent.size:  # entries [lo, hi) with at most WEDGE_CHUNK wedges (or one entry)
             base = cum[lo - 1] if lo else 0
             hi = max(int(np.searchsorted(cum, base + WEDGE_CHUNK, side="right")), lo + 1)
-            per_entry = np.arange(row_start[lo], row_start[hi])
+            per_entry, per = ent[lo:hi], per_all[lo:hi]
             lo = hi
-            if not per_entry.size:
-                continue
-            per = row_start[hrow[per_entry] + 1] - per_entry - 1  # pairs (i, j > i) within the row
             i = np.repeat(per_entry, per)
             if not i.size:
                 continue
@@ -230,6 +240,26 @@ class LCCLoaded(LoadedBlock):
                            {"x": _small(x), "w": _small(hslot[j]), "v": _small(own_slot[hrow[i]]),
                             "m": (hmult[i] * 4 + hmult[j]).astype(np.int8)})
 
+    def _local_triangles(self, hrow: np.ndarray, hslot: np.ndarray, hmult: np.ndarray, row_start: np.ndarray,
+                         local: np.ndarray) -> None:
+        """The triangles v < x < w whose two lower corners are this block's (w anywhere) by the
+        kernel's masked products (``block_kernels.oriented_triangles``) instead of wedge
+        messages: v's and x's credits summed here, w's kept for step 3 (own rows summed here)."""
+        g = self.g
+        assert g is not None
+        rows_n, w_n, me = len(g.own), len(g.blocks), self._me()
+        uniq, ucol = np.unique(hslot, return_inverse=True)  # the higher neighbours, compact
+        order = np.lexsort((ucol, hrow))  # U by row, then column
+        umult = None if bool((hmult == 2).all()) else hmult[order].astype(np.int64)
+        lrow = np.where(local[order], hslot[order] // w_n, -1)
+        low, high, mid = oriented_triangles(rows_n, len(uniq), row_start, ucol[order].reshape(-1), umult, lrow)
+        tri = self.tri + low + mid
+        own = uniq % w_n == me
+        tri[uniq[own] // w_n] += high[own]  # (distinct rows)
+        self.tri = tri
+        far = np.flatnonzero(~own & (high != 0))
+        self.pend_slot, self.pend_credit = uniq[far], high[far]
+
     def _close(self, ctx: Context, messages: list[Message]) -> None:
         """Close the wedges x-w: credit v with the x-w edges, x with v-w, w with v-x. Credits of
         this block's own vertices (every x) are summed here; the others per vertex, then sent."""
@@ -238,8 +268,9 @@ class LCCLoaded(LoadedBlock):
         w_n, me, rows_n = len(g.blocks), self._me(), len(g.own)
         closing = _KeySet(self.closing_keys, self.closing_mult)
         self.closing_keys, self.closing_mult = self.closing_keys[:0], self.closing_mult[:0]
-        tri = np.zeros(rows_n, dtype=np.float64)  # exact: integer counts < 2^53
-        slots, credits = [], []
+        tri = self.tri.astype(np.float64)  # exact: integer counts < 2^53 (step 2's local ones in it)
+        slots, credits = [self.pend_slot], [self.pend_credit]  # step 2's credits of other blocks' vertices
+        self.pend_slot, self.pend_credit = self.pend_slot[:0], self.pend_credit[:0]
         for msg in messages:
             p = msg.payload
             x_row = p["x"].astype(np.int64)
@@ -256,7 +287,7 @@ class LCCLoaded(LoadedBlock):
                     slots.append(slot.astype(np.int64))
                     credits.append(credit)
         self.tri = tri.astype(np.int64)
-        if not slots:
+        if not sum(len(x) for x in slots):
             return
         slot, credit = np.concatenate(slots), np.concatenate(credits).astype(np.int64)
         del slots, credits

@@ -251,15 +251,15 @@ _PACK = 1 << 20
 
 
 def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
-    a = _csr_matrix((np.ones(indices.size, dtype=np.int32), indices, indptr), shape=(k, k))
+    a = _csr_matrix((np.ones(indices.size, dtype=bool), indices, indptr), shape=(k, k))
     if not a.has_canonical_format:  # (checked in one pass)
-        a.sum_duplicates()
-    if a.nnz and (a.data.max() > 1 or a.diagonal().any()):
-        a.data[:] = 1
-        a.setdiag(0)
+        a.sum_duplicates()  # (bools: repeated edges stay True)
+    if a.nnz and a.diagonal().any():
+        a.setdiag(False)
         a.eliminate_zeros()
     mult = None  # M is 2 on every neighbour pair (every edge both ways)
     if not symmetric:
+        a = a.astype(np.int8)
         a = (a + a.T.tocsr()).tocsr()  # 1 or 2 on every neighbour pair, canonical
         mult = a.data
     deg = np.diff(a.indptr)
@@ -275,26 +275,31 @@ def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric:
     del a, up, rank
     if not ucol.size:
         return deg.astype(np.int64), tri
-    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, ucol)
+    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, None)
     return deg.astype(np.int64), low + high + mid
 
 
 def oriented_triangles(k: int, c: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarray | None,
-                       lrow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       lrow: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The scipy core of ``triangle_credits``, also for one block of several: ``U`` has ``k`` rows
     (vertices v) and ``c`` columns (their higher-ranked neighbours, by a compact id), entries
     sorted by column within each row (``uptr``, ``ucol``), values M (``umult``; None: 2
     everywhere); ``lrow[e]`` is the row of entry e's neighbour when that neighbour is itself one of
-    the k rows, else -1. Over the triangles v < x < w with v and x among the rows (w anywhere):
-    ``(low, high, mid)``, low[v] += M[x, w], high[column of w] += M[v, x], mid[x] += M[v, w]."""
+    the k rows, else -1 (None: every column is a row, ``lrow = ucol``). Over the triangles
+    v < x < w with v and x among the rows (w anywhere): ``(low, high, mid)``, low[v] += M[x, w],
+    high[column of w] += M[v, x], mid[x] += M[v, w]."""
     low, mid = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
     high = np.zeros(c, dtype=np.int64)
     out_u = np.diff(uptr)
-    local = np.flatnonzero(lrow >= 0)
-    if not local.size:
-        return low, high, mid
+    if lrow is None:
+        lrow, local = ucol, None
+    else:
+        local = np.flatnonzero(lrow >= 0)
+        if not local.size:
+            return low, high, mid
     # the left factor keeps only the edges v -> x that may start a triangle (see _may_close)
-    keep = local[_may_close(k, ucol, uptr, local, lrow[local])]
+    keep = np.flatnonzero(_may_close(k, ucol, uptr, None, ucol)) if local is None else \
+        local[_may_close(k, ucol, uptr, local, lrow[local])]
     if not keep.size:  # (a grid: no two higher neighbourhoods meet)
         return low, high, mid
     mask = _csr_matrix((np.ones(ucol.size, dtype=np.int32), ucol, uptr), shape=(k, c))
@@ -346,8 +351,8 @@ def oriented_triangles(k: int, c: int, uptr: np.ndarray, ucol: np.ndarray, umult
 _BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
 
-def _may_close(k: int, ucol: np.ndarray, uptr: np.ndarray, sel: np.ndarray, xrow: np.ndarray) -> np.ndarray:
-    """For the entries ``sel`` (v -> x, x = row ``xrow``) of U, whether U(v) and U(x) may meet (a
+def _may_close(k: int, ucol: np.ndarray, uptr: np.ndarray, sel: np.ndarray | None, xrow: np.ndarray) -> np.ndarray:
+    """For the entries ``sel`` (v -> x, x = row ``xrow``; None: all) of U, whether U(v) and U(x) may meet (a
     triangle v < x < w needs w in both): a 64-bit signature per row, one hashed bit per entry,
     must overlap. A necessary test only (it cuts the products' work where triangles are rare: on a
     grid to ~6%)."""
@@ -356,7 +361,7 @@ def _may_close(k: int, ucol: np.ndarray, uptr: np.ndarray, sel: np.ndarray, xrow
     sig = np.zeros(k, dtype=np.uint64)
     rows = np.flatnonzero(out_u)
     sig[rows] = np.bitwise_or.reduceat(bits, uptr[rows]) if rows.size else sig[:0]
-    vsig = np.repeat(sig, out_u) if sel.size == ucol.size else sig[np.searchsorted(uptr, sel, side="right") - 1]
+    vsig = np.repeat(sig, out_u) if sel is None else sig[np.searchsorted(uptr, sel, side="right") - 1]
     return (vsig & sig[xrow]) != 0
 
 

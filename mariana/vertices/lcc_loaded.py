@@ -5,7 +5,8 @@ bit (integer triangle counts divided once, as there).
 - ``LCCLoaded``: ``N(v)`` = in- plus out-neighbours without ``v``; ``lcc(v)`` = directed edges
   among ``N(v)`` / (|N(v)| (|N(v)| - 1)). Steps: 0 out-edges announce themselves (in-neighbours),
   1 ``N(v)`` with direction codes and degrees to neighbouring blocks, 2 wedges, 3 closing checks
-  and triangle credits, 4 the coefficient. With one block (one worker) every neighbour is local:
+  and triangle credits, 4 the coefficient (``directed=false``: no step 0, every edge is loaded
+  both ways, so the out-edges are N(v) already). With one block (one worker) every neighbour is local:
   step 0 does it all with ``block_kernels.triangle_credits`` (the same ranking, as two masked
   sparse products over the rank-oriented adjacency; numpy form without scipy) and sends nothing.
   With several blocks (and scipy), step 2 does the same products for the wedges whose lower end
@@ -133,15 +134,16 @@ class LCCLoaded(LoadedBlock):
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g
         assert g is not None
+        step = s + 1 if self.symmetric else s  # loaded both ways: the out-edges are N(v) already
         if s == 0 and len(g.blocks) == 1:  # every neighbour is here: no messages
             self._whole(ctx)
-        elif s == 0:  # out-edges announce themselves: in-neighbours
+        elif step == 0:  # out-edges announce themselves: in-neighbours
             _announce_in_edges(ctx, g, skip_loops=True)
-        elif s == 1:
+        elif step == 1:
             self._neighbours(ctx, messages)
-        elif s == 2:
+        elif step == 2:
             self._wedges(ctx, messages)
-        elif s == 3:
+        elif step == 3:
             self._close(ctx, messages)
         else:
             tri = self.tri
@@ -172,17 +174,29 @@ class LCCLoaded(LoadedBlock):
         neighbouring blocks."""
         g = self.g
         assert g is not None
-        rows, keys, blk, code = _neighbour_entries(g, messages)
-        keep = np.flatnonzero(g.own[rows] != keys)
-        rows, keys, blk, code = rows[keep], keys[keep], blk[keep], code[keep]
-        order = np.argsort(keys, kind="stable")
-        order = order[np.argsort(rows[order], kind="stable")]  # by (row, key)
-        rows, keys, blk, code = rows[order], keys[order], blk[order], code[order]
-        first = np.ones(rows.size, dtype=bool)
-        first[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
-        starts = np.flatnonzero(first)
-        self.code = np.bitwise_or.reduceat(code, starts) if starts.size else code[:0]
-        self.nb, self.nb_blk, row = keys[starts], blk[starts], rows[starts]
+        if self.symmetric:  # every edge loaded both ways: N(v) = the out-neighbours, each with code 3
+            rows, slot = g.src_rows().astype(np.int64), g.slot.astype(np.int64)
+            keep = np.flatnonzero(g.own[rows] != g.targets[slot])
+            rows, slot = rows[keep], slot[keep]
+            order = np.argsort(rows * max(len(g.targets), 1) + slot)  # by (row, key): slots follow the keys
+            rows, slot = rows[order], slot[order]
+            first = np.ones(rows.size, dtype=bool)
+            first[1:] = (rows[1:] != rows[:-1]) | (slot[1:] != slot[:-1])
+            starts = np.flatnonzero(first)
+            self.code = np.full(starts.size, 3, dtype=np.int8)
+            self.nb, self.nb_blk, row = g.targets[slot[starts]], g.target_block[slot[starts]].astype(np.int16), rows[starts]
+        else:
+            rows, keys, blk, code = _neighbour_entries(g, messages)
+            keep = np.flatnonzero(g.own[rows] != keys)
+            rows, keys, blk, code = rows[keep], keys[keep], blk[keep], code[keep]
+            order = np.argsort(keys, kind="stable")
+            order = order[np.argsort(rows[order], kind="stable")]  # by (row, key)
+            rows, keys, blk, code = rows[order], keys[order], blk[order], code[order]
+            first = np.ones(rows.size, dtype=bool)
+            first[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
+            starts = np.flatnonzero(first)
+            self.code = np.bitwise_or.reduceat(code, starts) if starts.size else code[:0]
+            self.nb, self.nb_blk, row = keys[starts], blk[starts], rows[starts]
         self.nb_indptr = np.concatenate(([0], np.cumsum(np.bincount(row, minlength=len(g.own))))).astype(np.int64)
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
         deg = np.diff(self.nb_indptr)

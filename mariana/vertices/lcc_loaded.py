@@ -287,19 +287,14 @@ class LCCLoaded(LoadedBlock):
         self.pend_slot, self.pend_credit = self.pend_slot[:0], self.pend_credit[:0]
         for msg in messages:
             p = msg.payload
-            x_row = p["x"].astype(np.int64)
-            if w_n > 1:
-                x_row //= w_n
+            x_row = p["x"].astype(np.int64) // w_n  # (several blocks: one block never gets here)
             mxw = closing.get((x_row << 32) | p["w"])
             found = np.flatnonzero(mxw)
             m = p["m"][found]
             tri += np.bincount(x_row[found], weights=m & 3, minlength=rows_n)
             for slot, credit in ((p["v"][found], mxw[found]), (p["w"][found], m >> 2)):
-                if w_n == 1:
-                    tri += np.bincount(slot, weights=credit, minlength=rows_n)
-                else:
-                    slots.append(slot.astype(np.int64))
-                    credits.append(credit)
+                slots.append(slot.astype(np.int64))
+                credits.append(credit)
         self.tri = tri.astype(np.int64)
         if not sum(len(x) for x in slots):
             return

@@ -32,7 +32,6 @@ from .graphalytics import UNREACHABLE
 __all__ = ["UNREACHABLE", "BFSLoaded", "CDLPLoaded", "WCCComponentsLoaded"]
 
 
-
 def _find_source(block: LoadedBlock, name: str) -> int:
     """The local row of vertex ``name`` (-1 if another block owns it, or no block)."""
     g = block.g

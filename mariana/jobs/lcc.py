@@ -8,7 +8,7 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..vertices.graphalytics import LCCVertex
-from ..vertices.graphalytics_loaded import LCCLoaded
+from ..vertices.lcc_loaded import LCCLoaded
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
 from .registry import BuildContext, Job
@@ -26,7 +26,8 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     # directed: neighbours are in- plus out-neighbours, the numerator counts directed edges;
     # undirected: every edge both ways, which gives edges / (d (d - 1) / 2)
     if config["mode"] == "block":
-        return build_loaded_graph("lcc", config, bctx, LCCLoaded, undirected=not config["directed"],
+        symmetric = not config["directed"]  # the loader stores every edge both ways
+        return build_loaded_graph("lcc", config, bctx, lambda bid, io: LCCLoaded(bid, io, symmetric), undirected=symmetric,
                                   summarize=_summarizer(config["top"]), fmt=value_format(config, "float"))
     return build_graph("lcc", follow(load_graph(config), config), bctx, LCCVertex)
 

@@ -16,7 +16,9 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
   the value Bellman-Ford in supersteps reaches (float addition is monotone), so SSSP stays
   bit-identical to ``SSSPVertex``. With unit weights (BFS) every distance is a small integer, exact
   in float64, and seeds that all start at the same depth take a breadth-first search instead of
-  Dijkstra (scipy's traversal, then the depths from the predecessors by pointer jumping).
+  Dijkstra (scipy's traversal; the depths from its queue order, one search per level).
+- ``triangle_credits``: LCC's degrees and triangle sums inside one block (every neighbour local),
+  exact integers; see its doc for the cost.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ try:  # optional: the numpy forms below give the same bits
 except ImportError:  # pragma: no cover - scipy is a dependency; this is the fallback
     _csr_matrix = None
 
-__all__ = ["have_scipy", "csr_sum", "components", "relax"]
+__all__ = ["have_scipy", "csr_sum", "components", "relax", "triangle_credits"]
 
 
 def have_scipy() -> bool:
@@ -241,3 +243,224 @@ def _levels(order: np.ndarray, pred: np.ndarray) -> np.ndarray:
 def relax(indptr: np.ndarray, indices: np.ndarray, weight: np.ndarray | None) -> Relaxer:
     """A ``Relaxer`` over one block's internal edges (``weight`` None: every edge weighs 1.0)."""
     return Relaxer(indptr, indices, weight)
+
+
+#: at most about this many length-2 paths (scipy) or wedges (numpy) per chunk of rows: bounds
+#: the memory of ``triangle_credits`` whatever the degrees
+TRIANGLE_CHUNK = 1 << 22
+
+
+def triangle_credits(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """LCC's counts over a directed graph given as a CSR of out-edges (rows and columns the same
+    ``k`` vertices; duplicates and self-loops allowed, ignored): ``(deg, tri)`` with ``deg[v]`` =
+    |N(v)|, N(v) the in- plus out-neighbours other than v, and ``tri[v]`` the number of directed
+    edges among N(v) (int64, exact).
+
+    With ``M[a, b]`` the number of directed edges between a and b (0..2) and the vertices ranked
+    by (degree, row), each triangle v < x < w (by rank) adds M[x, w] to v, M[v, w] to x and
+    M[v, x] to w; ``U`` is M kept on the edges that go up in rank (``out_U(v)`` entries in row v).
+    scipy form, two integer sparse products masked by U's pattern: (U @ U)[v, w] sums over the
+    length-2 paths v -> x -> w (sum over x of in_U(x) out_U(x) terms) M[v, x] and M[x, w] at once
+    (packed in one int64), which credits v (row sums) and w (column sums); (U^T @ U)[x, w] sums
+    M[v, w] over the pairs of higher neighbours of each v (sum over v of out_U(v)^2 terms),
+    which credits x. out_U(v) <= sqrt(2m) (every higher-ranked neighbour has degree >= v's), so
+    both are O(m sqrt(m)) whatever the largest degree (unranked, a hub of degree d costs d^2);
+    rows go in chunks of about ``TRIANGLE_CHUNK`` terms. numpy form: the same wedges of each v
+    enumerated, the closing edge looked up by binary search; the same integers.
+    ``symmetric``: every edge is stored both ways (an undirected graph as loaded), so M is 2 on
+    every neighbour pair and needs no transpose."""
+    k = len(indptr) - 1
+    if have_scipy():
+        return _triangles_scipy(k, indptr, indices, symmetric)
+    rows = np.repeat(np.arange(k, dtype=np.int64), np.diff(indptr))
+    cols = indices.astype(np.int64)
+    keep = rows != cols
+    return _triangles_numpy(k, rows[keep], cols[keep])
+
+
+def _rank_up(k: int, deg: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Which entries (row, col) go up in rank (degree, row)."""
+    return (deg[cols] > deg[rows]) | ((deg[cols] == deg[rows]) & (cols > rows))
+
+
+def _row_chunks(work: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive row ranges of about ``TRIANGLE_CHUNK`` work each (at least one row)."""
+    k = len(work)
+    if not k or int(work.sum()) <= TRIANGLE_CHUNK:
+        return [(0, k)] if k else []
+    cum = np.cumsum(work)
+    out, lo = [], 0
+    while lo < k:
+        base = int(cum[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(cum, base + TRIANGLE_CHUNK, side="right")), lo + 1)
+        out.append((lo, min(hi, k)))
+        lo = hi
+    return out
+
+
+#: the packing of two sums in one int64 product term: (a * _PACK + 1) * (_PACK + b)
+_PACK = 1 << 20
+
+
+def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    a = _csr_matrix((np.ones(indices.size, dtype=bool), indices, indptr), shape=(k, k))
+    if not a.has_canonical_format:  # (checked in one pass)
+        a.sum_duplicates()  # (bools: repeated edges stay True)
+    if a.nnz and a.diagonal().any():
+        a.setdiag(False)
+        a.eliminate_zeros()
+    mult = None  # M is 2 on every neighbour pair (every edge both ways)
+    if not symmetric:
+        a = a.astype(np.int8)
+        a = (a + a.T.tocsr()).tocsr()  # 1 or 2 on every neighbour pair, canonical
+        mult = a.data
+    deg = np.diff(a.indptr)
+    tri = np.zeros(k, dtype=np.int64)
+    if not a.nnz:
+        return deg.astype(np.int64), tri
+    it: Any = np.int32 if k * (int(deg.max()) + 1) < 2 ** 31 else np.int64
+    rank = deg.astype(it) * it(k) + np.arange(k, dtype=it)
+    up = np.flatnonzero(rank[a.indices] > np.repeat(rank, deg))  # (faster than a cumsum of bools)
+    uptr = np.searchsorted(up, a.indptr)
+    ucol = a.indices[up]
+    umult = None if mult is None else mult[up].astype(np.int64)
+    del a, up, rank
+    if not ucol.size:
+        return deg.astype(np.int64), tri
+    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, None)
+    return deg.astype(np.int64), low + high + mid
+
+
+def oriented_triangles(k: int, c: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarray | None,
+                       lrow: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The scipy core of ``triangle_credits``, also for one block of several: ``U`` has ``k`` rows
+    (vertices v) and ``c`` columns (their higher-ranked neighbours, by a compact id), entries
+    sorted by column within each row (``uptr``, ``ucol``), values M (``umult``; None: 2
+    everywhere); ``lrow[e]`` is the row of entry e's neighbour when that neighbour is itself one of
+    the k rows, else -1 (None: every column is a row, ``lrow = ucol``). Over the triangles
+    v < x < w with v and x among the rows (w anywhere): ``(low, high, mid)``, low[v] += M[x, w],
+    high[column of w] += M[v, x], mid[x] += M[v, w]."""
+    low, mid = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    high = np.zeros(c, dtype=np.int64)
+    out_u = np.diff(uptr)
+    if lrow is None:
+        lrow, local = ucol, None
+    else:
+        local = np.flatnonzero(lrow >= 0)
+        if not local.size:
+            return low, high, mid
+    # the left factor keeps only the edges v -> x that may start a triangle (see _may_close)
+    keep = np.flatnonzero(_may_close(k, ucol, uptr, None, ucol)) if local is None else \
+        local[_may_close(k, ucol, uptr, local, lrow[local])]
+    if not keep.size:  # (a grid: no two higher neighbourhoods meet)
+        return low, high, mid
+    mask = _csr_matrix((np.ones(ucol.size, dtype=np.int32), ucol, uptr), shape=(k, c))
+    closing = np.zeros(ucol.size, dtype=bool)  # the U edges v -> w that close a triangle
+    lptr = np.searchsorted(keep, uptr)
+    lcol = lrow[keep]
+
+    def left(data: np.ndarray) -> Any:
+        return _csr_matrix((data[keep], lcol, lptr), shape=(k, k))
+
+    if umult is None:  # M = 2 everywhere: counts of paths, doubled
+        products = [(left(mask.data), mask, "counts")]
+    elif 5 * int(out_u.max()) < _PACK:
+        # v -> x -> w: left M[v, x] * P + 1, right P + M[x, w]: the sum over x is sum M[v,x] * P^2
+        # + sum (M[v,x] M[x,w] + 1) * P + sum M[x,w], every field < P (x: at most out_U(v) terms)
+        right = _csr_matrix((umult + _PACK, ucol, uptr), shape=(k, c))
+        products = [(left(umult * _PACK + 1), right, "packed")]
+    else:  # out of the packing's range (m beyond ~10^10): one product per sum
+        mu = _csr_matrix((umult, ucol, uptr), shape=(k, c))
+        products = [(left(mask.data), mu, "rows"), (left(umult), mask, "columns")]
+    terms = int(out_u[lcol].sum())
+    for lft, rgt, kind in products:
+        for lo, hi in (_row_chunks(lft @ out_u) if terms > TRIANGLE_CHUNK else [(0, k)]):
+            p = (lft[lo:hi] @ rgt).multiply(mask[lo:hi]).tocsr()
+            if not p.nnz:
+                continue
+            p.sum_duplicates()  # (sorted: its entries are U's, in U's order)
+            sums = p.data.astype(np.int64)
+            closing[uptr[lo] + _positions(mask, lo, hi, p)] = True
+            lows = {"counts": 2 * sums, "packed": sums % _PACK, "rows": sums}.get(kind)
+            if lows is not None:
+                low[lo:hi] += _row_sums(p.indptr, lows)
+            highs = {"counts": 2 * sums, "packed": sums // (_PACK * _PACK), "columns": sums}.get(kind)
+            if highs is not None:
+                high += np.bincount(p.indices, weights=highs, minlength=c).astype(np.int64)
+    if not closing.any():
+        return low, high, mid
+    # x <- v -> w with v -> w closing: the sum over v of M[v, w], credited to x (only the closing
+    # edges on the right: the pairs of each v that close nothing cost nothing)
+    lt = _csr_matrix((np.ones(keep.size, dtype=np.int32), lcol, lptr), shape=(k, k)).T.tocsr()
+    zptr = np.searchsorted(np.flatnonzero(closing), uptr)
+    z = _csr_matrix((2 * mask.data[closing] if umult is None else umult[closing], ucol[closing], zptr), shape=(k, c))
+    for lo, hi in _row_chunks(lt @ np.diff(zptr)):
+        p = (lt[lo:hi] @ z).multiply(mask[lo:hi]).tocsr()
+        mid[lo:hi] += _row_sums(p.indptr, p.data.astype(np.int64))
+    return low, high, mid
+
+
+_BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+
+
+def _may_close(k: int, ucol: np.ndarray, uptr: np.ndarray, sel: np.ndarray | None, xrow: np.ndarray) -> np.ndarray:
+    """For the entries ``sel`` (v -> x, x = row ``xrow``; None: all) of U, whether U(v) and U(x) may meet (a
+    triangle v < x < w needs w in both): a 64-bit signature per row, one hashed bit per entry,
+    must overlap. A necessary test only (it cuts the products' work where triangles are rare: on a
+    grid to ~6%)."""
+    bits = _BITS[(ucol.astype(np.uint32) * np.uint32(0x9E3779B1)) >> np.uint32(26)]  # a multiplicative hash
+    out_u = np.diff(uptr)
+    sig = np.zeros(k, dtype=np.uint64)
+    rows = np.flatnonzero(out_u)
+    sig[rows] = np.bitwise_or.reduceat(bits, uptr[rows]) if rows.size else sig[:0]
+    vsig = np.repeat(sig, out_u) if sel is None else sig[np.searchsorted(uptr, sel, side="right") - 1]
+    return (vsig & sig[xrow]) != 0
+
+
+def _positions(mask: Any, lo: int, hi: int, p: Any) -> np.ndarray:
+    """Where each entry of ``p`` (a sorted subset of ``mask``'s rows lo:hi) sits in those rows."""
+    sub = mask[lo:hi]
+    rows = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(p.indptr))
+    key = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(sub.indptr)) * mask.shape[1] + sub.indices
+    return np.searchsorted(key, rows * mask.shape[1] + p.indices)
+
+
+def _row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per-row sums of a CSR's values (int64, exact)."""
+    return np.diff(np.concatenate(([0], np.cumsum(values)))[indptr])
+
+
+def _triangles_numpy(k: int, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    key = np.unique(np.concatenate((rows * k + cols, cols * k + rows)))  # M's pattern, by (row, col)
+    fwd = np.zeros(key.size, dtype=np.int64)
+    fwd[np.searchsorted(key, np.unique(rows * k + cols))] = 1
+    back = np.zeros(key.size, dtype=np.int64)
+    back[np.searchsorted(key, np.unique(cols * k + rows))] = 1
+    mult = fwd + back
+    mrow, mcol = key // k, key % k
+    deg = np.bincount(mrow, minlength=k).astype(np.int64)
+    tri = np.zeros(k, dtype=np.float64)  # exact: integer sums < 2^53
+    up = np.flatnonzero(_rank_up(k, deg, mrow, mcol))
+    urow, ucol, umult = mrow[up], mcol[up], mult[up]
+    ukey = urow * k + ucol  # ascending: U's entries by (row, col)
+    out_u = np.bincount(urow, minlength=k)
+    start = np.concatenate(([0], np.cumsum(out_u)))
+    for lo, hi in _row_chunks(out_u * (out_u - 1) // 2):
+        e = np.arange(start[lo], start[hi])
+        per = start[urow[e] + 1] - e - 1  # pairs (i, j > i) within the row
+        i = np.repeat(e, per)
+        if not i.size:
+            continue
+        j = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per) + i + 1
+        a, b = ucol[i], ucol[j]
+        a_up = (deg[b] > deg[a]) | ((deg[b] == deg[a]) & (b > a))
+        x, w = np.where(a_up, a, b), np.where(a_up, b, a)  # x ranks below w
+        mvx, mvw = np.where(a_up, umult[i], umult[j]), np.where(a_up, umult[j], umult[i])
+        probe = x * k + w
+        at = np.minimum(np.searchsorted(ukey, probe), max(ukey.size - 1, 0))
+        found = np.flatnonzero(ukey[at] == probe)
+        mxw = umult[at[found]]
+        tri += np.bincount(urow[i[found]], weights=mxw, minlength=k)
+        tri += np.bincount(x[found], weights=mvw[found], minlength=k)
+        tri += np.bincount(w[found], weights=mvx[found], minlength=k)
+    return deg, tri.astype(np.int64)

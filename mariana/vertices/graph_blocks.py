@@ -8,7 +8,7 @@ Vertices are named by *keys*: int64 codes of the ids that sort like the id strin
 ids) or the UTF-8 bytes of the ids (``S`` arrays, sent as ``uint8`` matrices). Keys sort in string
 order of the ids, so sums run in ascending source id order (PageRank is bit-identical to
 ``PageRankVertex`` whatever the worker count) and the smallest key is the smallest id (WCC,
-``graphalytics_loaded.WCCComponentsLoaded``; BFS, CDLP and LCC are there too).
+``graphalytics_loaded.WCCComponentsLoaded``; BFS and CDLP are there too, LCC in ``lcc_loaded``).
 No array here is as long as the whole graph: a block holds its own vertices, their out-edges
 (destination keys, destination blocks) and, for PageRank, the order of its in-edges.
 """

@@ -1,7 +1,7 @@
 """BFS, CDLP and LCC (the LDBC Graphalytics algorithms the engine lacked) as vertex programs.
 
 As in ``graph_algos``, each comes as a classic Pregel vertex (here, ``mode=vertex``) and as a
-block vertex over a graph loaded in parts (``graphalytics_loaded``, ``mode=block``) that give
+block vertex over a graph loaded in parts (``graphalytics_loaded``, ``lcc_loaded``, ``mode=block``) that give
 bit-identical results: BFS depths and CDLP labels are integers chosen by minimum / count, LCC
 values are exact integer triangle counts divided once.
 

@@ -294,13 +294,32 @@ def test_output_at_a_memory_url(capsys, tmp_path):
 
 
 def test_lcc_wedges_in_many_chunks(capsys, tmp_path, monkeypatch):
-    """Superstep 2 cuts the wedges into messages of at most WEDGE_CHUNK: the result is the same."""
-    import mariana.vertices.graphalytics_loaded as ga
+    """Superstep 2 cuts the wedges into messages of at most WEDGE_CHUNK (one block: the kernel's
+    rows into chunks of about TRIANGLE_CHUNK terms): the result is the same."""
+    import mariana.vertices.block_kernels as bk
+    import mariana.vertices.lcc_loaded as ga
 
     rg = RandomGraph(9, 150, 2, density=4.0)
     path = rg.write(tmp_path)
     whole = cli_run(capsys, tmp_path, "lcc", path, workers=2)[0]
     monkeypatch.setattr(ga, "WEDGE_CHUNK", 3)
+    monkeypatch.setattr(bk, "TRIANGLE_CHUNK", 3)
     for workers in (1, 3):
         assert cli_run(capsys, tmp_path, "lcc", path, workers=workers)[0] == whole
     assert dict(parse_tsv(whole)) == ref_lcc(rg, True)
+
+
+@pytest.mark.parametrize("directed", (True, False))
+def test_lcc_on_one_block_takes_one_step_without_messages(tmp_path, directed):
+    """One worker: every neighbour is local, so LCC is one processing step that sends nothing."""
+    from mariana.engine.local import LocalRuntime
+    from mariana.jobs import BuildContext, get_job, resolve_config
+    from mariana.vertices.graph_blocks import LOAD_STEPS
+
+    rg = RandomGraph(4, 80, 2, density=3.0)
+    path = rg.write(tmp_path)
+    job = get_job("lcc")
+    sets = [f"graph={path}", f"directed={'true' if directed else 'false'}"]
+    result = LocalRuntime(job.build(resolve_config(job, None, sets), BuildContext(workers=1)), 1).run()
+    assert result.supersteps == LOAD_STEPS + 1
+    assert sum(m["messages"] for m in result.metrics if m["superstep"] >= LOAD_STEPS) == 0

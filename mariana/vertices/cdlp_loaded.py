@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, _concat, pack_keys
-from .graphalytics_loaded import _announce_in_edges, _by_sender, _integer_ids, _neighbour_entries
+from .block_kernels import _csr_matrix, have_scipy
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, stable_argsort
+from .graphalytics_loaded import _by_sender, _distinct, _integer_ids, _send_by_block
 
 __all__ = ["CDLPLoaded"]
 
@@ -26,18 +27,21 @@ __all__ = ["CDLPLoaded"]
 class CDLPLoaded(LoadedBlock):
     """CDLP for a whole partition; the labels of ``CDLPVertex`` (see the module doc)."""
 
-    state_fields = (*LoadedBlock.state_fields, "iterations", "lo", "nb_key", "nb_row", "pos", "routes", "row_key",
-                    "span")
+    state_fields = (*LoadedBlock.state_fields, "iterations", "lo", "moved", "nb", "prev", "ptr", "rk", "routes",
+                    "span", "tptr", "trow")
 
     def __init__(self, id: str, io: GraphIO, iterations: int) -> None:
         super().__init__(id, io)
         self.iterations = iterations
         self.routes: list[tuple[str, np.ndarray, np.ndarray | None]] = []
-        self.nb_row = np.empty(0, np.int64)  # local row of every neighbour entry (a multiset)
-        self.nb_key: np.ndarray | None = None  # its key, until ``pos`` is fixed
-        self.pos: np.ndarray | None = None  # where each entry's label sits in a step's messages
+        self.ptr = np.zeros(1, np.int64)  # CSR over the local rows of the neighbour entries (a multiset)
+        self.nb = np.empty(0, np.int32)  # each entry's neighbour: its local row, or rows + its place in the labels received
+        self.rk: np.ndarray | None = None  # neighbour keys of the entries < 0 in ``nb``, until the first labels arrive
+        self.tptr: np.ndarray | None = None  # the transpose (made once few labels move): the rows next to each neighbour
+        self.trow: np.ndarray | None = None
+        self.prev: np.ndarray | None = None  # the labels received last round (None: next round redoes every row)
+        self.moved = np.empty(0, np.int64)  # the local rows whose label changed in the last round
         self.lo, self.span = 0, 0  # integer labels: the range of every id (span 0: rank the labels)
-        self.row_key: np.ndarray | None = None  # row * span of every entry, in the sort key's dtype
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -54,32 +58,29 @@ class CDLPLoaded(LoadedBlock):
             if label.dtype.kind == "i":
                 self.lo = int(ctx.aggregated("cdlp_lo", 0))
                 self.span = int(ctx.aggregated("cdlp_hi", 0)) - self.lo + 1
-            if self.iterations > 0:
-                _announce_in_edges(ctx, g, skip_loops=False)
-            ctx.vote_to_halt()
+            if self.iterations > 0:  # edges to other blocks only: a block sees its own in-edges itself
+                me = g.blocks.index(self.id)
+                far = np.flatnonzero(g.target_block[g.slot] != me)
+                rows = g.src_rows()[far]
+                _send_by_block(ctx, g, g.target_block[g.slot[far]],
+                               {"dst": pack_keys(g.targets[g.slot[far]]), "src": pack_keys(g.own[rows])})
+            else:
+                ctx.vote_to_halt()
             return
-        s = step - 1  # rounds: labels sent in round s are taken up in round s + 1
+        s = step - 1  # rounds: labels sent in round s are taken up in round s + 1 (no messages: kept active)
         if s == 0:
-            rows, keys, blk, _ = _neighbour_entries(g, messages)
-            self.nb_row, self.nb_key = rows, keys
-            if 0 < self.span and len(label) * self.span <= 2 ** 62:  # (row, label - lo) in one int
-                kt: Any = np.uint32 if len(label) * self.span <= 2 ** 32 else np.int64  # 32-bit keys sort faster
-                self.row_key = rows.astype(kt) * kt(self.span)
-            for b in np.unique(blk).tolist():
-                r = np.unique(rows[blk == b])
-                self.routes.append((g.blocks[b], r, pack_keys(g.own[r])))
-            g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
-        elif messages:
+            self._entries(g, messages)
+        else:
             msgs = _by_sender(messages)
             text = label.dtype.kind == "S"
-            if self.pos is None:
+            if self.rk is not None:  # the first labels: where each remote neighbour's label sits
                 ids = _concat(msgs, "ids", g.own.dtype, keys=True)
                 order = np.argsort(ids, kind="stable")
-                assert self.nb_key is not None
-                self.pos = order[np.searchsorted(ids[order], self.nb_key)]
-                self.nb_key = None
-            lab = (_concat(msgs, "label", label.dtype, keys=True) if text else _concat(msgs, "label", np.int64))[self.pos]
-            self._adopt(ctx, lab)
+                miss = np.flatnonzero(self.nb < 0)
+                self.nb[miss] = len(label) + order[np.searchsorted(ids[order], self.rk[-1 - self.nb[miss]])]
+                self.rk = None
+            far = (_concat(msgs, "label", label.dtype, keys=True) if text else _concat(msgs, "label", np.int64))
+            self._adopt(ctx, far)
         if s < self.iterations:
             for i, (block, rows, ids) in enumerate(self.routes):
                 payload: dict[str, Any] = {"label": pack_keys(label[rows]) if label.dtype.kind == "S" else label[rows]}
@@ -87,46 +88,129 @@ class CDLPLoaded(LoadedBlock):
                     payload["ids"] = ids
                     self.routes[i] = (block, rows, None)  # sent once
                 ctx.send(block, payload, tag=BLOCK_TAG)
-        ctx.vote_to_halt()
+        else:
+            ctx.vote_to_halt()
 
-    def _adopt(self, ctx: Context, lab: np.ndarray) -> None:
-        """Every row with neighbours takes their most frequent label, the smallest of a tie."""
+    def _entries(self, g: LocalGraph, messages: list[Message]) -> None:
+        """The neighbour entries of every row, in row order: an edge inside the block gives both
+        ends an entry (out and in), an edge to or from another block one (the announced in-edges)."""
+        me, n = g.blocks.index(self.id), len(g.own)
+        index = {b: i for i, b in enumerate(g.blocks)}
+        msgs = [m for m in _by_sender(messages) if "src" in m.payload]
+        in_dst = _concat(msgs, "dst", g.own.dtype, keys=True)
+        in_src = _concat(msgs, "src", g.own.dtype, keys=True)
+        in_blk = np.repeat(np.array([index[m.src] for m in msgs], dtype=np.int16),
+                           [len(m.payload["dst"]) for m in msgs]) if msgs else np.empty(0, np.int16)
+        src = g.src_rows()
+        near_t = np.flatnonzero(g.target_block == me)
+        row_of_target = np.full(len(g.targets), -1, dtype=np.int64)
+        row_of_target[near_t] = g.local(g.targets[near_t])
+        dst = row_of_target[g.slot]
+        near = dst >= 0
+        far = np.flatnonzero(~near)
+        a, b = src[near].astype(np.int64), dst[near]
+        far_key = np.concatenate([g.targets[g.slot[far]], in_src]) if len(in_src) else g.targets[g.slot[far]]
+        far_blk = np.concatenate([g.target_block[g.slot[far]], in_blk]).astype(np.int16)
+        far_row = np.concatenate([src[far].astype(np.int64), g.local(in_dst).astype(np.int64)])
+        rows = np.concatenate([a, b, far_row])
+        nb = np.concatenate([b, a, -1 - np.arange(len(far_row), dtype=np.int64)])
+        it = np.int32 if n + len(far_row) < 2 ** 31 else np.int64
+        order = stable_argsort(rows.astype(it))
+        self.nb = nb[order].astype(it)
+        self.ptr = np.searchsorted(rows[order], np.arange(n + 1)).astype(np.int64)
+        self.rk = far_key if len(far_row) else None
+        for blk in np.unique(far_blk).tolist():
+            r = np.unique(far_row[far_blk == blk])
+            self.routes.append((g.blocks[blk], r, pack_keys(g.own[r])))
+        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+
+    def _dirty(self, ext_len: int, far: np.ndarray) -> np.ndarray | None:
+        """The rows whose neighbours' labels changed since the last round; None: all of them (or
+        too many to be worth picking out)."""
+        n = len(self.value)
+        if self.prev is None or len(self.prev) != len(far):
+            return None
+        moved = np.concatenate([self.moved, n + np.flatnonzero(far != self.prev)]) if len(far) else self.moved
+        if moved.size * 8 > ext_len:
+            return None
+        if self.tptr is None or self.trow is None:  # the transpose, once: which rows list each neighbour
+            order = stable_argsort(self.nb)
+            self.trow = np.repeat(np.arange(n, dtype=self.nb.dtype), np.diff(self.ptr))[order]
+            self.tptr = np.searchsorted(self.nb[order], np.arange(ext_len + 1)).astype(np.int64)
+        return _distinct(self.trow[_ranges(self.tptr, moved)], n)
+
+    def _adopt(self, ctx: Context, far: np.ndarray) -> None:
+        """Every row with neighbours takes their most frequent label, the smallest of a tie; only
+        the rows next to a changed label are recomputed (the others would find the same)."""
         label = self.value
-        if not lab.size:
-            return
-        lo = self.lo
-        if self.row_key is not None:  # integer labels in a known range
+        n = len(label)
+        ext_len = n + len(far)
+        dirty = self._dirty(ext_len, far)
+        self.prev = far
+        ext = np.concatenate([label, far]) if len(far) else label
+        if self.span and 0 < self.span < 2 ** 31 and max(n, 1) * self.span <= 2 ** 62:  # labels - lo: codes in label order
             uniq, u = None, self.span
-            key = np.sort(self.row_key + (lab - lo).astype(self.row_key.dtype))
-        else:  # labels ranked first (bytes, or a range too wide)
-            uniq, inverse = np.unique(lab, return_inverse=True)
-            u = len(uniq)
-            kt: Any = np.uint32 if len(label) * u <= 2 ** 32 else np.int64
-            key = np.sort(self.nb_row.astype(kt) * kt(u) + inverse.reshape(-1).astype(kt))
-        first = np.ones(key.size, dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        starts = np.flatnonzero(first)
-        count = np.diff(np.append(starts, key.size))
-        key = key[starts].astype(np.int64)
-        row, lab_code = key // u, key % u
-        row_start = np.ones(row.size, dtype=bool)
-        row_start[1:] = row[1:] != row[:-1]
-        bounds = np.flatnonzero(row_start)
-        top = np.maximum.reduceat(count, bounds)
-        group = np.cumsum(row_start) - 1
-        best = np.flatnonzero(count == top[group])
-        keep = np.ones(best.size, dtype=bool)
-        keep[1:] = group[best[1:]] != group[best[:-1]]
-        best = best[keep]
-        rows = row[best]
-        new = lab_code[best] + lo if uniq is None else uniq[lab_code[best]]
-        changed = int(np.count_nonzero(label[rows] != new))
-        if changed:
-            ctx.aggregate("updated", changed)
-        label[rows] = new
+            code = (ext - self.lo).astype(np.int32 if self.span < 2 ** 31 else np.int64)
+        else:  # labels ranked (bytes, or a range too wide)
+            uniq, inv = np.unique(ext, return_inverse=True)
+            u, code = len(uniq), inv.reshape(-1).astype(np.int64)
+        if dirty is None:
+            ptr, nb, base = self.ptr, self.nb, None
+        else:
+            idx = _ranges(self.ptr, dirty)
+            counts = self.ptr[dirty + 1] - self.ptr[dirty]
+            ptr = np.concatenate(([0], np.cumsum(counts)))
+            nb, base = self.nb[idx], dirty
+        rows, best = row_modes(ptr, code[nb], u)
+        if base is not None:
+            rows = base[rows]
+        new = best + self.lo if uniq is None else uniq[best]
+        change = np.flatnonzero(label[rows] != new)
+        if change.size:
+            ctx.aggregate("updated", int(change.size))
+            label[rows[change]] = new[change]
+        self.moved = rows[change]
 
     def result(self) -> dict[str, Any]:
         g = self.g
         if g is None:
             return {"ids": [], "values": np.zeros(0)}
         return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
+
+
+def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions ``ptr[r]:ptr[r + 1]`` of every row in ``rows``, one after another."""
+    starts = ptr[rows]
+    counts = ptr[rows + 1] - starts
+    total = int(counts.sum())
+    if not total:
+        return np.empty(0, np.int64)
+    return np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(total)
+
+
+def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows with entries, for each the smallest of the most frequent values among
+    ``lab[ptr[r]:ptr[r + 1]]``); values in [0, u). scipy: each row's values sorted and counted in
+    C (``sum_duplicates``); numpy: one sort of (row, value) keys; the same result."""
+    k = len(ptr) - 1
+    if not lab.size:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if have_scipy() and u < 2 ** 31 and lab.size < 2 ** 31:
+        # (int32 copies: sum_duplicates rewrites its arrays in place)
+        m = _csr_matrix((np.ones(lab.size, np.int32), lab.astype(np.int32), ptr.astype(np.int32)), shape=(k, u))
+        m.sum_duplicates()
+        ip, code, cnt = m.indptr, m.indices, m.data
+    else:
+        kt: Any = np.uint32 if k * u <= 2 ** 32 else np.uint64
+        key = np.sort(np.repeat(np.arange(k, dtype=kt), np.diff(ptr)) * kt(u) + lab.astype(kt))
+        first = np.ones(key.size, dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        cnt = np.diff(np.append(starts, key.size))
+        key = key[starts]
+        code = key % kt(u)
+        ip = np.searchsorted(key // kt(u), np.arange(k + 1, dtype=kt))
+    full = np.flatnonzero(ip[1:] > ip[:-1])
+    score = cnt.astype(np.int64) * u + (u - 1 - code.astype(np.int64))  # most frequent, then smallest
+    best = np.maximum.reduceat(score, ip[full])
+    return full, (u - 1) - best % u

@@ -35,9 +35,9 @@ class CDLPLoaded(LoadedBlock):
         self.iterations = iterations
         self.routes: list[tuple[str, np.ndarray, np.ndarray | None]] = []
         self.ptr = np.zeros(1, np.int64)  # CSR over the local rows of the neighbour entries (a multiset)
-        self.nb = np.empty(0, np.int32)  # each entry's neighbour: its local row, or rows + its place in the labels received
+        self.nb: np.ndarray = np.empty(0, np.int32)  # each entry's neighbour: its local row, or rows + its place in the labels received
         self.rk: np.ndarray | None = None  # neighbour keys of the entries < 0 in ``nb``, until the first labels arrive
-        self.tptr: np.ndarray | None = None  # the transpose (made once few labels move): the rows next to each neighbour
+        self.tptr: np.ndarray | None = None  # transpose of the remote entries (made once few labels move)
         self.trow: np.ndarray | None = None
         self.prev: np.ndarray | None = None  # the labels received last round (None: next round redoes every row)
         self.moved = np.empty(0, np.int64)  # the local rows whose label changed in the last round
@@ -105,19 +105,27 @@ class CDLPLoaded(LoadedBlock):
         near_t = np.flatnonzero(g.target_block == me)
         row_of_target = np.full(len(g.targets), -1, dtype=np.int64)
         row_of_target[near_t] = g.local(g.targets[near_t])
-        dst = row_of_target[g.slot]
-        near = dst >= 0
-        far = np.flatnonzero(~near)
-        a, b = src[near].astype(np.int64), dst[near]
+        dst = row_of_target[g.slot]  # out-edges keep their CSR order; in-entries follow each row's out-edges
+        far = np.flatnonzero(dst < 0)
+        near = np.flatnonzero(dst >= 0)
         far_key = np.concatenate([g.targets[g.slot[far]], in_src]) if len(in_src) else g.targets[g.slot[far]]
         far_blk = np.concatenate([g.target_block[g.slot[far]], in_blk]).astype(np.int16)
-        far_row = np.concatenate([src[far].astype(np.int64), g.local(in_dst).astype(np.int64)])
-        rows = np.concatenate([a, b, far_row])
-        nb = np.concatenate([b, a, -1 - np.arange(len(far_row), dtype=np.int64)])
-        it = np.int32 if n + len(far_row) < 2 ** 31 else np.int64
-        order = stable_argsort(rows.astype(it))
-        self.nb = nb[order].astype(it)
-        self.ptr = np.searchsorted(rows[order], np.arange(n + 1)).astype(np.int64)
+        in_far = g.local(in_dst)
+        far_row = np.concatenate([src[far], in_far])
+        it = np.int32 if n + len(far_row) < 2 ** 31 and len(dst) + len(near) + len(in_far) < 2 ** 31 else np.int64
+        out_nb = dst.astype(it)
+        out_nb[far] = -1 - np.arange(len(far), dtype=it)
+        in_row = np.concatenate([dst[near], in_far]).astype(it)
+        in_nb = np.concatenate([src[near].astype(it), -1 - np.arange(len(far), len(far_row), dtype=it)])
+        order = stable_argsort(in_row)
+        out_deg = np.diff(g.indptr)
+        in_deg = np.bincount(in_row, minlength=n)
+        self.ptr = np.concatenate(([0], np.cumsum(out_deg + in_deg))).astype(np.int64)
+        nb = np.empty(int(self.ptr[-1]), dtype=it)
+        nb[(self.ptr[:-1] - g.indptr[:-1])[src] + np.arange(len(src))] = out_nb
+        in_start = np.concatenate(([0], np.cumsum(in_deg)[:-1]))
+        nb[(self.ptr[:-1] + out_deg - in_start)[in_row[order]] + np.arange(len(in_row))] = in_nb[order]
+        self.nb = nb
         self.rk = far_key if len(far_row) else None
         for blk in np.unique(far_blk).tolist():
             r = np.unique(far_row[far_blk == blk])
@@ -130,14 +138,21 @@ class CDLPLoaded(LoadedBlock):
         n = len(self.value)
         if self.prev is None or len(self.prev) != len(far):
             return None
-        moved = np.concatenate([self.moved, n + np.flatnonzero(far != self.prev)]) if len(far) else self.moved
-        if moved.size * 8 > ext_len:
+        farm = np.flatnonzero(far != self.prev) if len(far) else np.empty(0, np.int64)
+        if (self.moved.size + farm.size) * 8 > ext_len:
             return None
-        if self.tptr is None or self.trow is None:  # the transpose, once: which rows list each neighbour
-            order = stable_argsort(self.nb)
-            self.trow = np.repeat(np.arange(n, dtype=self.nb.dtype), np.diff(self.ptr))[order]
-            self.tptr = np.searchsorted(self.nb[order], np.arange(ext_len + 1)).astype(np.int64)
-        return _distinct(self.trow[_ranges(self.tptr, moved)], n)
+        # inside the block every entry has its mirror (an edge gives both ends one): the rows
+        # next to a local row are its own local neighbours; the remote ones need a transpose
+        near = self.nb[_ranges(self.ptr, self.moved)]
+        rows = near[near < n]
+        if farm.size:
+            if self.tptr is None or self.trow is None:  # once: which rows list each remote neighbour
+                sel = np.flatnonzero(self.nb >= n)
+                order = np.argsort(self.nb[sel], kind="stable")
+                self.trow = (np.searchsorted(self.ptr, sel, side="right") - 1)[order]
+                self.tptr = np.searchsorted(self.nb[sel][order], np.arange(n, ext_len + 1)).astype(np.int64)
+            rows = np.concatenate([rows, self.trow[_ranges(self.tptr, farm)]])
+        return _distinct(rows, n)
 
     def _adopt(self, ctx: Context, far: np.ndarray) -> None:
         """Every row with neighbours takes their most frequent label, the smallest of a tie; only

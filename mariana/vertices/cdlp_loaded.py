@@ -35,8 +35,8 @@ class CDLPLoaded(LoadedBlock):
         self.iterations = iterations
         self.routes: list[tuple[str, np.ndarray, np.ndarray | None]] = []
         self.ptr = np.zeros(1, np.int64)  # CSR over the local rows of the neighbour entries (a multiset)
-        self.nb: np.ndarray = np.empty(0, np.int32)  # each entry's neighbour: its local row, or rows + its place in the labels received
-        self.rk: np.ndarray | None = None  # neighbour keys of the entries < 0 in ``nb``, until the first labels arrive
+        self.nb: np.ndarray = np.empty(0, np.int32)  # each entry's neighbour: its local row, or rows + its place among the labels received
+        self.rk: np.ndarray | None = None  # remote neighbours' keys (``nb`` - rows indexes them) until the first labels arrive
         self.tptr: np.ndarray | None = None  # transpose of the remote entries (made once few labels move)
         self.trow: np.ndarray | None = None
         self.prev: np.ndarray | None = None  # the labels received last round (None: next round redoes every row)
@@ -76,8 +76,8 @@ class CDLPLoaded(LoadedBlock):
             if self.rk is not None:  # the first labels: where each remote neighbour's label sits
                 ids = _concat(msgs, "ids", g.own.dtype, keys=True)
                 order = np.argsort(ids, kind="stable")
-                miss = np.flatnonzero(self.nb < 0)
-                self.nb[miss] = len(label) + order[np.searchsorted(ids[order], self.rk[-1 - self.nb[miss]])]
+                miss = np.flatnonzero(self.nb >= len(label))
+                self.nb[miss] = len(label) + order[np.searchsorted(ids[order], self.rk[self.nb[miss] - len(label)])]
                 self.rk = None
             far = (_concat(msgs, "label", label.dtype, keys=True) if text else _concat(msgs, "label", np.int64))
             self._adopt(ctx, far)
@@ -105,7 +105,7 @@ class CDLPLoaded(LoadedBlock):
         near_t = np.flatnonzero(g.target_block == me)
         row_of_target = np.full(len(g.targets), -1, dtype=np.int64)
         row_of_target[near_t] = g.local(g.targets[near_t])
-        dst = row_of_target[g.slot]  # out-edges keep their CSR order; in-entries follow each row's out-edges
+        dst = row_of_target[g.slot]
         far = np.flatnonzero(dst < 0)
         near = np.flatnonzero(dst >= 0)
         far_key = np.concatenate([g.targets[g.slot[far]], in_src]) if len(in_src) else g.targets[g.slot[far]]
@@ -114,18 +114,10 @@ class CDLPLoaded(LoadedBlock):
         far_row = np.concatenate([src[far], in_far])
         it = np.int32 if n + len(far_row) < 2 ** 31 and len(dst) + len(near) + len(in_far) < 2 ** 31 else np.int64
         out_nb = dst.astype(it)
-        out_nb[far] = -1 - np.arange(len(far), dtype=it)
-        in_row = np.concatenate([dst[near], in_far]).astype(it)
-        in_nb = np.concatenate([src[near].astype(it), -1 - np.arange(len(far), len(far_row), dtype=it)])
-        order = stable_argsort(in_row)
-        out_deg = np.diff(g.indptr)
-        in_deg = np.bincount(in_row, minlength=n)
-        self.ptr = np.concatenate(([0], np.cumsum(out_deg + in_deg))).astype(np.int64)
-        nb = np.empty(int(self.ptr[-1]), dtype=it)
-        nb[(self.ptr[:-1] - g.indptr[:-1])[src] + np.arange(len(src))] = out_nb
-        in_start = np.concatenate(([0], np.cumsum(in_deg)[:-1]))
-        nb[(self.ptr[:-1] + out_deg - in_start)[in_row[order]] + np.arange(len(in_row))] = in_nb[order]
-        self.nb = nb
+        out_nb[far] = n + np.arange(len(far), dtype=it)  # remote: n + its place among the remote keys, for now
+        rows = np.concatenate([src.astype(it), dst[near].astype(it), in_far.astype(it)])
+        nbs = np.concatenate([out_nb, src[near].astype(it), n + np.arange(len(far), len(far_row), dtype=it)])
+        self.ptr, self.nb = group_by_row(rows, nbs, n)
         self.rk = far_key if len(far_row) else None
         for blk in np.unique(far_blk).tolist():
             r = np.unique(far_row[far_blk == blk])
@@ -148,9 +140,8 @@ class CDLPLoaded(LoadedBlock):
         if farm.size:
             if self.tptr is None or self.trow is None:  # once: which rows list each remote neighbour
                 sel = np.flatnonzero(self.nb >= n)
-                order = np.argsort(self.nb[sel], kind="stable")
-                self.trow = (np.searchsorted(self.ptr, sel, side="right") - 1)[order]
-                self.tptr = np.searchsorted(self.nb[sel][order], np.arange(n, ext_len + 1)).astype(np.int64)
+                row = np.repeat(np.arange(n, dtype=self.nb.dtype), np.diff(self.ptr))[sel]
+                self.tptr, self.trow = group_by_row(self.nb[sel] - n, row, len(far))
             rows = np.concatenate([rows, self.trow[_ranges(self.tptr, farm)]])
         return _distinct(rows, n)
 
@@ -201,6 +192,16 @@ def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if not total:
         return np.empty(0, np.int64)
     return np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(total)
+
+
+def group_by_row(rows: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, ``vals`` grouped by ``rows`` in [0, n), in their order inside each row): a stable
+    counting sort, by scipy's CSR-to-CSC conversion (C); numpy: a stable argsort; the same result."""
+    if have_scipy() and rows.size and rows.size < 2 ** 31 and n < 2 ** 31:
+        m = _csr_matrix((vals, rows.astype(np.int32), np.array([0, rows.size], np.int32)), shape=(1, n)).tocsc()
+        return m.indptr.astype(np.int64), m.data.astype(vals.dtype, copy=False)
+    order = stable_argsort(rows)
+    return np.searchsorted(rows[order], np.arange(n + 1)).astype(np.int64), vals[order]
 
 
 def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:

@@ -27,8 +27,8 @@ __all__ = ["CDLPLoaded"]
 class CDLPLoaded(LoadedBlock):
     """CDLP for a whole partition; the labels of ``CDLPVertex`` (see the module doc)."""
 
-    state_fields = (*LoadedBlock.state_fields, "iterations", "lo", "moved", "nb", "prev", "ptr", "rk", "routes",
-                    "span", "tptr", "trow")
+    state_fields = (*LoadedBlock.state_fields, "iterations", "lo", "moved", "nb", "partial", "prev", "ptr", "rk",
+                    "routes", "span", "tptr", "trow")
 
     def __init__(self, id: str, io: GraphIO, iterations: int) -> None:
         super().__init__(id, io)
@@ -42,6 +42,7 @@ class CDLPLoaded(LoadedBlock):
         self.prev: np.ndarray | None = None  # the labels received last round (None: next round redoes every row)
         self.moved = np.empty(0, np.int64)  # the local rows whose label changed in the last round
         self.lo, self.span = 0, 0  # integer labels: the range of every id (span 0: rank the labels)
+        self.partial = 0  # rounds that recomputed only the rows next to a changed label
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -126,12 +127,12 @@ class CDLPLoaded(LoadedBlock):
 
     def _dirty(self, ext_len: int, far: np.ndarray) -> np.ndarray | None:
         """The rows whose neighbours' labels changed since the last round; None: all of them (or
-        too many to be worth picking out)."""
+        rows holding over half the entries: a whole round costs less than picking them out)."""
         n = len(self.value)
         if self.prev is None or len(self.prev) != len(far):
             return None
         farm = np.flatnonzero(far != self.prev) if len(far) else np.empty(0, np.int64)
-        if (self.moved.size + farm.size) * 8 > ext_len:
+        if (self.moved.size + farm.size) * 2 > ext_len:
             return None
         # inside the block every entry has its mirror (an edge gives both ends one): the rows
         # next to a local row are its own local neighbours; the remote ones need a transpose
@@ -143,7 +144,10 @@ class CDLPLoaded(LoadedBlock):
                 row = np.repeat(np.arange(n, dtype=self.nb.dtype), np.diff(self.ptr))[sel]
                 self.tptr, self.trow = group_by_row(self.nb[sel] - n, row, len(far))
             rows = np.concatenate([rows, self.trow[_ranges(self.tptr, farm)]])
-        return _distinct(rows, n)
+        dirty = _distinct(rows, n)
+        if int((self.ptr[dirty + 1] - self.ptr[dirty]).sum()) * 2 > len(self.nb):  # the gathers would cost more
+            return None
+        return dirty
 
     def _adopt(self, ctx: Context, far: np.ndarray) -> None:
         """Every row with neighbours takes their most frequent label, the smallest of a tie; only
@@ -167,6 +171,7 @@ class CDLPLoaded(LoadedBlock):
             counts = self.ptr[dirty + 1] - self.ptr[dirty]
             ptr = np.concatenate(([0], np.cumsum(counts)))
             nb, base = self.nb[idx], dirty
+            self.partial += 1
         rows, best = row_modes(ptr, code[nb], u)
         if base is not None:
             rows = base[rows]

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..engine import Context, Message
 from .block_kernels import _csr_matrix, have_scipy
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, stable_argsort
-from .graphalytics_loaded import _by_sender, _distinct, _integer_ids, _send_by_block
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, stable_argsort, unpack_keys
+from .graphalytics_loaded import _by_sender, _distinct, _integer_ids
 
 __all__ = ["CDLPLoaded"]
 
@@ -60,11 +60,7 @@ class CDLPLoaded(LoadedBlock):
                 self.lo = int(ctx.aggregated("cdlp_lo", 0))
                 self.span = int(ctx.aggregated("cdlp_hi", 0)) - self.lo + 1
             if self.iterations > 0:  # edges to other blocks only: a block sees its own in-edges itself
-                me = g.blocks.index(self.id)
-                far = np.flatnonzero(g.target_block[g.slot] != me)
-                rows = g.src_rows()[far]
-                _send_by_block(ctx, g, g.target_block[g.slot[far]],
-                               {"dst": pack_keys(g.targets[g.slot[far]]), "src": pack_keys(g.own[rows])})
+                self._announce(ctx, g)
             else:
                 ctx.vote_to_halt()
             return
@@ -78,7 +74,8 @@ class CDLPLoaded(LoadedBlock):
                 ids = _concat(msgs, "ids", g.own.dtype, keys=True)
                 order = np.argsort(ids, kind="stable")
                 miss = np.flatnonzero(self.nb >= len(label))
-                self.nb[miss] = len(label) + order[np.searchsorted(ids[order], self.rk[self.nb[miss] - len(label)])]
+                at = order[np.searchsorted(ids[order], self.rk)]  # each remote key's place among the labels
+                self.nb[miss] = len(label) + at[self.nb[miss] - len(label)]
                 self.rk = None
             far = (_concat(msgs, "label", label.dtype, keys=True) if text else _concat(msgs, "label", np.int64))
             self._adopt(ctx, far)
@@ -92,36 +89,72 @@ class CDLPLoaded(LoadedBlock):
         else:
             ctx.vote_to_halt()
 
+    def _announce(self, ctx: Context, g: LocalGraph) -> None:
+        """Send each other block the out-edges into it: its distinct destination keys ``tk`` and
+        source keys ``sk`` once, each edge as two int32 indices into them (``ti``, ``si``)."""
+        me = g.blocks.index(self.id)
+        eb = g.target_block[g.slot]
+        far = np.flatnonzero(eb != me)
+        if not far.size:
+            return
+        nblk = len(g.blocks)
+        by_t = np.argsort(g.target_block, kind="stable")  # targets are sorted: by block, then key
+        t_bounds = np.searchsorted(g.target_block[by_t], np.arange(nblk + 1))
+        tmap = np.empty(len(g.targets), np.int32)  # a target's place among its block's targets
+        for b in range(nblk):
+            tmap[by_t[t_bounds[b]:t_bounds[b + 1]]] = np.arange(t_bounds[b + 1] - t_bounds[b], dtype=np.int32)
+        fb = eb[far]
+        by_b = np.argsort(fb, kind="stable")
+        bounds = np.searchsorted(fb[by_b], np.arange(nblk + 1))
+        src = g.src_rows()
+        for b in range(nblk):
+            e = far[by_b[bounds[b]:bounds[b + 1]]]  # ascending: their rows too
+            if not e.size:
+                continue
+            r = src[e]
+            new = np.ones(r.size, dtype=bool)
+            new[1:] = r[1:] != r[:-1]
+            ctx.send(g.blocks[b], {"tk": pack_keys(g.targets[by_t[t_bounds[b]:t_bounds[b + 1]]]), "ti": tmap[g.slot[e]],
+                                   "sk": pack_keys(g.own[r[new]]), "si": (np.cumsum(new) - 1).astype(np.int32)},
+                     tag=BLOCK_TAG)
+
     def _entries(self, g: LocalGraph, messages: list[Message]) -> None:
         """The neighbour entries of every row, in row order: an edge inside the block gives both
-        ends an entry (out and in), an edge to or from another block one (the announced in-edges)."""
+        ends an entry (out and in), an edge to or from another block one (the announced in-edges).
+        A remote neighbour is ``n`` + its place in ``rk`` (its key) until the first labels come."""
         me, n = g.blocks.index(self.id), len(g.own)
         index = {b: i for i, b in enumerate(g.blocks)}
-        msgs = [m for m in _by_sender(messages) if "src" in m.payload]
-        in_dst = _concat(msgs, "dst", g.own.dtype, keys=True)
-        in_src = _concat(msgs, "src", g.own.dtype, keys=True)
-        in_blk = np.repeat(np.array([index[m.src] for m in msgs], dtype=np.int16),
-                           [len(m.payload["dst"]) for m in msgs]) if msgs else np.empty(0, np.int16)
+        msgs = [m for m in _by_sender(messages) if "ti" in m.payload]
         src = g.src_rows()
+        far_t = np.flatnonzero(g.target_block != me)
+        tmap = np.full(len(g.targets), -1, dtype=np.int64)  # a local target's row, a remote one's place in rk
         near_t = np.flatnonzero(g.target_block == me)
-        row_of_target = np.full(len(g.targets), -1, dtype=np.int64)
-        row_of_target[near_t] = g.local(g.targets[near_t])
-        dst = row_of_target[g.slot]
-        far = np.flatnonzero(dst < 0)
-        near = np.flatnonzero(dst >= 0)
-        far_key = np.concatenate([g.targets[g.slot[far]], in_src]) if len(in_src) else g.targets[g.slot[far]]
-        far_blk = np.concatenate([g.target_block[g.slot[far]], in_blk]).astype(np.int16)
-        in_far = g.local(in_dst)
-        far_row = np.concatenate([src[far], in_far])
-        it = np.int32 if n + len(far_row) < 2 ** 31 and len(dst) + len(near) + len(in_far) < 2 ** 31 else np.int64
-        out_nb = dst.astype(it)
-        out_nb[far] = n + np.arange(len(far), dtype=it)  # remote: n + its place among the remote keys, for now
-        rows = np.concatenate([src.astype(it), dst[near].astype(it), in_far.astype(it)])
-        nbs = np.concatenate([out_nb, src[near].astype(it), n + np.arange(len(far), len(far_row), dtype=it)])
+        tmap[near_t] = g.local(g.targets[near_t])
+        tmap[far_t] = n + np.arange(far_t.size)
+        dst = tmap[g.slot]
+        far = np.flatnonzero(dst >= n)
+        near = np.flatnonzero(dst < n)
+        keys, in_rows, in_nbs = [g.targets[far_t]], [], []
+        by_block: dict[int, list[np.ndarray]] = {}
+        fb = g.target_block[g.slot[far]]
+        for b in np.unique(fb).tolist():
+            by_block.setdefault(b, []).append(src[far[fb == b]])
+        at = n + far_t.size
+        for m in msgs:
+            tk, sk = unpack_keys(m.payload["tk"]), unpack_keys(m.payload["sk"])
+            rows_m = g.local(tk)[m.payload["ti"]]
+            in_rows.append(rows_m)
+            in_nbs.append(at + m.payload["si"].astype(np.int64))
+            keys.append(sk)
+            at += len(sk)
+            by_block.setdefault(index[m.src], []).append(rows_m)
+        it = np.int32 if at < 2 ** 31 and len(src) + len(near) + sum(len(r) for r in in_rows) < 2 ** 31 else np.int64
+        rows = np.concatenate([src.astype(it), dst[near].astype(it), *[r.astype(it) for r in in_rows]])
+        nbs = np.concatenate([dst.astype(it), src[near].astype(it), *[x.astype(it) for x in in_nbs]])
         self.ptr, self.nb = group_by_row(rows, nbs, n)
-        self.rk = far_key if len(far_row) else None
-        for blk in np.unique(far_blk).tolist():
-            r = np.unique(far_row[far_blk == blk])
+        self.rk = np.concatenate(keys) if at > n else None
+        for blk in sorted(by_block):
+            r = _distinct(np.concatenate(by_block[blk]), n)
             self.routes.append((g.blocks[blk], r, pack_keys(g.own[r])))
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
 

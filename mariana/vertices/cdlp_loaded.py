@@ -244,27 +244,35 @@ def group_by_row(rows: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray
 
 def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows with entries, for each the smallest of the most frequent values among
-    ``lab[ptr[r]:ptr[r + 1]]``); values in [0, u). scipy: each row's values sorted and counted in
-    C (``sum_duplicates``); numpy: one sort of (row, value) keys; the same result."""
+    ``lab[ptr[r]:ptr[r + 1]]``); values in [0, u); ``lab`` is overwritten. scipy: each row's values
+    sorted and counted in C (``sum_duplicates``); numpy: one sort of (row, value) keys; the same
+    result. (In-place arithmetic: fresh temporaries the size of ``lab`` cost more than the sums.)"""
     k = len(ptr) - 1
     if not lab.size:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     if have_scipy() and u < 2 ** 31 and lab.size < 2 ** 31:
-        # (int32 copies: sum_duplicates rewrites its arrays in place)
-        m = _csr_matrix((np.ones(lab.size, np.int32), lab.astype(np.int32), ptr.astype(np.int32)), shape=(k, u))
+        # sum_duplicates rewrites its arrays in place: ptr as a copy, lab as it is
+        m = _csr_matrix((np.ones(lab.size, np.int32), lab.astype(np.int32, copy=False), ptr.astype(np.int32)),
+                        shape=(k, u))
         m.sum_duplicates()
         ip, code, cnt = m.indptr, m.indices, m.data
     else:
         kt: Any = np.uint32 if k * u <= 2 ** 32 else np.uint64
-        key = np.sort(np.repeat(np.arange(k, dtype=kt), np.diff(ptr)) * kt(u) + lab.astype(kt))
+        key = np.repeat(np.arange(k, dtype=kt), np.diff(ptr))
+        key *= kt(u)
+        key += lab.astype(kt, copy=False)
+        key.sort()
         first = np.ones(key.size, dtype=bool)
-        first[1:] = key[1:] != key[:-1]
+        np.not_equal(key[1:], key[:-1], out=first[1:])
         starts = np.flatnonzero(first)
         cnt = np.diff(np.append(starts, key.size))
         key = key[starts]
         code = key % kt(u)
         ip = np.searchsorted(key // kt(u), np.arange(k + 1, dtype=kt))
     full = np.flatnonzero(ip[1:] > ip[:-1])
-    score = cnt.astype(np.int64) * u + (u - 1 - code.astype(np.int64))  # most frequent, then smallest
+    score = cnt.astype(np.int64)  # most frequent, then smallest: count * u + (u - 1 - value)
+    score *= u
+    score += u - 1
+    score -= code
     best = np.maximum.reduceat(score, ip[full])
     return full, (u - 1) - best % u

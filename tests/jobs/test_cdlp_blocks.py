@@ -38,7 +38,7 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy):
     order = np.argsort(rows, kind="stable")
     assert np.array_equal(ptr, np.searchsorted(rows[order], np.arange(n + 1)))
     assert np.array_equal(grouped, vals[order])  # stable: each row's values in their first order
-    got_rows, best = row_modes(ptr, grouped, u)
+    got_rows, best = row_modes(ptr, grouped.copy(), u)  # (it overwrites its values)
     want = _modes_by_hand(ptr, grouped)
     assert got_rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
     empty_rows, empty_best = row_modes(np.zeros(4, np.int64), np.empty(0, np.int32), u)

@@ -278,12 +278,29 @@ def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.
         starts = np.flatnonzero(first)
         cnt = np.diff(np.append(starts, key.size))
         key = key[starts]
-        code = key % kt(u)
+        code = (key % kt(u)).astype(np.int64)
         ip = np.searchsorted(key // kt(u), np.arange(k + 1, dtype=kt))
     full = np.flatnonzero(ip[1:] > ip[:-1])
-    score = cnt.astype(np.int64)  # most frequent, then smallest: count * u + (u - 1 - value)
+    # each row's values ascending with their counts: where no value repeats, the first wins
+    rep = np.flatnonzero(cnt > 1)
+    if rep.size * 8 >= len(full):
+        return full, _best(ip[full], code, cnt, u)
+    best = code[ip[full]].astype(np.int64)
+    if rep.size:
+        rows = np.searchsorted(ip, rep, side="right") - 1
+        keep = np.ones(rows.size, dtype=bool)
+        keep[1:] = rows[1:] != rows[:-1]
+        rows = rows[keep]
+        idx = _ranges(ip, rows)
+        starts = np.concatenate(([0], np.cumsum(ip[rows + 1] - ip[rows])[:-1]))
+        best[np.searchsorted(full, rows)] = _best(starts, code[idx], cnt[idx], u)
+    return full, best
+
+
+def _best(starts: np.ndarray, code: np.ndarray, cnt: np.ndarray, u: int) -> np.ndarray:
+    """Per segment (from ``starts``) of (value, count) pairs, the most frequent value, the smallest of a tie."""
+    score = cnt.astype(np.int64)  # count * u + (u - 1 - value)
     score *= u
     score += u - 1
     score -= code
-    best = np.maximum.reduceat(score, ip[full])
-    return full, (u - 1) - best % u
+    return (u - 1) - np.maximum.reduceat(score, starts) % u

@@ -28,10 +28,12 @@ def _modes_by_hand(ptr: np.ndarray, lab: np.ndarray) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("no_scipy", ("0", "1"))
-def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy):
+@pytest.mark.parametrize("u", (17, 200000))
+def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u):
+    """u = 17: many repeats and ties in every row; 200000: a value repeats in a few rows only."""
     monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
     rng = np.random.default_rng(5)
-    n, u = 300, 17  # few values: many ties, many repeats
+    n = 300
     rows = rng.integers(0, n, 4000).astype(np.int32)
     vals = rng.integers(0, u, rows.size).astype(np.int32)
     ptr, grouped = group_by_row(rows, vals, n)
@@ -40,6 +42,8 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy):
     assert np.array_equal(grouped, vals[order])  # stable: each row's values in their first order
     got_rows, best = row_modes(ptr, grouped.copy(), u)  # (it overwrites its values)
     want = _modes_by_hand(ptr, grouped)
+    repeats = sum(len(set(grouped[ptr[r]:ptr[r + 1]].tolist())) < ptr[r + 1] - ptr[r] for r in range(n))
+    assert (repeats > n // 2) if u == 17 else (0 < repeats < n // 8)
     assert got_rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
     empty_rows, empty_best = row_modes(np.zeros(4, np.int64), np.empty(0, np.int32), u)
     assert empty_rows.size == 0 and empty_best.size == 0

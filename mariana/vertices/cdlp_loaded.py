@@ -109,7 +109,7 @@ class CDLPLoaded(LoadedBlock):
         if not far.size:
             return
         nblk = len(g.blocks)
-        by_t = np.argsort(g.target_block, kind="stable")  # targets are sorted: by block, then key
+        by_t = np.argsort(g.target_block, kind="stable")  # by block, keys ascending inside each
         t_bounds = np.searchsorted(g.target_block[by_t], np.arange(nblk + 1))
         tmap = np.empty(len(g.targets), np.int32)  # a target's place among its block's targets
         for b in range(nblk):

@@ -434,12 +434,3 @@ class LCCLoaded(LoadedBlock):
                 continue
             r = np.flatnonzero(total)
             ctx.send(g.blocks[b], {"row": _small(r), "c": total[r].astype(np.int64)}, tag=BLOCK_TAG)
-
-
-def __getattr__(name: str) -> Any:
-    """``CDLPLoaded`` moved to ``cdlp_loaded``; still importable from here (lazily: no import cycle)."""
-    if name == "CDLPLoaded":
-        from .cdlp_loaded import CDLPLoaded
-
-        return CDLPLoaded
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

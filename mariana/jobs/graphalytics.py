@@ -154,15 +154,19 @@ def value_format(config: dict[str, Any], kind: str) -> Callable[[Any], str]:
     return str
 
 
-def graphalytics_part(ids: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str], numeric: bool) -> tuple[str, str]:
-    """One worker's part of a Graphalytics output: ``vertex value`` lines (``ids`` in string order)
-    ordered by number when every id of the graph is an integer (``numeric``); and that order, the
-    key of the parts' merge (``storage.parts.LINE_KEYS``)."""
+def graphalytics_part(ids: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
+                      numeric: bool) -> tuple[Callable[[int, int], str], str]:
+    """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
+    rows lo..hi (``ids`` in string order) ordered by number when every id of the graph is an
+    integer (``numeric``); and that order, the key of the parts' merge (``storage.parts.LINE_KEYS``)."""
     if numeric and len(ids):
         by_number = np.argsort(ids.astype(np.int64), kind="stable")
         ids, values = ids[by_number], values[by_number]
-    text = "".join(map("{} {}\n".format, ids.tolist(), map(fmt, values.tolist())))
-    return text, "numeric" if numeric else "graphalytics"
+
+    def lines(lo: int, hi: int) -> str:
+        return "".join(map("{} {}\n".format, ids[lo:hi].tolist(), map(fmt, values[lo:hi].tolist())))
+
+    return lines, "numeric" if numeric else "graphalytics"
 
 
 def write_result(config: dict[str, Any], rows: list[tuple[str, Any]], kind: str) -> None:

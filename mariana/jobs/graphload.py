@@ -27,7 +27,7 @@ import numpy as np
 
 from ..engine import Context, Message
 from ..errors import StorageError, UsageError
-from ..storage import write_text
+from ..storage import write_lines
 from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, lines_before, list_inputs, make_splits, read_table_split,
                               read_text_split)
@@ -41,6 +41,10 @@ __all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATOR
 PIECE = 4 << 20
 #: ... and an edge table in pieces of this many rows (~4 MB of int64 ids).
 TABLE_PIECE = 1 << 18
+#: Output parts are formatted and written this many rows at a time.
+OUTPUT_ROWS = 1 << 16
+#: The build turns routed edges into rows and slots in pieces of this many edges.
+BUILD_PIECE = 1 << 20
 #: Integer ids up to this many characters (with the sign) are coded as int64 keys.
 MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
@@ -79,9 +83,11 @@ def decode_keys(keys: np.ndarray) -> np.ndarray:
     """Ids (a ``U`` array) of keys: int64 codes or UTF-8 bytes."""
     if keys.dtype.kind == "S":
         return np.char.decode(keys, "utf-8")
-    sym = (keys[:, None] // _POW12) % 12
-    chars = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46)).astype(np.uint32)
-    return np.ascontiguousarray(chars).view(f"U{MAX_DIGITS}").reshape(len(keys))
+    out = np.empty((len(keys), MAX_DIGITS), dtype=np.uint32)
+    for lo in range(0, len(keys), 1 << 16):  # in pieces: the digit matrix is 136 bytes a key in int64
+        sym = (keys[lo:lo + (1 << 16), None] // _POW12) % 12
+        out[lo:lo + (1 << 16)] = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46))
+    return out.view(f"U{MAX_DIGITS}").reshape(len(keys))
 
 
 def _hash_owner(keys: np.ndarray, workers: int) -> np.ndarray:
@@ -417,36 +423,41 @@ class GraphLoader:
                         box.setdefault("w", []).append(wt[sel])
             for blk in np.unique(owner).tolist():  # every id seen exists at its owner
                 out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(keys[owner == blk])
-        for blk in sorted(out):
-            box = out.pop(blk)
-            payload = {k: (pack_keys(_cat(box.pop(k))) if k in ("src", "dst", "ann", "listed") else _cat(box.pop(k)))
-                       for k in list(box)}
-            ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
+            del c, keys, owner, ends
+            # each piece leaves in its own messages: no concatenation of the whole share (that
+            # held two copies of the largest column for a moment)
+            for blk in sorted(out):
+                box = out.pop(blk)
+                payload = {k: (pack_keys(_cat(box.pop(k))) if k in ("src", "dst", "ann", "listed")
+                               else _cat(box.pop(k))) for k in list(box)}
+                ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
 
     # -- superstep 2 ---------------------------------------------------------------------------
     def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:
+        """The block's CSR from the edges routed to it, in bounded extra memory: the distinct
+        sources and destinations first (per message, then merged), then each message in pieces
+        becomes int32 rows and slots (each piece sorted by row) and is let go, then a counting sort
+        by row places the slots
+        (and weights) into CSR order. The peak is the routed messages plus ~8 bytes an edge
+        (a sort of the whole edge list held ~40). Inside a row the edges keep message order
+        (messages by sender), which no algorithm depends on: each re-sorts or takes minima."""
+        msgs = sorted(messages, key=lambda m: m.src)  # the same order on every runtime
         empty = np.empty(0, np.int64) if self.numeric else np.empty(0, f"S{self.width}")
-
-        def cat(key: str, keys: bool = False, dtype: Any = None) -> np.ndarray:
-            # each message's array is let go as it is taken: one copy of the edges at a time
-            parts = [unpack_keys(m.payload.pop(key)) if keys else m.payload.pop(key)
-                     for m in messages if key in m.payload]
-            if not parts:
-                return empty if keys else np.empty(0, dtype)
-            return _cat(parts)
-
-        # rows by source; the order inside a row changes no result (every algorithm re-sorts or
-        # takes minima), so one unstable sort does (sorting is deterministic: same input, same order)
-        src = cat("src", True)
-        order = np.argsort(src)
-        src = src[order]
-        dst = cat("dst", True)[order]
-        dblk = cat("do", dtype=np.int16)[order]
-        weight = cat("w", dtype=np.float64)[order] if self.spec.weights else None
-        del order
-        own = _sorted_unique(np.concatenate([_sorted_unique(src, presorted=True), cat("ann", True)]))
+        own_parts, target_parts, listed_parts = [empty], [empty], []
+        for m in msgs:  # pass 1: the distinct ids, per message
+            p = m.payload
+            if "src" in p:
+                own_parts.append(_sorted_unique(unpack_keys(p["src"])))
+                target_parts.append(_sorted_unique(unpack_keys(p["dst"])))
+            if "ann" in p:
+                own_parts.append(unpack_keys(p.pop("ann")))
+            if "listed" in p:
+                listed_parts.append(unpack_keys(p.pop("listed")))
+        own = _sorted_unique(np.concatenate(own_parts))
+        targets = _sorted_unique(np.concatenate(target_parts))
+        del own_parts, target_parts
         if self.spec.vertices:  # every edge endpoint (all of them were announced) must be listed
-            listed = np.sort(cat("listed", True))
+            listed = np.sort(np.concatenate(listed_parts)) if listed_parts else empty
             twice = np.flatnonzero(listed[1:] == listed[:-1])
             if twice.size:  # in two splits (one split names its line)
                 vid = str(decode_keys(listed[twice[:1]])[0])
@@ -458,19 +469,48 @@ class GraphLoader:
                 raise UsageError(f"{self.url}: vertex {vid!r} is not in {self.spec.vertices} "
                                  f"(every edge endpoint must be listed there)")
             own = listed
-        indptr = np.append(np.searchsorted(src, own), len(src)).astype(np.int64)
-        del src
-        # destinations: int32 slots into the distinct destination keys (8 + 2 bytes per target, not per edge)
-        by_dst = np.argsort(dst, kind="stable")
-        ds = dst[by_dst]
-        new = np.ones(ds.size, dtype=bool)
-        new[1:] = ds[1:] != ds[:-1]
-        targets, target_block = ds[new], dblk[by_dst][new]
-        slot = np.empty(ds.size, dtype=np.int32 if targets.size < 2 ** 31 else np.int64)
-        slot[by_dst] = np.cumsum(new) - 1
-        del ds, by_dst, dblk
+        row_t = np.int32 if len(own) < 2 ** 31 else np.int64
+        slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
+        target_block = np.zeros(len(targets), dtype=np.int16)
+        counts = np.zeros(len(own), dtype=np.int64)
+        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        for m in msgs:  # pass 2: every message as (row, slot, weight) pieces; the keys go
+            p = m.payload
+            if "src" not in p:
+                continue
+            src, dst, dblk = unpack_keys(p.pop("src")), unpack_keys(p.pop("dst")), p.pop("do")
+            w = p.pop("w", None)
+            w = w if self.spec.weights else None
+            for lo in range(0, len(src), BUILD_PIECE):
+                hi = lo + BUILD_PIECE
+                by_src = np.argsort(src[lo:hi])  # the piece by row: searchsorted gains from sorted probes
+                rows = np.searchsorted(own, src[lo:hi][by_src]).astype(row_t)
+                d = dst[lo:hi][by_src]
+                by_dst = np.argsort(d)
+                slots = np.empty(len(d), dtype=slot_t)
+                slots[by_dst] = np.searchsorted(targets, d[by_dst])
+                target_block[slots] = dblk[lo:hi][by_src]  # a vertex's owner follows from its id: no conflict
+                counts += np.bincount(rows, minlength=len(own))
+                pieces.append((rows, slots, None if w is None else w[lo:hi][by_src]))
+                del by_src, d, by_dst
+            del src, dst, dblk, w
+        indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        edges = int(indptr[-1])
+        slot = np.empty(edges, dtype=slot_t)
+        weight = np.empty(edges) if self.spec.weights else None
+        cursor = indptr[:-1].copy()
+        pieces.reverse()
+        while pieces:  # pass 3: a counting sort by row, piece by piece (stable)
+            rows, slots, w = pieces.pop()  # sorted by row already
+            first = np.searchsorted(rows, rows)  # where each row's run starts in this piece
+            at = cursor[rows] + (np.arange(len(rows)) - first)
+            slot[at] = slots
+            if weight is not None and w is not None:
+                weight[at] = w
+            cursor += np.bincount(rows, minlength=len(own))
+            del rows, slots, w, first, at
         ctx.aggregate("load_vertices", len(own))
-        ctx.aggregate("load_edges", len(dst))
+        ctx.aggregate("load_edges", edges)
         return LocalGraph(own, indptr, slot, targets, target_block, weight, self.blocks)
 
     def step(self, ctx: Context, messages: list[Message]) -> LocalGraph | None:
@@ -500,16 +540,19 @@ class GraphLoader:
             return {"ids": ids.tolist(), "values": vals.tolist() if labels else vals}
         url = part_url(self.spec.output, self.index)
         order = "string"
+        lines: Callable[[int, int], str]
         if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
             from .graphalytics import graphalytics_part
 
-            text, order = graphalytics_part(ids, vals, self.fmt, own.dtype.kind != "S")
+            lines, order = graphalytics_part(ids, vals, self.fmt, own.dtype.kind != "S")
         elif vals.dtype.kind == "f":
-            text = "".join(map("{}\t{!r}\n".format, ids.tolist(), vals.tolist()))  # repr(float): as fmt_float
+            def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float
+                return "".join(map("{}\t{!r}\n".format, ids[lo:hi].tolist(), vals[lo:hi].tolist()))
         else:
-            text = "".join(map("{}\t{}\n".format, ids.tolist(), map(self.fmt, vals.tolist())))
-        try:
-            write_text(url, text)
+            def lines(lo: int, hi: int) -> str:
+                return "".join(map("{}\t{}\n".format, ids[lo:hi].tolist(), map(self.fmt, vals[lo:hi].tolist())))
+        try:  # formatted and written in pieces: the text of a large part never exists whole
+            write_lines(url, lambda: (lines(lo, lo + OUTPUT_ROWS) for lo in range(0, len(ids), OUTPUT_ROWS)))
         except StorageError as exc:  # reported by the job's finish, with every other part discarded
             return {"part": url, "error": str(exc)}
         return {"part": url, "rows": len(ids), "summary": self.summarize(ids, vals), "order": order}

@@ -30,7 +30,7 @@ import posixpath
 import time
 import uuid
 from contextlib import contextmanager, suppress
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -268,6 +268,23 @@ def jsonl(record: dict[str, Any]) -> str:
 def write_text(url: str, text: str) -> None:
     """Write a whole text file at a path or fsspec URL (temp file + rename on a local disk)."""
     write_bytes(url, text.encode("utf-8"))
+
+
+def write_lines(url: str, pieces: Callable[[], Iterable[str]]) -> None:
+    """Write a text file piece by piece (``pieces()`` yields its text in order; called again if a
+    transient error makes the write start over): a large output never exists whole in memory,
+    and appears at ``url`` whole or not at all, as with ``write_text``."""
+    fs, path = _fs(url)
+
+    def write() -> None:
+        with _open_whole(fs, path, fsync=False) as f:
+            for text in pieces():
+                f.write(text.encode("utf-8"))
+
+    try:
+        retrying(f"writing {url}", write)
+    except _FS_ERRORS as exc:
+        raise StorageError(f"cannot write {url}: {cause(exc)}") from exc
 
 
 def write_bytes(url: str, data: bytes) -> None:

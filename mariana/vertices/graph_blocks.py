@@ -23,7 +23,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
-from .block_kernels import csr_sum, relax
+from .block_kernels import csr_sum, have_scipy, relax
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
@@ -239,6 +239,39 @@ class LoadedBlock(Vertex):
         return self.out.result(g.own, self.value, labels=False)
 
 
+def _internal_in_edges(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray]:
+    """(destination row, source row) of the block's internal edges, by (destination, source): the
+    CSR of out-edges transposed by a counting sort (scipy's ``tocsc``: rows stay ascending within
+    a column, duplicates kept), ~5 bytes an edge of temporaries; an argsort held ~30. One block
+    (every edge internal): ``g``'s edge arrays are let go as soon as they are read."""
+    k = len(g.own)
+    inside = g.target_block == me
+    local = _int32(g.local(g.targets))  # the distinct targets looked up once
+    if inside.all():  # one block: every edge is internal, nothing else needs the edge arrays
+        indptr, dst = g.indptr, local[g.slot]
+        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+    else:
+        mask = inside[g.slot]
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(g.src_rows()[mask], minlength=k))))
+        dst = local[g.slot[mask]]
+        del mask
+    del local
+    if have_scipy() and len(dst) < 2 ** 31:
+        from scipy.sparse import csr_matrix
+
+        m = csr_matrix((np.ones(len(dst), np.int8), dst.astype(np.int32, copy=False), indptr.astype(np.int32)),
+                       shape=(k, k))
+        del dst
+        t = m.tocsc()
+        del m
+        src = t.indices
+        t.data = t.data[:0]
+        return np.repeat(np.arange(k, dtype=np.int32), np.diff(t.indptr)), src
+    order = np.argsort(dst, kind="stable")  # sources ascending within a destination
+    src = np.repeat(np.arange(k, dtype=np.int32), np.diff(indptr))
+    return dst[order], src[order]
+
+
 class PageRankLoaded(LoadedBlock):
     """PageRank for a whole partition; bit-identical to ``PageRankVertex`` (contributions summed in
     ascending source id order, dangling mass and L1 change with the exact ``fsum``).
@@ -269,16 +302,17 @@ class PageRankLoaded(LoadedBlock):
         assert g is not None
         self.value = np.zeros(len(g.own))
         self.outdeg = np.diff(g.indptr)
-        rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
         me = g.blocks.index(self.id)
+        self.local_in = _internal_in_edges(g, me)
+        if len(g.blocks) == 1:
+            return
+        rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
         edge_block = g.target_block[g.slot]
         for b in range(len(g.blocks)):
+            if b == me:  # internal edges: summed from this block's own shares, never sent
+                continue
             sel = np.flatnonzero(edge_block == b)
             slot = g.slot[sel]
-            if b == me:  # internal edges: summed from this block's own shares, never sent
-                order = np.argsort(slot, kind="stable")  # by (dst, src) already: the summation order
-                self.local_in = (_int32(g.local(g.targets))[slot[order]], rows[sel[order]])  # distinct targets looked up once
-                continue
             if not slot.size:
                 continue
             order = stable_argsort(slot)  # by (dst, src): the receiver's summation order
@@ -390,10 +424,19 @@ class _Split:
 
     def __init__(self, g: LocalGraph, me: int) -> None:
         k = len(g.own)
+        if len(g.targets) == k and np.array_equal(g.targets, g.own):  # every vertex has in-edges
+            local = np.arange(k, dtype=np.int32 if k < 2 ** 31 else np.int64)
+        else:
+            local = _int32(g.local(g.targets))  # the distinct targets looked up once
+        inside_t = g.target_block == me
+        if inside_t.all():  # one block (one worker): every edge is internal, the CSR is g's own
+            self.indptr, self.indices, self.weight = g.indptr, local[g.slot], g.weight
+            self.b_indptr, self.b_slot, self.b_weight = np.zeros(k + 1, dtype=np.int64), g.slot[:0], None
+            return
         rows = g.src_rows()
-        inside = g.target_block[g.slot] == me
+        inside = inside_t[g.slot]
         self.indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=k))))
-        self.indices = _int32(g.local(g.targets))[g.slot[inside]]  # distinct targets looked up once
+        self.indices = local[g.slot[inside]]
         self.weight = None if g.weight is None else g.weight[inside]
         out = ~inside
         self.b_indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[out], minlength=k))))
@@ -420,6 +463,8 @@ class SSSPLoaded(LoadedBlock):
     same left-to-right sums along the same shortest paths as Bellman-Ford's."""
 
     state_fields = (*LoadedBlock.state_fields, "source_name", "source_row")
+    #: every edge weighs 1.0 whatever the input says (BFS: hop counts)
+    unit = False
 
     def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
         super().__init__(id, io)
@@ -440,8 +485,10 @@ class SSSPLoaded(LoadedBlock):
     def _prepare(self) -> None:
         """Split the edges and set up the relaxation: while loading, or after a restore."""
         assert self.g is not None
+        if self.unit:
+            self.g.weight = None
         self._split = sp = _Split(self.g, self.g.blocks.index(self.id))
-        self._relax = relax(sp.indptr, sp.indices, sp.weight if sp.weight is not None else np.ones(len(sp.indices)))
+        self._relax = relax(sp.indptr, sp.indices, sp.weight)  # None: unit weights
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g, dist = self.g, self.value

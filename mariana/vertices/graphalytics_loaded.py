@@ -5,9 +5,10 @@ The results are those of the vertex programs of ``vertices.graphalytics`` (BFS d
 exactly, LCC to the bit: integer triangle counts divided once, as there).
 
 - ``BFSLoaded``: hop depths from the source along the loaded out-edges (both ways for an
-  undirected graph: the loader routes each edge to both ends). Depths only grow, so each
-  destination is sent one message in the whole run (``sent`` marks it at the sender), carrying
-  only its key: it arrives in step s with depth s.
+  undirected graph: the loader routes each edge to both ends): ``SSSPLoaded`` with unit weights,
+  so each block searches its own edges to the end in one superstep (a breadth-first traversal)
+  and only edges that leave the block carry depths; one worker needs one superstep whatever the
+  diameter.
 - ``LCCLoaded``: ``N(v)`` = in- plus out-neighbours without ``v``; ``lcc(v)`` = directed edges
   among ``N(v)`` / (|N(v)| (|N(v)| - 1)). Steps: 0 out-edges announce themselves (in-neighbours),
   1 ``N(v)`` with direction codes and degrees to neighbouring blocks, 2 wedges, 3 closing checks
@@ -35,9 +36,8 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from ..errors import UsageError
 from .block_kernels import components
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, _Split, pack_keys
 from .graphalytics import UNREACHABLE
 
 __all__ = ["UNREACHABLE", "BFSLoaded", "LCCLoaded", "WCCComponentsLoaded", "WEDGE_CHUNK"]
@@ -45,15 +45,6 @@ __all__ = ["UNREACHABLE", "BFSLoaded", "LCCLoaded", "WCCComponentsLoaded", "WEDG
 #: At most this many wedges per message (bounds the memory of LCC's steps 2 and 3).
 WEDGE_CHUNK = 1 << 21
 _POPCOUNT = np.array([0, 1, 1, 2], dtype=np.int8)  # code bit 1: v -> x exists, bit 2: x -> v exists
-
-
-def _find_source(block: LoadedBlock, name: str) -> int:
-    """The local row of vertex ``name`` (-1 if another block owns it, or no block)."""
-    g = block.g
-    assert g is not None
-    key = block.out.key_of(name)
-    i = int(g.local(np.asarray([key], dtype=g.own.dtype))[0]) if len(g.own) else 0
-    return i if i < len(g.own) and g.own[i] == key else -1
 
 
 def _send_by_block(ctx: Context, g: LocalGraph, blk: np.ndarray, cols: dict[str, np.ndarray]) -> None:
@@ -75,16 +66,6 @@ def _integer_ids(keys: np.ndarray) -> np.ndarray:
     from ..jobs.graphload import decode_keys  # the key codes live with the loader
 
     return decode_keys(keys).astype(np.int64) if len(keys) else np.empty(0, np.int64)
-
-
-def _distinct(idx: np.ndarray, n: int) -> np.ndarray:
-    """The distinct values of ``idx`` (all in [0, n)), ascending: a mark array when they are many,
-    a sort when they are few (a high-diameter BFS has thousands of tiny frontiers)."""
-    if idx.size * 16 < n:
-        return np.unique(idx)
-    mark = np.zeros(n, dtype=bool)
-    mark[idx] = True
-    return np.flatnonzero(mark)
 
 
 def _by_sender(messages: list[Message]) -> list[Message]:
@@ -123,42 +104,22 @@ def _neighbour_entries(g: LocalGraph, messages: list[Message]) -> tuple[np.ndarr
 # --------------------------------------------------------------------------------------------
 # BFS
 # --------------------------------------------------------------------------------------------
-class BFSLoaded(LoadedBlock):
-    """BFS for a whole partition; the depths of ``BFSVertex``. ``source_name``: the source id."""
+class BFSLoaded(SSSPLoaded):
+    """BFS for a whole partition; the depths of ``BFSVertex``. ``source_name``: the source id.
 
-    state_fields = (*LoadedBlock.state_fields, "sent", "source_name", "source_row")
+    SSSP with every edge at 1.0 (block-centric: a block's internal edges are searched to the end
+    in one superstep, by a breadth-first traversal), depths reported as integers."""
 
-    def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
-        super().__init__(id, io)
-        self.source_name = source_name
+    unit = True
 
-    def loaded(self, ctx: Context) -> None:
+    def result(self) -> dict[str, Any]:
         g = self.g
-        assert g is not None
-        self.value = np.full(len(g.own), UNREACHABLE, dtype=np.int64)
-        self.sent = np.zeros(len(g.targets), dtype=bool)
-        self.source_row = _find_source(self, self.source_name)
-        ctx.aggregate("source_found", int(self.source_row >= 0))
-
-    def run(self, ctx: Context, messages: list[Message], s: int) -> None:
-        g, depth = self.g, self.value
-        assert g is not None
-        if s == 0:
-            if not ctx.aggregated("source_found", 0):
-                raise UsageError(f"source vertex '{self.source_name}' is not in {self.out.url} ({g.n} vertices)")
-            rows = np.array([self.source_row] if self.source_row >= 0 else [], dtype=np.int64)
-        else:
-            rows = _distinct(g.local(_concat(messages, "dst", g.own.dtype, keys=True)), len(g.own))
-            rows = rows[depth[rows] == UNREACHABLE]
-            if rows.size:
-                ctx.aggregate("updated", int(rows.size))
-        depth[rows] = s
-        slots = _distinct(g.slot[g.edges_of(rows)], len(g.targets))
-        slots = slots[~self.sent[slots]]
-        if slots.size:
-            self.sent[slots] = True
-            _send_by_block(ctx, g, g.target_block[slots], {"dst": pack_keys(g.targets[slots])})
-        ctx.vote_to_halt()
+        if g is None:
+            return {"ids": [], "values": np.zeros(0, dtype=np.int64)}
+        depth = np.full(len(self.value), UNREACHABLE, dtype=np.int64)
+        reached = np.isfinite(self.value)
+        depth[reached] = self.value[reached].astype(np.int64)
+        return self.out.result(g.own, depth, labels=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,13 +149,10 @@ class WCCComponentsLoaded(LoadedBlock):
         """The components inside the block (step 0: processing, not loading)."""
         g = self.g
         assert g is not None
-        rows = g.src_rows()
-        inside = g.target_block[g.slot] == g.blocks.index(self.id)
-        # the internal edges as a CSR (rows ascending already); loaded both ways, so symmetric
-        indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=len(g.own)))))
-        self.comp = components(indptr, g.local(g.targets)[g.slot[inside]], symmetric=True)  # targets looked up once
-        out = np.flatnonzero(~inside)
-        self.boundary_rows, self.boundary_slots = rows[out], g.slot[out]
+        sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
+        self.comp = components(sp.indptr, sp.indices, symmetric=True)
+        self.boundary_rows = np.repeat(np.arange(len(g.own), dtype=np.int32), np.diff(sp.b_indptr))
+        self.boundary_slots = sp.b_slot
         g.slot, g.indptr = g.slot[:0], g.indptr[:1]  # the boundary is all that is needed from here
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:

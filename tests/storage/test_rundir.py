@@ -69,3 +69,22 @@ def test_an_upload_always_cut_short_fails_naming_it(cutshort, monkeypatch):
     rd = RunDir(f"cutshort://run-{uuid.uuid4().hex}")
     with pytest.raises(StorageError, match="short upload: 9 of 10 bytes"):
         rd.write_bytes("params/w.bin", b"0123456789")
+
+
+def test_write_lines_streams_pieces_and_leaves_nothing_when_a_piece_fails(tmp_path):
+    """``write_lines``: the pieces in order make the file; a piece that raises leaves no file
+    (not even a temp file) and the error reaches the caller."""
+    from mariana.storage import write_lines
+
+    out = tmp_path / "part-00000.tsv"
+    write_lines(str(out), lambda: (f"{i}\t{i * i}\n" for i in range(1000)))
+    assert out.read_text().splitlines()[-1] == "999\t998001"
+
+    def broken():
+        yield "0\t0\n"
+        raise ValueError("formatting failed")
+
+    other = tmp_path / "other.tsv"
+    with pytest.raises(StorageError, match="formatting failed"):
+        write_lines(str(other), broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part-00000.tsv"]

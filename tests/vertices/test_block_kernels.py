@@ -91,6 +91,25 @@ def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, mon
     assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist())
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed):
+    """``weight=None`` (BFS): one seed, several seeds at one depth (the breadth-first path), and
+    seeds at different depths (frontier rounds and Dijkstra) all give the reference hop counts."""
+    k = 400
+    src, dst, _ = _random_graph(seed, k, 1600)
+    indptr, indices = _csr(k, src, dst)
+    ones = np.ones(len(src))
+    for start in ({0: 0.0}, {3: 5.0, 17: 5.0, 40: 5.0}, {3: 2.0, 17: 4.0, 40: 7.0}):
+        relax = bk.relax(indptr, indices, None)
+        dist = np.full(k, np.inf)
+        seeds = np.array(sorted(start))
+        dist[seeds] = [start[v] for v in seeds.tolist()]
+        before = dist.copy()
+        down = relax(dist, seeds)
+        np.testing.assert_array_equal(dist, _reference_sssp(k, src, dst, ones, start))
+        assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist()) and down.size > 50
+
+
 def test_components_label_each_row_with_its_components_smallest_row(form):
     k = 500
     rng = np.random.default_rng(4)
@@ -131,3 +150,23 @@ def test_csr_sum_adds_in_stored_order(form):
     for r, c in zip(rows.tolist(), cols.tolist()):
         want[r] += x[c]  # sequential, from 0.0
     np.testing.assert_array_equal(got, want)
+
+
+def test_levels_give_tree_depths_in_any_order_where_parents_come_first():
+    """``_levels`` takes the breadth-first fast path in queue order and pointer jumping otherwise
+    (a depth-first order here): both give each node's depth in its predecessor tree."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order, depth_first_order
+
+    src, dst, _ = _random_graph(5, 300, 900)
+    indptr, indices = _csr(300, src, dst)
+    m = csr_matrix((np.ones(len(indices)), indices, indptr), shape=(300, 300))
+    for walk in (breadth_first_order, depth_first_order):
+        order, pred = walk(m, 0, directed=True, return_predecessors=True)
+        want = [0]
+        at = {0: 0}
+        for v in order[1:].tolist():
+            at[v] = at[int(pred[v])] + 1
+            want.append(at[v])
+        assert order.size > 100
+        np.testing.assert_array_equal(bk._levels(order, pred), want)

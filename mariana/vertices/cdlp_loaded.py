@@ -30,7 +30,7 @@ import numpy as np
 from ..engine import Context, Message
 from .block_kernels import _csr_matrix, have_scipy
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, stable_argsort, unpack_keys
-from .graphalytics_loaded import _by_sender, _distinct, _integer_ids
+from .graphalytics_loaded import _by_sender, _integer_ids
 
 __all__ = ["CDLPLoaded"]
 
@@ -231,6 +231,15 @@ class CDLPLoaded(LoadedBlock):
         if g is None:
             return {"ids": [], "values": np.zeros(0)}
         return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
+
+
+def _distinct(idx: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of ``idx`` (all in [0, n)), ascending: a sort when they are few, else a mark array."""
+    if idx.size * 16 < n:
+        return np.unique(idx)
+    mark = np.zeros(n, dtype=bool)
+    mark[idx] = True
+    return np.flatnonzero(mark)
 
 
 def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -84,3 +84,18 @@ def test_partial_rounds_give_vertex_mode_labels(monkeypatch, capsys, tmp_path, t
     assert all(isinstance(b, CDLPLoaded) for b in blocks)
     assert all(b.partial > 0 for b in blocks)  # type: ignore[attr-defined]
     assert any(b.tptr is not None for b in blocks)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("directed", ("true", "false"))
+def test_loops_duplicates_and_more_workers_than_vertices_give_vertex_mode_labels(capsys, tmp_path, directed):
+    """Self-loops (the own label twice), an edge listed twice and both ways (counted per listing),
+    and 40 workers for 39 vertices (empty blocks, every edge between blocks)."""
+    rnd = random.Random(3)
+    lines = [f"{rnd.randrange(1, 40)} {rnd.randrange(1, 40)}\n" for _ in range(150)]
+    lines += ["5 5\n", "5 5\n", "7 8\n", "8 7\n", "7 8\n"]
+    path = tmp_path / "g.e"
+    path.write_text("".join(lines))
+    sets = (f"directed={directed}", "iterations=10")
+    want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", *sets)[0]
+    for workers in (2, 40):
+        assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "split_mb=0.0002", *sets, workers=workers)[0] == want

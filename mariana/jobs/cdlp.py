@@ -9,7 +9,7 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..vertices.graphalytics import CDLPVertex
-from ..vertices.graphalytics_loaded import CDLPLoaded
+from ..vertices.cdlp_loaded import CDLPLoaded
 from .edgelist import EdgeList
 from .graphalytics import label_ranks, load_graph, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, parted_results

@@ -1,0 +1,101 @@
+"""CDLP in block mode (``vertices.cdlp_loaded``): the per-row mode and grouping kernels give the
+same result in their scipy and numpy forms, and the rounds that recompute only the rows next to
+a changed label (and the remote transpose behind them) give vertex mode's labels."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mariana.engine.local import LocalRuntime
+from mariana.jobs import BuildContext, get_job, resolve_config
+from mariana.vertices.cdlp_loaded import CDLPLoaded, group_by_row, row_modes
+from test_graph_jobs import cli_run
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _modes_by_hand(ptr: np.ndarray, lab: np.ndarray) -> dict[int, int]:
+    out = {}
+    for r in range(len(ptr) - 1):
+        vals = lab[ptr[r]:ptr[r + 1]].tolist()
+        if vals:
+            out[r] = min(vals, key=lambda v: (-vals.count(v), v))
+    return out
+
+
+@pytest.mark.parametrize("no_scipy", ("0", "1"))
+@pytest.mark.parametrize("u", (17, 200000))
+def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u):
+    """u = 17: many repeats and ties in every row; 200000: a value repeats in a few rows only."""
+    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+    rng = np.random.default_rng(5)
+    n = 300
+    rows = rng.integers(0, n, 4000).astype(np.int32)
+    vals = rng.integers(0, u, rows.size).astype(np.int32)
+    ptr, grouped = group_by_row(rows, vals, n)
+    order = np.argsort(rows, kind="stable")
+    assert np.array_equal(ptr, np.searchsorted(rows[order], np.arange(n + 1)))
+    assert np.array_equal(grouped, vals[order])  # stable: each row's values in their first order
+    got_rows, best = row_modes(ptr, grouped.copy(), u)  # (it overwrites its values)
+    want = _modes_by_hand(ptr, grouped)
+    repeats = sum(len(set(grouped[ptr[r]:ptr[r + 1]].tolist())) < ptr[r + 1] - ptr[r] for r in range(n))
+    assert (repeats > n // 2) if u == 17 else (0 < repeats < n // 8)
+    assert got_rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
+    empty_rows, empty_best = row_modes(np.zeros(4, np.int64), np.empty(0, np.int32), u)
+    assert empty_rows.size == 0 and empty_best.size == 0
+
+
+def _communities(tmp_path: Path, text_ids: bool) -> Path:
+    """Dense clusters with a few links between them: labels settle after a few rounds, so the
+    later rounds recompute few rows (some of them next to another block's vertices)."""
+    rnd = random.Random(17)
+    ids = rnd.sample(range(10, 90000), 400)
+    names = [f"v{i}" for i in ids] if text_ids else [str(i) for i in ids]
+    lines = []
+    for c in range(16):
+        members = names[c * 25:(c + 1) * 25]
+        lines += [f"{a} {b}\n" for a in members for b in members if a < b and rnd.random() < 0.4]
+    lines += [f"{rnd.choice(names)} {rnd.choice(names)}\n" for _ in range(30)]
+    path = tmp_path / ("text.e" if text_ids else "ints.e")
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.mark.parametrize("no_scipy", ("0", "1"))
+@pytest.mark.parametrize("text_ids", (False, True))
+def test_partial_rounds_give_vertex_mode_labels(monkeypatch, capsys, tmp_path, text_ids, no_scipy):
+    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+    path = _communities(tmp_path, text_ids)
+    want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", "iterations=10")[0]
+    for workers in (1, 3):
+        got = cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "iterations=10", "split_mb=0.002",
+                      workers=workers)[0]
+        assert got == want, workers
+    # the same run, its blocks looked at: some rounds were partial, across blocks too
+    job = get_job("cdlp")
+    g = job.build(resolve_config(job, None, [f"graph={path}", "iterations=10", "split_mb=0.002"]),
+                  BuildContext(workers=3))
+    LocalRuntime(g, 3).run()
+    blocks = [g.instantiate(vid) for vid in g.vertex_ids()]
+    assert all(isinstance(b, CDLPLoaded) for b in blocks)
+    assert all(b.partial > 0 for b in blocks)  # type: ignore[attr-defined]
+    assert any(b.tptr is not None for b in blocks)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("directed", ("true", "false"))
+def test_loops_duplicates_and_more_workers_than_vertices_give_vertex_mode_labels(capsys, tmp_path, directed):
+    """Self-loops (the own label twice), an edge listed twice and both ways (counted per listing),
+    and 40 workers for 39 vertices (empty blocks, every edge between blocks)."""
+    rnd = random.Random(3)
+    lines = [f"{rnd.randrange(1, 40)} {rnd.randrange(1, 40)}\n" for _ in range(150)]
+    lines += ["5 5\n", "5 5\n", "7 8\n", "8 7\n", "7 8\n"]
+    path = tmp_path / "g.e"
+    path.write_text("".join(lines))
+    sets = (f"directed={directed}", "iterations=10")
+    want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", *sets)[0]
+    for workers in (2, 40):
+        assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "split_mb=0.0002", *sets, workers=workers)[0] == want

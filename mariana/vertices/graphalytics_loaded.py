@@ -88,6 +88,7 @@ class BFSLoaded(SSSPLoaded):
     SSSP with every edge at 1.0 (block-centric: a block's internal edges are searched to the end
     in one superstep, by a breadth-first traversal), depths reported as integers."""
 
+    state_fields = SSSPLoaded.state_fields
     unit = True
 
     def result(self) -> dict[str, Any]:

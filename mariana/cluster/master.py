@@ -318,6 +318,8 @@ class Master:
             joined = {w.pid for w in self.state.present()}
             joining = [c for c in self.children if c.pid not in joined]
             free = sum(1 for w in self.state.by_index if w is None)
+            log.info("rollback: %d free slot(s), %d started worker(s) not joined yet (%s): starting %d",
+                     free, len(joining), ", ".join(str(c.pid) for c in joining) or "none", max(0, free - len(joining)))
             for _ in range(free - len(joining)):
                 self.children.append(self.respawn())
         self._wait(self.state.all_joined, o.rejoin_timeout,

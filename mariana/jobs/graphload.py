@@ -84,9 +84,9 @@ def decode_keys(keys: np.ndarray) -> np.ndarray:
     if keys.dtype.kind == "S":
         return np.char.decode(keys, "utf-8")
     out = np.empty((len(keys), MAX_DIGITS), dtype=np.uint32)
-    for lo in range(0, len(keys), 1 << 16):  # in pieces: the digit matrix is 136 bytes a key in int64
-        sym = (keys[lo:lo + (1 << 16), None] // _POW12) % 12
-        out[lo:lo + (1 << 16)] = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46))
+    for lo in range(0, len(keys), OUTPUT_ROWS):  # in pieces: the digit matrix is 136 bytes a key in int64
+        sym = (keys[lo:lo + OUTPUT_ROWS, None] // _POW12) % 12
+        out[lo:lo + OUTPUT_ROWS] = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46))
     return out.view(f"U{MAX_DIGITS}").reshape(len(keys))
 
 

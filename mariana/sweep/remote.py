@@ -486,7 +486,7 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
                 if op == "run" and child is None and isinstance(msg.get("master"), str):
                     segment, served = str(msg.get("segment")), served + 1
                     mine = dataclasses.replace(spec, master=msg["master"], job=spec.job or msg.get("job"),
-                                               token=str(msg.get("token") or "") or spec.token)
+                                               token=str(msg["token"]) if msg.get("token") else spec.token)
                     log.info("segment %s: serving the master at %s", segment, mine.master)
                     child = zygote.start(mine) if zygote is not None and not zygote.dead else None
                     if child is None:

@@ -239,23 +239,34 @@ class LoadedBlock(Vertex):
         return self.out.result(g.own, self.value, labels=False)
 
 
+def _internal_csr(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """The block's internal edges (both ends in block ``me``) as a CSR over local rows:
+    ``(indptr, destination rows, inside, rows)``; ``inside`` (the mask of internal edges) and
+    ``rows`` (every edge's source row) are None when every edge is internal (one block), where the
+    CSR is ``g``'s own. The distinct targets are looked up once; when they are the block's own
+    vertices (every vertex has in-edges), a slot is a row and there is nothing to look up."""
+    k = len(g.own)
+    local = None if len(g.targets) == k and np.array_equal(g.targets, g.own) else _int32(g.local(g.targets))
+    inside_t = g.target_block == me
+    if inside_t.all():
+        return g.indptr, g.slot if local is None else local[g.slot], None, None
+    rows = g.src_rows()
+    inside = inside_t[g.slot]
+    slots = g.slot[inside]
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=k))))
+    return indptr, slots if local is None else local[slots], inside, rows
+
+
 def _internal_in_edges(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray]:
     """(destination row, source row) of the block's internal edges, by (destination, source): the
     CSR of out-edges transposed by a counting sort (scipy's ``tocsc``: rows stay ascending within
     a column, duplicates kept), ~5 bytes an edge of temporaries; an argsort held ~30. One block
     (every edge internal): ``g``'s edge arrays are let go as soon as they are read."""
     k = len(g.own)
-    inside = g.target_block == me
-    local = _int32(g.local(g.targets))  # the distinct targets looked up once
-    if inside.all():  # one block: every edge is internal, nothing else needs the edge arrays
-        indptr, dst = g.indptr, local[g.slot]
+    indptr, dst, inside, _ = _internal_csr(g, me)
+    if inside is None:  # one block: nothing else needs the edge arrays
         g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
-    else:
-        mask = inside[g.slot]
-        indptr = np.concatenate(([0], np.cumsum(np.bincount(g.src_rows()[mask], minlength=k))))
-        dst = local[g.slot[mask]]
-        del mask
-    del local
+    del inside
     if have_scipy() and len(dst) < 2 ** 31:
         from scipy.sparse import csr_matrix
 
@@ -424,19 +435,11 @@ class _Split:
 
     def __init__(self, g: LocalGraph, me: int) -> None:
         k = len(g.own)
-        if len(g.targets) == k and np.array_equal(g.targets, g.own):  # every vertex has in-edges
-            local = np.arange(k, dtype=np.int32 if k < 2 ** 31 else np.int64)
-        else:
-            local = _int32(g.local(g.targets))  # the distinct targets looked up once
-        inside_t = g.target_block == me
-        if inside_t.all():  # one block (one worker): every edge is internal, the CSR is g's own
-            self.indptr, self.indices, self.weight = g.indptr, local[g.slot], g.weight
+        self.indptr, self.indices, inside, rows = _internal_csr(g, me)
+        if inside is None or rows is None:  # one block (one worker): no boundary
+            self.weight = g.weight
             self.b_indptr, self.b_slot, self.b_weight = np.zeros(k + 1, dtype=np.int64), g.slot[:0], None
             return
-        rows = g.src_rows()
-        inside = inside_t[g.slot]
-        self.indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[inside], minlength=k))))
-        self.indices = local[g.slot[inside]]
         self.weight = None if g.weight is None else g.weight[inside]
         out = ~inside
         self.b_indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[out], minlength=k))))

@@ -40,6 +40,13 @@ log = logging.getLogger(__name__)
 __all__ = ["Master", "Phase", "WorkerLost", "SuperstepTimeout"]
 
 
+def join_grace(options: RunOptions) -> float:
+    """How long a replacement this master started may take to join: a fresh interpreter joins in
+    well under a second, several on a loaded machine; twice ``worker_timeout`` (at least 10 s), and
+    at most half of ``--rejoin-timeout`` so that a second one still fits in it."""
+    return min(max(10.0, 2 * options.worker_timeout), options.rejoin_timeout / 2)
+
+
 class Master:
     """The master of one cluster job. ``start()`` binds, ``run()`` drives the job to its end.
 
@@ -72,6 +79,8 @@ class Master:
         self.endpoint = ""
         self.dropped: dict[str, int] = {}
         self._liveness_due = 0.0  # when the loop next checks liveness once its condition holds
+        #: replacements this master started and when, until they join (``_kill_stuck``)
+        self._started: dict[int, float] = {}
         self.attach(graph, o.run_dir, resume)
 
     # what the state machine knows, under the names callers and tests use
@@ -322,6 +331,7 @@ class Master:
                      free, len(joining), ", ".join(str(c.pid) for c in joining) or "none", max(0, free - len(joining)))
             for _ in range(free - len(joining)):
                 self.children.append(self.respawn())
+                self._started[self.children[-1].pid] = time.monotonic()
         self._wait(self.state.all_joined, o.rejoin_timeout,
                    f"workers to take over worker {', '.join(map(str, sorted(gone)))}'s partition (--rejoin-timeout)")
         coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
@@ -393,11 +403,33 @@ class Master:
             now = time.monotonic()
             if not condition() or now >= self._liveness_due:  # not on every barrier's path (latency)
                 self._liveness_due = now + 0.05
+                self._kill_stuck(now)
                 for child in self.children:
                     code = child.poll()
                     if code is not None:
                         self._do(st.handle(Exited(child.pid, code)))
                 self._do(st.handle(Tick(now, time.time())))
+
+    def _kill_stuck(self, now: float) -> None:
+        """Kill a replacement that has not joined ``join_grace`` seconds after it was started (a
+        process hung or paused before it could say HELLO): its exit is then a loss like any other,
+        and the next recovery round starts another in its slot instead of waiting out
+        ``--rejoin-timeout`` for it."""
+        if not self._started:
+            return
+        joined = {w.pid for w in self.state.present()}
+        grace = join_grace(self.options)
+        for child in self.children:
+            since = self._started.get(child.pid)
+            if since is None:
+                continue
+            if child.pid in joined or child.poll() is not None:
+                del self._started[child.pid]
+            elif now - since > grace:
+                log.warning("worker process %d started %.1fs ago has not joined: killing it, a new one takes "
+                            "its place", child.pid, now - since)
+                del self._started[child.pid]
+                child.kill()
 
     def _keepalive(self) -> None:
         """While a storage call of this thread waits to retry: take the workers' messages (their

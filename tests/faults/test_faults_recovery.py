@@ -75,9 +75,12 @@ def test_losing_all_but_one_or_every_worker_at_once_is_recovered(tmp_path, refer
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
 
 
-def test_a_replacement_that_dies_before_it_joins_is_replaced_again(tmp_path, reference):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "paused"])
+def test_a_replacement_that_dies_or_hangs_before_it_joins_is_replaced_again(tmp_path, reference, sig):
     """A cluster manager (or the OOM killer) may kill the worker the master started to replace a
-    lost one before it has joined: the master starts another for the same slot, it does not fail."""
+    lost one before it has joined: the master starts another for the same slot, it does not fail.
+    One that hangs before it joins (paused here) is killed after ``join_grace`` (10 s here) and
+    replaced the same way, not waited for until ``--rejoin-timeout``."""
     procs: list[Any] = []
     killed: list[int] = []
     here = Path(f"/proc/{os.getpid()}/task")
@@ -92,7 +95,7 @@ def test_a_replacement_that_dies_before_it_joins_is_replaced_again(tmp_path, ref
             if new:
                 pid = min(new)
                 killed.append(pid)
-                os.kill(pid, signal.SIGKILL)  # it is still starting: far from joining
+                os.kill(pid, sig)  # it is still starting: far from joining
                 return
             time.sleep(0.002)
 
@@ -105,6 +108,7 @@ def test_a_replacement_that_dies_before_it_joins_is_replaced_again(tmp_path, ref
     params, result = _train(tmp_path / "run", on_superstep=hook, on_start=lambda m, p: procs.extend(p), **FAST)
     assert len(killed) == 2 and params == reference[2]
     assert result.metrics[-1]["restarts"] == 2  # the lost worker, then its replacement
+    assert not alive(killed[1])  # a paused one was killed by the master
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
 
 

@@ -31,6 +31,8 @@ __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoa
 
 #: Supersteps spent loading: parse the splits, route edges to their owners, build the blocks.
 LOAD_STEPS = 3
+#: PageRank's summation order is fixed this many in-edges at a time (bounds its temporaries)
+ORDER_PIECE = 1 << 20
 BLOCK_TAG = "block"
 INF = float("inf")
 
@@ -67,6 +69,12 @@ class LocalGraph:
             return np.empty(0, dtype=np.int64)
         offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
         return offsets + np.arange(total)
+
+    def drop_edges(self) -> None:
+        """Let the edge arrays go once a kernel holds its own form of them: empty arrays, not
+        ``[:0]`` views (a view keeps its whole base array alive: 4 bytes an edge for the job)."""
+        self.slot, self.targets = np.empty(0, self.slot.dtype), np.empty(0, self.targets.dtype)
+        self.target_block, self.weight = np.empty(0, self.target_block.dtype), None
 
     def nbytes(self) -> int:
         arrays = (self.own, self.indptr, self.slot, self.targets, self.target_block, self.weight)
@@ -265,7 +273,7 @@ def _internal_in_edges(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray]:
     k = len(g.own)
     indptr, dst, inside, _ = _internal_csr(g, me)
     if inside is None:  # one block: nothing else needs the edge arrays
-        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        g.drop_edges()
     del inside
     if have_scipy() and len(dst) < 2 ** 31:
         from scipy.sparse import csr_matrix
@@ -344,17 +352,26 @@ class PageRankLoaded(LoadedBlock):
             self.routes.append((g.blocks[b], senders, {"di": di, "dk": pack_keys(dk), "col": col,
                                                         "sk": pack_keys(g.own[senders])}))
         # the structure travels once (step 0); then only values: drop the edge arrays
-        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        g.drop_edges()
 
     def _order(self, messages: list[Message]) -> None:
         """Fix the summation order from the first contributions: per destination row, by source
-        key, over x = [own shares..., each message's values...] (``in_indptr``, ``in_cols``)."""
+        key, over x = [own shares..., each message's values...] (``in_indptr``, ``in_cols``).
+
+        The in-edges come in runs (this block's internal ones, then each sender's), each sorted by
+        (destination row, source key) already; they are merged ``ORDER_PIECE`` edges' worth of
+        destination rows at a time, so the temporaries stay small (a whole-block sort key, its
+        argsort and the gathers took ~24 bytes an in-edge at once)."""
         g = self.g
         assert g is not None and self.local_in is not None
         k = len(g.own)
         ldst, lsrc = self.local_in
         self.local_in = None
         parts = [m.payload for m in messages]
+        if not parts:  # one run, in order already: the internal sources are the columns
+            self.in_cols = lsrc
+            self.in_indptr = np.concatenate(([0], np.cumsum(np.bincount(ldst, minlength=k))))
+            return
         # sources: ranks among this block's keys and every sender's distinct source keys (no key
         # is in two blocks); the message arrays are let go as they are read
         sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
@@ -362,29 +379,30 @@ class PageRankLoaded(LoadedBlock):
         rank = np.empty(at[-1], np.int64)
         rank[np.argsort(np.concatenate(sk))] = np.arange(len(rank))
         del sk
-        # one int64 per in-edge, (destination row, source rank), and its column in x; each run
-        # (this block's, each sender's) is sorted by the key already, so the stable sort below is
-        # a near-linear merge of runs
         offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts]).tolist()  # each run's place in x
+        # each run: (destination rows, source columns within the run, the run's source ranks, the
+        # run's place in x)
+        runs = [(ldst, lsrc, rank[:k], 0)]
         counts = np.bincount(ldst, minlength=k)
-        keys = [ldst.astype(np.int64) * len(rank) + rank[lsrc]]
-        cols = [lsrc.astype(np.int32)]
-        del ldst, lsrc
         for i, p in enumerate(parts, 1):
             d = g.local(unpack_keys(p.pop("dk"))).astype(np.int32)[p.pop("di")]
-            c = p.pop("col")
             counts += np.bincount(d, minlength=k)
-            keys.append(d.astype(np.int64) * len(rank) + rank[at[i] + c])
-            cols.append((c + offsets[i]).astype(np.int32))
-            del d, c
-        key, col = np.concatenate(keys), np.concatenate(cols)
-        del keys, cols
-        if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
-            order = np.argsort(key, kind="stable")
-            del key
-            col = col[order]
-        self.in_cols = _int32(col)
-        self.in_indptr = np.concatenate(([0], np.cumsum(counts)))
+            runs.append((d, p.pop("col"), rank[at[i]:at[i + 1]], offsets[i]))
+        indptr = np.concatenate(([0], np.cumsum(counts)))
+        del counts
+        cols = np.empty(int(indptr[-1]), dtype=np.int32 if offsets[-1] < 2 ** 31 else np.int64)
+        stops = np.unique(np.append(np.searchsorted(indptr, np.arange(ORDER_PIECE, indptr[-1], ORDER_PIECE)), k))
+        lo, starts = 0, [0] * len(runs)
+        for hi in stops.tolist():  # rows lo..hi-1: a slice of every run
+            ends = [int(np.searchsorted(d, hi)) for d, *_ in runs]
+            key = np.concatenate([d[a:b].astype(np.int64) * len(rank) + r[c[a:b]]
+                                  for (d, c, r, _), a, b in zip(runs, starts, ends)])
+            col = np.concatenate([c[a:b] + off for (_, c, _, off), a, b in zip(runs, starts, ends)])
+            if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
+                col = col[np.argsort(key, kind="stable")]
+            cols[indptr[lo]:indptr[hi]] = col
+            lo, starts = hi, ends
+        self.in_cols, self.in_indptr = cols, indptr
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g = self.g

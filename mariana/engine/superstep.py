@@ -103,7 +103,9 @@ class Partition:
         #: ``(size, dtype) -> array`` for ``Context.send_buffer``; a worker with shared memory sets it
         self.send_buffers: Any = None
         self._pending = [0] * self.num_workers  # array bytes queued per worker since its last part
-        self._streamed: list[list[Message]] = [[] for _ in range(self.num_workers)]
+        self._streamed = [0] * self.num_workers  # messages handed over early, per worker (not kept)
+        self._flags: list[dict[str, Any]] = []  # this superstep's NaN/Inf findings (``trace``)
+        self._scanned: set[int] = set()
 
     # -- called by Context while a vertex computes -------------------------------------------
     def send(self, src: str, dst: str, tag: str | None, payload: Any) -> None:
@@ -135,8 +137,20 @@ class Partition:
             if queued and w != self.worker and self._pending[w] >= threshold:
                 self._out[w] = []
                 self._pending[w] = 0
-                self._streamed[w].extend(queued)
+                self._streamed[w] += len(queued)
+                if self.trace:  # scanned now: a streamed payload is let go once it is sent
+                    self._scan(queued)
                 self.stream(w, queued)
+
+    def _scan(self, batch: list[Message]) -> None:
+        """Record the first NaN/Inf of each sender's messages in ``batch`` (``trace``)."""
+        seen = {f["vertex"] for f in self._flags}
+        for m in batch:
+            if m.src not in seen:
+                hit = tracing.nonfinite(m.payload, skip=self._scanned)
+                if hit:
+                    seen.add(m.src)
+                    self._flags.append({"flag": hit[0], "vertex": m.src, "where": "message", "key": hit[1]})
 
     def halt(self, vertex_id: str) -> None:
         self.halted.add(vertex_id)
@@ -165,6 +179,7 @@ class Partition:
         timings: list[tuple[float, str]] = []
         flags: list[dict[str, Any]] = []
         scanned: set[int] = set()
+        self._flags, self._scanned = flags, scanned
         trace, capture = self.trace, self.capture
         clock = time.perf_counter
         t_start = clock()
@@ -190,30 +205,24 @@ class Partition:
                 raise VertexError(vid, s, f"{type(exc).__name__}: {exc}", traceback.format_exc()) from exc
             timings.append((clock() - t0, vid))
             computed += 1
-            if self.stream is not None:
-                self.flush(self.stream_bytes)
             if trace:
                 hit = tracing.state_flags(vertices[vid], scanned)
                 if hit:
                     flags.append({"flag": hit[0], "vertex": vid, "where": "state", "key": hit[1]})
+            if self.stream is not None:  # after the state scan: a vertex flagged there is not again
+                self.flush(self.stream_bytes)
             if captured:
                 capture.store(vid, s, msgs, self._sends, begin.aggregates, begin.broadcasts)
                 self._sends = None
         compute_s = clock() - t_start
         streamed = self._streamed
         if trace:
-            seen = {f["vertex"] for f in flags}
-            for batch in (*streamed, *self._out):
-                for m in batch:
-                    if m.src not in seen:
-                        hit = tracing.nonfinite(m.payload, skip=scanned)
-                        if hit:
-                            seen.add(m.src)
-                            flags.append({"flag": hit[0], "vertex": m.src, "where": "message", "key": hit[1]})
+            for batch in self._out:
+                self._scan(batch)
         t_combine = clock()
         batches = [self._combine(batch) if self.combiners else batch for batch in self._out]
         slowest = sorted(timings, reverse=True)[: self.keep_slowest]
-        out = [len(a) + len(b) for a, b in zip(streamed, batches)]
+        out = [a + len(b) for a, b in zip(streamed, batches)]
         done = Done(s, self.worker, self._partials, len(self.order) - len(halted), computed, self._sent,
                     out, compute_s, [(vid, t) for t, vid in slowest])
         if trace:
@@ -222,7 +231,7 @@ class Partition:
                           "slowest": [[vid, round(t, 6)] for t, vid in slowest], "flags": flags}
         self._out = [[] for _ in range(self.num_workers)]
         if self.stream is not None:
-            self._streamed = [[] for _ in range(self.num_workers)]
+            self._streamed = [0] * self.num_workers
             self._pending = [0] * self.num_workers
         self._partials = {}
         self._sent = 0

@@ -29,9 +29,9 @@ from ..engine import Context, Message
 from ..errors import StorageError, UsageError
 from ..storage import write_lines
 from ..storage.parquet import read_parquet_split
-from ..storage.splits import (Split, _compressed, assigned, lines_before, list_inputs, make_splits, read_table_split,
-                              read_text_split)
-from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
+from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
+                              read_table_split, read_text_split)
+from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, stable_argsort, unpack_keys
 from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges
 from ..storage.parts import part_url
 
@@ -65,6 +65,23 @@ def _libc_trim() -> Callable[[], Any]:
 #: Loading frees many large temporaries between ones it keeps; glibc keeps the holes in its heap
 #: (counted in the resident size, the peak every worker is judged by) until trimmed.
 trim_heap = _libc_trim()
+
+#: glibc's mmap threshold for a process that loads a graph (``mallopt(M_MMAP_THRESHOLD)``, -3)
+MMAP_THRESHOLD = 256 << 10
+
+
+def fix_mmap_threshold() -> None:
+    """Allocations of ``MMAP_THRESHOLD`` bytes or more get their own mapping, given back when freed.
+
+    By default glibc raises its threshold to the size of each mapped block that is freed (up to
+    32 MB), so after the first large temporaries of loading, the next ones come from the heap and
+    the holes they leave stay resident: measured at scale 19, PageRank on 2 workers held ~240 MB
+    per process with ~70 MB of live arrays; with the threshold fixed, ~135 MB. Setting it turns
+    the adjustment off for this process (a no-op where glibc is not the allocator)."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
 
 
 def strkeys(names: np.ndarray) -> np.ndarray:
@@ -176,6 +193,57 @@ def _sorted_unique(a: np.ndarray, presorted: bool = False) -> np.ndarray:
     return a[keep]
 
 
+class _Distinct:
+    """The distinct values of parts, merged as they come (with a value per key, ``tags``, when
+    given): the parts of every message never exist at once."""
+
+    def __init__(self, empty: np.ndarray, tags: np.ndarray | None = None) -> None:
+        self.keys, self.tags = empty, tags
+        self.parts: list[tuple[np.ndarray, np.ndarray | None]] = []
+        self.held = 0
+
+    def add(self, keys: np.ndarray, tags: np.ndarray | None = None) -> None:
+        self.parts.append((keys, tags))
+        self.held += len(keys)
+        if self.held > 2 * len(self.keys) + (1 << 18):
+            self._merge()
+
+    def _merge(self) -> None:
+        keys = np.concatenate([self.keys, *(k for k, _ in self.parts)])
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        keep = np.ones(len(keys), dtype=bool)
+        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+        if self.tags is not None:
+            self.tags = np.concatenate([self.tags, *(t for _, t in self.parts if t is not None)])[order][keep]
+        self.keys, self.parts, self.held = keys[keep], [], 0
+
+    def result(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the distinct keys, sorted; their tags or None)."""
+        if self.parts:
+            self._merge()
+        return self.keys, self.tags
+
+
+def _used(index: np.ndarray, n: int) -> np.ndarray:
+    """Which of ``n`` table entries ``index`` refers to (a mask)."""
+    mask = np.zeros(n, dtype=bool)
+    mask[index] = True
+    return mask
+
+
+def _edge_table(src: np.ndarray, dst: np.ndarray, keys: np.ndarray, owner: np.ndarray) -> dict[str, np.ndarray]:
+    """Edges as they travel to their block: the keys they use, once each and sorted (``kt``, with
+    each one's block ``ko``), and per edge two int32 indices into them (``si``, ``di``); ``src``
+    and ``dst`` index ``keys``. ~8 bytes an edge plus ~10 a key, where the keys of every edge
+    took 18 bytes an edge; the receiver looks each key up once, not once per edge."""
+    used = np.flatnonzero(_used(src, len(keys)) | _used(dst, len(keys)))
+    used = used[np.argsort(keys[used], kind="stable")]
+    at = np.empty(len(keys), dtype=np.int32)
+    at[used] = np.arange(len(used), dtype=np.int32)
+    return {"kt": pack_keys(keys[used]), "ko": owner[used], "si": at[src], "di": at[dst]}
+
+
 def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
     """Table ids as int64: a float table holds its ids as floats, whole numbers only; uint64 ids
     must fit in int64. ``first``: the file's row number of ``a[0]``, to name a bad row."""
@@ -245,24 +313,21 @@ class GraphLoader:
             step = TABLE_PIECE if split.kind == "npy" or not _compressed(split.url) else max(split.end - split.start, 1)
             subs = [Split(split.url, a, min(a + step, split.end), split.kind) for a in range(split.start, split.end, step)]
             return [self._table_chunk(sub, read_table_split(sub), sub.start) for sub in subs]
-        raw = read_text_split(split)
-        chunks, at = [], 0
-        while at < len(raw):
-            stop = raw.rfind(b"\n", at, at + PIECE) + 1 if at + PIECE < len(raw) else len(raw)
-            if stop <= at:  # one line longer than a piece
-                stop = raw.find(b"\n", at + PIECE) + 1 or len(raw)
-            chunks.append(self._parse_piece(split, raw, at, stop))
+        chunks, above = [], 0
+        for piece in iter_text_split(split, PIECE):  # the split in blocks of whole lines, never whole
+            chunks.append(self._parse_piece(split, piece, above))
+            above += piece.count(b"\n")
+            del piece
             trim_heap()
-            at = stop
         return chunks
 
-    def _parse_piece(self, split: Split, raw: bytes, start: int, stop: int) -> _Chunk:
+    def _parse_piece(self, split: Split, piece: bytes, above: int) -> _Chunk:
+        """One block of lines; ``above``: how many lines of the split come before it."""
         spec = self.spec
 
         def lines_above() -> int:  # only to name a line: how many lines of the file come before
-            return lines_before(split) + raw.count(b"\n", 0, start)
+            return lines_before(split) + above
 
-        piece = raw[start:stop]
         try:
             text = piece.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -416,21 +481,22 @@ class GraphLoader:
                     if not sel.size:
                         continue
                     box = out.setdefault(blk, {})
-                    box.setdefault("src", []).append(keys[a[sel]])
-                    box.setdefault("dst", []).append(keys[b[sel]])
-                    box.setdefault("do", []).append(owner[b[sel]])
+                    box.setdefault("s", []).append(a[sel])
+                    box.setdefault("d", []).append(b[sel])
                     if wt is not None:
                         box.setdefault("w", []).append(wt[sel])
             for blk in np.unique(owner).tolist():  # every id seen exists at its owner
                 out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(keys[owner == blk])
-            del c, keys, owner, ends
+            del c, ends
             # each piece leaves in its own messages: no concatenation of the whole share (that
             # held two copies of the largest column for a moment)
             for blk in sorted(out):
                 box = out.pop(blk)
-                payload = {k: (pack_keys(_cat(box.pop(k))) if k in ("src", "dst", "ann", "listed")
-                               else _cat(box.pop(k))) for k in list(box)}
+                payload = _edge_table(_cat(box.pop("s")), _cat(box.pop("d")), keys, owner) if "s" in box else {}
+                payload.update({k: pack_keys(_cat(box.pop(k))) if k != "w" else _cat(box.pop(k)) for k in list(box)})
                 ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
+            del keys, owner
+            ctx.flush()  # the other workers' messages leave now (cluster runtime), not at the end
 
     # -- superstep 2 ---------------------------------------------------------------------------
     def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:
@@ -443,19 +509,22 @@ class GraphLoader:
         (messages by sender), which no algorithm depends on: each re-sorts or takes minima."""
         msgs = sorted(messages, key=lambda m: m.src)  # the same order on every runtime
         empty = np.empty(0, np.int64) if self.numeric else np.empty(0, f"S{self.width}")
-        own_parts, target_parts, listed_parts = [empty], [empty], []
-        for m in msgs:  # pass 1: the distinct ids, per message
+        sources, dests, listed_parts = _Distinct(empty), _Distinct(empty, np.empty(0, np.int16)), []
+        for m in msgs:  # pass 1: the distinct ids (each message's key table is sorted and distinct)
             p = m.payload
-            if "src" in p:
-                own_parts.append(_sorted_unique(unpack_keys(p["src"])))
-                target_parts.append(_sorted_unique(unpack_keys(p["dst"])))
+            if "kt" in p:
+                kt = unpack_keys(p["kt"])
+                sources.add(kt[_used(p["si"], len(kt))])
+                used = _used(p["di"], len(kt))
+                dests.add(kt[used], p["ko"][used])  # a vertex's owner follows from its id: no conflict
             if "ann" in p:
-                own_parts.append(unpack_keys(p.pop("ann")))
+                sources.add(unpack_keys(p.pop("ann")))
             if "listed" in p:
                 listed_parts.append(unpack_keys(p.pop("listed")))
-        own = _sorted_unique(np.concatenate(own_parts))
-        targets = _sorted_unique(np.concatenate(target_parts))
-        del own_parts, target_parts
+        own, _ = sources.result()
+        targets, target_block = dests.result()
+        assert target_block is not None
+        del sources, dests
         if self.spec.vertices:  # every edge endpoint (all of them were announced) must be listed
             listed = np.sort(np.concatenate(listed_parts)) if listed_parts else empty
             twice = np.flatnonzero(listed[1:] == listed[:-1])
@@ -471,29 +540,28 @@ class GraphLoader:
             own = listed
         row_t = np.int32 if len(own) < 2 ** 31 else np.int64
         slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
-        target_block = np.zeros(len(targets), dtype=np.int16)
         counts = np.zeros(len(own), dtype=np.int64)
         pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
-        for m in msgs:  # pass 2: every message as (row, slot, weight) pieces; the keys go
+        for m in msgs:  # pass 2: every message as (row, slot, weight) pieces sorted by row; it goes
             p = m.payload
-            if "src" not in p:
+            if "kt" not in p:
                 continue
-            src, dst, dblk = unpack_keys(p.pop("src")), unpack_keys(p.pop("dst")), p.pop("do")
+            kt, si, di = unpack_keys(p.pop("kt")), p.pop("si"), p.pop("di")
+            del p["ko"]
             w = p.pop("w", None)
             w = w if self.spec.weights else None
-            for lo in range(0, len(src), BUILD_PIECE):
+            # a row and a slot per key of the table, not per edge: the edges index them
+            row_of, slot_of = np.searchsorted(own, kt).astype(row_t), np.searchsorted(targets, kt).astype(slot_t)
+            del kt
+            for lo in range(0, len(si), BUILD_PIECE):
                 hi = lo + BUILD_PIECE
-                by_src = np.argsort(src[lo:hi])  # the piece by row: searchsorted gains from sorted probes
-                rows = np.searchsorted(own, src[lo:hi][by_src]).astype(row_t)
-                d = dst[lo:hi][by_src]
-                by_dst = np.argsort(d)
-                slots = np.empty(len(d), dtype=slot_t)
-                slots[by_dst] = np.searchsorted(targets, d[by_dst])
-                target_block[slots] = dblk[lo:hi][by_src]  # a vertex's owner follows from its id: no conflict
+                rows = row_of[si[lo:hi]]
+                by_row = stable_argsort(rows)
+                rows = rows[by_row]
                 counts += np.bincount(rows, minlength=len(own))
-                pieces.append((rows, slots, None if w is None else w[lo:hi][by_src]))
-                del by_src, d, by_dst
-            del src, dst, dblk, w
+                pieces.append((rows, slot_of[di[lo:hi]][by_row], None if w is None else w[lo:hi][by_row]))
+                del by_row
+            del si, di, w, row_of, slot_of
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         edges = int(indptr[-1])
         slot = np.empty(edges, dtype=slot_t)
@@ -521,6 +589,7 @@ class GraphLoader:
         try:
             if s == 0:
                 self.parsed = True
+                fix_mmap_threshold()
                 self._parse(ctx)
             elif s == 1:
                 self._route(ctx)

@@ -16,7 +16,7 @@ import io
 import posixpath
 import zipfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 
@@ -24,8 +24,8 @@ from ..errors import StorageError, UsageError
 from .parquet import PARQUET_EXTS, parquet_splits
 from .rundir import _FS_ERRORS, _fs
 
-__all__ = ["Split", "list_inputs", "make_splits", "read_text_split", "read_table_split", "lines_before",
-           "assigned"]
+__all__ = ["Split", "list_inputs", "make_splits", "read_text_split", "iter_text_split", "read_table_split",
+           "lines_before", "assigned"]
 
 _CHUNK = 1 << 20
 TABLE_EXTS = (".npy", ".npz")
@@ -139,6 +139,58 @@ def read_text_split(split: Split) -> bytes:
             return data
     except _FS_ERRORS as exc:
         raise UsageError(f"cannot read graph input {split.url}: {exc}") from None
+
+
+def iter_text_split(split: Split, block: int) -> Iterator[bytes]:
+    """The lines of a text split (as ``read_text_split``) in blocks of about ``block`` bytes, each
+    ending at a line end (a longer line is one longer block): a split is never held whole."""
+    fs, path = _input_fs(split.url)
+    try:
+        if split.kind == "gz":
+            with fs.open(path, "rb", compression="gzip") as f:
+                yield from _line_blocks(f, block, None, skip_first=False)
+            return
+        with fs.open(path, "rb") as f:
+            lo = max(split.start - 1, 0)
+            f.seek(lo)
+            yield from _line_blocks(f, block, split.end - lo, skip_first=split.start > 0)
+    except _FS_ERRORS as exc:
+        raise UsageError(f"cannot read graph input {split.url}: {exc}") from None
+
+
+def _line_blocks(f: BinaryIO, block: int, limit: int | None, skip_first: bool) -> Iterator[bytes]:
+    """Blocks of whole lines read from ``f``: ``limit`` bytes of it (None: to the end), then the
+    rest of the last line started in them; ``skip_first``: the first line (up to its newline)
+    belongs to the previous split."""
+    carry, left = b"", limit
+    while left is None or left > 0:
+        data = f.read(block if left is None else min(block, left))
+        if not data:
+            break
+        if left is not None:
+            left -= len(data)
+        if skip_first:
+            nl = data.find(b"\n")
+            if nl < 0:
+                continue  # still in the previous split's line
+            data, skip_first = data[nl + 1:], False
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n") + 1
+        if cut:
+            yield buf[:cut]
+        carry = buf[cut:]
+    if skip_first:  # no line starts in this split
+        return
+    while carry and limit is not None:  # finish the last line, which may run into the next split
+        more = f.read(_CHUNK)
+        if not more:
+            break
+        nl = more.find(b"\n")
+        carry += more if nl < 0 else more[:nl + 1]
+        if nl >= 0:
+            break
+    if carry:
+        yield carry
 
 
 def lines_before(split: Split) -> int:

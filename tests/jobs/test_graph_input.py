@@ -23,7 +23,7 @@ from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
 from mariana.jobs.graphload import decode_keys, strkeys
 from mariana.storage.parts import merge_sorted
-from mariana.storage.splits import lines_before, make_splits, read_text_split
+from mariana.storage.splits import iter_text_split, lines_before, make_splits, read_text_split
 from mariana.vertices.graph_blocks import LoadedBlock
 from test_graph_jobs import RandomGraph, nx_pagerank, nx_wcc, parse_tsv
 
@@ -60,6 +60,10 @@ def test_text_splits_hold_every_line_exactly_once(seed):
         splits = make_splits([(url, len(text))], size)
         pieces = [read_text_split(s) for s in splits]
         assert b"".join(pieces) == text.encode(), size
+        for block in (1, 5, 40, 10 ** 6):  # read in blocks of whole lines: the same bytes
+            blocks = [list(iter_text_split(s, block)) for s in splits]
+            assert [b"".join(x) for x in blocks] == pieces, (size, block)
+            assert all(x.endswith(b"\n") for xs in blocks for x in xs[:-1]), (size, block)
         for s, piece in zip(splits, pieces):
             if piece:  # its first line's number in the whole file
                 before = b"".join(pieces[:splits.index(s)])
@@ -300,7 +304,7 @@ def test_the_master_reads_no_graph_to_build_the_job(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the build read the graph")
 
-    for name in ("read_text_split", "read_table_split", "numeric_edges", "_parse_lines"):
+    for name in ("read_text_split", "iter_text_split", "read_table_split", "numeric_edges", "_parse_lines"):
         monkeypatch.setattr(graphload, name, refuse)
     for job in ("pagerank", "wcc", "sssp"):
         j = get_job(job)

@@ -468,10 +468,13 @@ class GraphLoader:
             keys = self._keys(c)
             owner = self._owners(c, keys, lo, hi)
             s, d = c.pairs[:, 0], c.pairs[:, 1]
-            ends = [(s, d, c.weight)]
+            weight = c.weight
+            if weight is not None and bool((weight == 1.0).all()):  # unit weights travel as none (1.0 when built)
+                weight = None
+            ends = [(s, d, weight)]
             if self.spec.undirected:
                 keep = s != d
-                ends.append((d[keep], s[keep], c.weight[keep] if c.weight is not None else None))
+                ends.append((d[keep], s[keep], weight[keep] if weight is not None else None))
             for a, b, wt in ends:
                 osrc = owner[a]
                 order = np.argsort(osrc, kind="stable")
@@ -487,7 +490,7 @@ class GraphLoader:
                         box.setdefault("w", []).append(wt[sel])
             for blk in np.unique(owner).tolist():  # every id seen exists at its owner
                 out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(keys[owner == blk])
-            del c, ends
+            del c, ends, weight
             # each piece leaves in its own messages: no concatenation of the whole share (that
             # held two copies of the largest column for a moment)
             for blk in sorted(out):
@@ -538,6 +541,8 @@ class GraphLoader:
                 raise UsageError(f"{self.url}: vertex {vid!r} is not in {self.spec.vertices} "
                                  f"(every edge endpoint must be listed there)")
             own = listed
+        # no message with weights: every weight is 1.0, and a graph without them is the same graph
+        weighted = self.spec.weights and any("w" in m.payload for m in msgs)
         row_t = np.int32 if len(own) < 2 ** 31 else np.int64
         slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
         counts = np.zeros(len(own), dtype=np.int64)
@@ -548,8 +553,7 @@ class GraphLoader:
                 continue
             kt, si, di = unpack_keys(p.pop("kt")), p.pop("si"), p.pop("di")
             del p["ko"]
-            w = p.pop("w", None)
-            w = w if self.spec.weights else None
+            w = p.pop("w", None) if weighted else None
             # a row and a slot per key of the table, not per edge: the edges index them
             row_of, slot_of = np.searchsorted(own, kt).astype(row_t), np.searchsorted(targets, kt).astype(slot_t)
             del kt
@@ -565,7 +569,7 @@ class GraphLoader:
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         edges = int(indptr[-1])
         slot = np.empty(edges, dtype=slot_t)
-        weight = np.empty(edges) if self.spec.weights else None
+        weight = np.empty(edges) if weighted else None
         cursor = indptr[:-1].copy()
         pieces.reverse()
         while pieces:  # pass 3: a counting sort by row, piece by piece (stable)
@@ -573,8 +577,8 @@ class GraphLoader:
             first = np.searchsorted(rows, rows)  # where each row's run starts in this piece
             at = cursor[rows] + (np.arange(len(rows)) - first)
             slot[at] = slots
-            if weight is not None and w is not None:
-                weight[at] = w
+            if weight is not None:
+                weight[at] = 1.0 if w is None else w
             cursor += np.bincount(rows, minlength=len(own))
             del rows, slots, w, first, at
         ctx.aggregate("load_vertices", len(own))

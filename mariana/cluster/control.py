@@ -31,7 +31,7 @@ from ..messages.wire import DropCounter
 log = logging.getLogger(__name__)
 
 __all__ = ["Phase", "WorkerInfo", "WorkerLost", "SuperstepTimeout", "MasterState",
-           "Arrived", "Beat", "Tick", "Exited", "Event", "Send", "Fail", "Instruction"]
+           "Arrived", "Beat", "Tick", "Exited", "Event", "Send", "Fail", "Instruction", "inbound_trace"]
 
 
 class Phase(enum.Enum):
@@ -387,7 +387,32 @@ class MasterState:
                 doing = f"waiting for the batches of peer(s) {st.get('peers', [])}"
             lines.append(f"{w.describe()}: {doing} for {entry['for_s']:.1f}s")
         waiting = {str(w.index): w.state.get("peers", []) for w in self.present() if w.state.get("phase") == "waiting"}
+        # at the barrier (DONE sent: the 2-hop protocol) but some peer's batch has not come
+        done_waiting = [f"{w.describe()}: waiting for the batches of peer(s) {w.state.get('peers', [])} "
+                        f"for {wall - w.state.get('since', wall):.1f}s"
+                        for w in self.present() if w.index in self.dones and w.state.get("phase") == "waiting"]
         report = (f"superstep {self.current} exceeded --superstep-timeout {after:g}s; not at the barrier: "
                   + "; ".join(lines))
+        if done_waiting:
+            report += "; at the barrier: " + "; ".join(done_waiting)
         stuck = next((m["worker"] for m in missing if m["state"] == "computing"), missing[0]["worker"] if missing else None)
         return report, missing, waiting, stuck
+
+
+def inbound_trace(dones: dict[int, wire.Done]) -> None:
+    """Fill each worker's trace record of a superstep with what its peers sent it then
+    (``messages_in``, ``bytes_in`` per peer, from their DONEs): a worker's DONE goes out before
+    its peers' batches have arrived (the 2-hop protocol, ``worker.py``), so the sender's counts
+    stand for the receiver's. The worker put its batch to itself in already."""
+    for i, d in dones.items():
+        if not d.trace:
+            continue
+        m_in, b_in = d.trace.setdefault("messages_in", {}), d.trace.setdefault("bytes_in", {})
+        for p, peer in dones.items():
+            if p == i:
+                continue
+            if i < len(peer.out_messages) and peer.out_messages[i]:
+                m_in[str(p)] = peer.out_messages[i]
+            sent = peer.stats.get("bytes_out", [])
+            if i < len(sent) and sent[i]:
+                b_in[str(p)] = sent[i]

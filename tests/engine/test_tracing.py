@@ -76,7 +76,9 @@ def test_a_worker_that_blocks_forever_is_named_by_the_hang_report(tmp_path):
     assert "computing vertex 'stuck'" in msg and "waiting for the batches of peer(s) [1]" in msg
     events = [e for e in trace.load_trace(str(tmp_path / "cluster")).events if e["event"] == "hang"]
     missing = {m["worker"]: m for m in events[0]["missing"]}
-    assert missing[1]["vertex"] == "stuck" and missing[0]["state"] == "waiting" and events[0]["waiting"] == {"0": [1]}
+    # worker 0 sent its DONE after its batches (the 2-hop protocol): at the barrier, still waiting for 1's batch
+    assert list(missing) == [1] and missing[1]["vertex"] == "stuck" and events[0]["waiting"] == {"0": [1]}
+    assert "at the barrier: worker 0" in msg
     assert not any(alive(p.pid) for p in procs)
 
 

@@ -3,20 +3,23 @@
 Life of a worker: HELLO to the master (resent with backoff until answered, so workers may start
 before the master) -> WELCOME (index, job name and config, peers) -> build the job's graph through
 the ``build`` callback it was given (the CLI passes ``jobs.launch.build_graph``) and keep only
-its own vertices -> READY -> for each BEGIN: compute, send one BATCH to every peer, DONE ->
-FINISH: RESULT -> BYE.
+its own vertices -> READY -> for each BEGIN: compute, DONE, the last part of its BATCH to every
+peer -> FINISH: RESULT -> BYE.
 
-The superstep protocol has two hops in sequence (BEGIN -> DONE), not three: DONE goes out right
-after the batches, since all it carries (active count, messages sent per peer, aggregate
-partials) is known once compute ends. The peers' batches of superstep ``s`` are received while
-the master closes the barrier and are delivered (``_settle``) when the next control message that
+The superstep protocol has two hops in sequence (BEGIN -> DONE), not three (BEGIN -> BATCH ->
+DONE): a worker no longer waits for its peers' batches before its DONE, since all the DONE
+carries (active count, messages sent per peer, aggregate partials) is known once compute ends.
+It even sends the DONE before the last part of each batch (parts streamed during compute went
+before), so the master closes the barrier while they travel. The peers' batches of superstep
+``s`` are received meanwhile and delivered (``_settle``) when the next control message that
 depends on them arrives, before acting on it: BEGIN ``s+1`` (before computing), CHECKPOINT of the
-barrier of ``s`` (before the state is copied, so the part holds every message of ``s``), FINISH
-(before the results). They are sure to come: a peer sends them before its DONE, and the master
-sends none of those messages before every DONE is in. A ROLLBACK or ABORT that arrives while
-waiting for them ends the wait and discards them (the inbox is restored from the checkpoint).
-While waiting, the heartbeat state is ``waiting`` with the peers still missing, so a hang report
-names them (at the barrier of ``s``, or at the next one's timeout when this worker waits there).
+barrier of ``s`` (before the state is copied: the part holds every message of ``s``), FINISH
+(before the results). They are sure to come: every peer sends them right after its DONE, and
+the master sends none of those messages before every DONE is in; a peer that dies in between is
+lost to the master's liveness checks like any other, and then a ROLLBACK (or ABORT) ends the
+wait and the batches are discarded (the inbox is restored from the checkpoint). While waiting,
+the heartbeat state is ``waiting`` with the peers still missing: a hang report names them (at
+the barrier of ``s``, or at the next one's timeout when this worker waits there).
 
 A heartbeat thread (its own socket) tells the master this worker is alive even during a long
 compute, and ends the process if the master goes silent for ``worker_timeout`` seconds.
@@ -119,6 +122,7 @@ class Worker:
         self._pending: _Pending | None = None  # DONE sent, the peers' batches not delivered yet
         self._queue: deque[dict[str, Any]] = deque()  # control messages received, not yet acted on
         self._wait_s = 0.0  # waited for the peers' batches since the last DONE (its trace's wait_s)
+        self._prev_send_s = 0.0  # sending the last superstep's last parts, after its DONE
         self._out = _Outgoing(0)
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -328,7 +332,7 @@ class Worker:
         self.control.restored(superstep)
         self.inbox.clear()
         self._pending = None  # the batches of the abandoned run: never delivered
-        self._wait_s = 0.0
+        self._wait_s = self._prev_send_s = 0.0
         return None
 
     # -- control plane ----------------------------------------------------------------------
@@ -422,8 +426,9 @@ class Worker:
         except UsageError as exc:  # bad input (a graph's malformed line): the master reports it as is
             self._send_ctl(wire.Error("input", str(exc), ss=s))
             return 2
-        for p in self.peers:
-            self._send_part(p, batches[p], last=True)
+        # the last parts are encoded (and counted) now and sent right after DONE: the master can
+        # close the barrier while they travel (every peer waits for them before it computes again)
+        last = [(p, self._encode_part(p, batches[p], last=True)) for p in self.peers]
         out = self._out
         own = batches[self.index]
         self._pending = _Pending(s, own)  # delivered when the next BEGIN, CHECKPOINT or FINISH comes
@@ -438,6 +443,7 @@ class Worker:
             trace = {**done.trace, "host": self.hostname, "pid": self.pid,
                      "start": start + self.clock_offset, "end": time.time() + self.clock_offset,
                      "encode_s": out.encode_s, "send_s": out.send_s, "wait_s": wait_s,
+                     "prev_send_s": self._prev_send_s,
                      "clock_offset_s": self.clock_offset,
                      "bytes_out": {str(p): b for p, b in enumerate(out.bytes) if b},
                      "shm_bytes_out": {str(p): b for p, b in enumerate(out.shm) if b},
@@ -450,6 +456,10 @@ class Worker:
         self._send_ctl(wire.Done(s, done.partials, done.active, done.computed, done.sent, done.out_messages,
                                  done.compute_s, slowest=done.slowest, trace=trace,
                                  stats={"bytes_out": out.bytes, "dropped": dict(self.drops.counts)}))
+        t_send = out.send_s
+        for p, frames in last:
+            self._send(p, frames)
+        self._prev_send_s = out.send_s - t_send  # in the next superstep's trace record
         return None
 
     def _waiting_state(self) -> None:
@@ -498,6 +508,7 @@ class Worker:
                         self._queue.extend(headers[i + 1:])
                         raise _Interrupt(intr)
         self._wait_s += clock() - t_wait
+        self._waiting_state()  # no longer waiting
         inbound, _ = self.inbox.take(s)
         self._pending = None
         self.partition.deliver([pending.own if w == self.index else inbound.get(w, [])
@@ -509,6 +520,10 @@ class Worker:
         self._send_part(peer, msgs, last=False)
 
     def _send_part(self, peer: int, msgs: list[Message], last: bool) -> None:
+        self._send(peer, self._encode_part(peer, msgs, last))
+
+    def _encode_part(self, peer: int, msgs: list[Message], last: bool) -> list:
+        """The frames of a part of this superstep's batch for ``peer`` (counted as sent)."""
         out, clock = self._out, time.perf_counter
         t0 = clock()
         batch = wire.Batch(self.current, self.index, [[m.src, m.dst, m.tag, m.payload] for m in msgs], self.gen,
@@ -524,11 +539,16 @@ class Worker:
             out.zero_copy[peer] += shm.zero_copy
             placed += shm.zero_copy  # shm_bytes_out: copied + zero-copy bytes
             out.shm[peer] += placed
-        t1 = clock()
-        out.bytes[peer] += send_frames(self.peers[peer], frames) + placed  # shm bytes counted as sent
+        out.bytes[peer] += codec.nbytes(frames) + placed  # shm bytes counted as sent
         out.parts[peer] += 1
-        out.encode_s += t1 - t0
-        out.send_s += clock() - t1
+        out.encode_s += clock() - t0
+        return frames
+
+    def _send(self, peer: int, frames: list) -> None:
+        clock = time.perf_counter
+        t0 = clock()
+        send_frames(self.peers[peer], frames)
+        self._out.send_s += clock() - t0
 
     def _drain_data(self) -> None:
         """Receive every waiting batch or part; keep the valid ones for their superstep, drop the rest."""

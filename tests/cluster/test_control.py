@@ -6,7 +6,7 @@ import pytest
 
 from mariana import __version__
 from mariana.cluster.control import (Arrived, Beat, Exited, Fail, MasterState, Phase, Send, SuperstepTimeout, Tick,
-                                     WorkerLost)
+                                     WorkerLost, inbound_trace)
 from mariana.errors import VertexError
 from mariana.messages import codec, wire
 
@@ -156,6 +156,33 @@ def test_a_hang_report_names_who_is_missing_and_what_it_waits_for():
     assert "superstep 7 exceeded --superstep-timeout 2s" in report and "waiting for the batches of peer(s) [0]" in report
     assert missing == [{"worker": 1, "host": "h1", "state": "waiting", "for_s": 5.0}] and waiting == {"1": [0]}
     assert stuck == 1 and issubclass(SuperstepTimeout, WorkerLost)
+
+
+def test_a_hang_report_names_a_worker_at_the_barrier_still_waiting_for_a_peers_batch():
+    st = running(3)  # the 2-hop protocol: worker 0's DONE is in, but not worker 2's batch (worker 2 computes)
+    st.begin(4, {}, {}, wall=100.0)
+    st.handle(arrive(0, done(4)))
+    st.handle(arrive(1, done(4)))
+    st.present()[0].state = {"phase": "waiting", "ss": 4, "peers": [2], "since": 97.0}
+    st.present()[2].state = {"phase": "computing", "vertex": "v9", "since": 99.0}
+    report, missing, waiting, stuck = st.hang_report(2.0, wall=100.0)
+    assert [m["worker"] for m in missing] == [2] and waiting == {"0": [2]} and stuck == 2
+    assert "not at the barrier: worker 2" in report and "computing vertex 'v9'" in report
+    assert "at the barrier: worker 0 (host h0, pid 100): waiting for the batches of peer(s) [2] for 3.0s" in report
+
+
+def test_trace_records_get_what_the_peers_sent_them_from_their_dones():
+    dones = {i: wire.Done(5, {}, 1, 1, 0, out, 0.0, trace={"messages_in": {str(i): own}} if own else {"x": 1},
+                          stats={"bytes_out": b})
+             for i, (out, own, b) in enumerate([([2, 3, 0], 2, [0, 30, 0]), ([1, 0, 4], 0, [10, 0, 40]),
+                                                 ([0, 0, 0], 0, [0, 0, 0])])}
+    inbound_trace(dones)
+    assert dones[0].trace["messages_in"] == {"0": 2, "1": 1} and dones[0].trace["bytes_in"] == {"1": 10}
+    assert dones[1].trace["messages_in"] == {"0": 3} and dones[1].trace["bytes_in"] == {"0": 30}
+    assert dones[2].trace["messages_in"] == {"1": 4} and dones[2].trace["bytes_in"] == {"1": 40}
+    untraced = {0: wire.Done(5, {}, 1, 1, 0, [0, 1], 0.0), 1: wire.Done(5, {}, 1, 1, 0, [1, 0], 0.0)}
+    inbound_trace(untraced)
+    assert all(d.trace == {} for d in untraced.values())
 
 
 def test_with_a_job_token_only_workers_that_have_it_join():

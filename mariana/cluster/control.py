@@ -188,16 +188,25 @@ class MasterState:
         return {w.index for w in self.present() if w.pid in exited or now - w.last_seen > self.worker_timeout}
 
     # -- transitions the master asks for ----------------------------------------------------
+    def sent_to(self) -> list[list[int]] | None:
+        """Whom each worker sent a batch in the barrier just closed (``Done.to``, in worker
+        order): the workers wait only for those (the 2-hop protocol, ``worker.py``). None (wait
+        for every peer) unless every DONE of it is in and says."""
+        if len(self.dones) != self.workers or any(d.to is None for d in self.dones.values()):
+            return None
+        return [self.dones[i].to for i in range(self.workers)]  # type: ignore[misc]
+
     def begin(self, superstep: int, aggregates: dict[str, Any], broadcasts: dict[str, Any], wall: float) -> list[Send]:
         """Open the barrier of ``superstep``: BEGIN to every worker."""
+        msg = wire.Begin(superstep, self.gen, aggregates, broadcasts, sent_to=self.sent_to())
         self.begun_wall, self.current, self.dones, self.arrivals = wall, superstep, {}, {}
-        msg = wire.Begin(superstep, self.gen, aggregates, broadcasts)
         return [Send(w.identity, msg, w) for w in self.present()]
 
     def start_checkpoint(self, superstep: int) -> list[Send]:
         """Every worker writes its part of the state after this barrier."""
         self.checkpoint_ss, self.parts = superstep, {}
-        return [Send(w.identity, wire.Checkpoint(superstep), w) for w in self.present()]
+        msg = wire.Checkpoint(superstep, sent_to=self.sent_to())
+        return [Send(w.identity, msg, w) for w in self.present()]
 
     def take_parts(self) -> tuple[int, list[wire.Checkpointed]]:
         """The finished checkpoint's superstep and parts in worker order; none is pending after."""
@@ -209,7 +218,8 @@ class MasterState:
     def finish(self) -> list[Send]:
         self.phase = Phase.FINISHING
         self.results = {}  # a finish cut short by a lost worker is asked again after the rollback
-        return [Send(w.identity, wire.Finish(), w) for w in self.present()]
+        msg = wire.Finish(sent_to=self.sent_to())
+        return [Send(w.identity, msg, w) for w in self.present()]
 
     def bye(self) -> list[Send]:
         self.phase = Phase.DONE
@@ -229,6 +239,7 @@ class MasterState:
             gone.append(dead)
         self.gen += 1
         self.checkpoint_ss, self.parts = None, {}
+        self.dones = {}  # of the abandoned run (its sent_to would mean nothing to the restored workers)
         self.ready = set()
         self.phase = Phase.REJOINING
         return gone
@@ -387,14 +398,8 @@ class MasterState:
                 doing = f"waiting for the batches of peer(s) {st.get('peers', [])}"
             lines.append(f"{w.describe()}: {doing} for {entry['for_s']:.1f}s")
         waiting = {str(w.index): w.state.get("peers", []) for w in self.present() if w.state.get("phase") == "waiting"}
-        # at the barrier (DONE sent: the 2-hop protocol) but some peer's batch has not come
-        done_waiting = [f"{w.describe()}: waiting for the batches of peer(s) {w.state.get('peers', [])} "
-                        f"for {wall - w.state.get('since', wall):.1f}s"
-                        for w in self.present() if w.index in self.dones and w.state.get("phase") == "waiting"]
         report = (f"superstep {self.current} exceeded --superstep-timeout {after:g}s; not at the barrier: "
                   + "; ".join(lines))
-        if done_waiting:
-            report += "; at the barrier: " + "; ".join(done_waiting)
         stuck = next((m["worker"] for m in missing if m["state"] == "computing"), missing[0]["worker"] if missing else None)
         return report, missing, waiting, stuck
 

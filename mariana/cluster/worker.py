@@ -85,6 +85,7 @@ class _Pending:
     def __init__(self, ss: int, own: list[Message]) -> None:
         self.ss = ss
         self.own = own  # the batch this worker sent itself
+        self.senders: list[int] | None = None  # the peers that sent a batch (None: not known yet)
 
 
 class _MasterLost(Exception):
@@ -287,7 +288,6 @@ class Worker:
             self._checkpointed()
             if self.data in events:
                 self._drain_data()
-                self._waiting_state()
             if self.ctl in events:
                 self._queue.extend(self._recv_ctl())
             while self._queue:  # in order of arrival; _settle may queue more while it waits
@@ -347,6 +347,8 @@ class Worker:
 
     def _command(self, msg: wire.Wire) -> int | None:
         """Carry out what the control state says about ``msg``; an exit code ends the worker."""
+        if isinstance(msg, (wire.Begin, wire.Checkpoint, wire.Finish)) and self._pending is not None:
+            self._pending.senders = self._senders(msg.sent_to)
         ins = self.control.command(msg)
         if isinstance(ins, Compute):
             return self._superstep(ins.begin)
@@ -428,7 +430,10 @@ class Worker:
             return 2
         # the last parts are encoded (and counted) now and sent right after DONE: the master can
         # close the barrier while they travel (every peer waits for them before it computes again)
-        last = [(p, self._encode_part(p, batches[p], last=True)) for p in self.peers]
+        # (an empty one is not sent at all: DONE says whom this worker sent a batch, and the
+        # master tells every worker whom to wait for in the next BEGIN, CHECKPOINT or FINISH)
+        last = [(p, frames) for p in self.peers
+                if (frames := self._encode_part(p, batches[p], last=True, skip_empty=True)) is not None]
         out = self._out
         own = batches[self.index]
         self._pending = _Pending(s, own)  # delivered when the next BEGIN, CHECKPOINT or FINISH comes
@@ -452,23 +457,33 @@ class Worker:
                      "parts_out": {str(p): n for p, n in enumerate(out.parts) if n > 1},
                      "bytes_in": {}, "messages_in": {str(self.index): len(own)} if own else {}, "dropped": dropped}
         self.state = {"phase": "barrier", "ss": s, "since": time.time()}
-        self._waiting_state()
         self._send_ctl(wire.Done(s, done.partials, done.active, done.computed, done.sent, done.out_messages,
                                  done.compute_s, slowest=done.slowest, trace=trace,
-                                 stats={"bytes_out": out.bytes, "dropped": dict(self.drops.counts)}))
+                                 stats={"bytes_out": out.bytes, "dropped": dict(self.drops.counts)},
+                                 to=[p for p, _ in last]))
         t_send = out.send_s
         for p, frames in last:
             self._send(p, frames)
         self._prev_send_s = out.send_s - t_send  # in the next superstep's trace record
         return None
 
+    def _senders(self, sent_to: list | None) -> list[int]:
+        """The peers that sent this worker a batch of the pending superstep, from the master's
+        ``sent_to`` (every worker's ``Done.to``); every peer when it does not say."""
+        n = self.partition.num_workers if self.partition is not None else 0
+        if not (isinstance(sent_to, list) and len(sent_to) == n and all(isinstance(t, list) for t in sent_to)):
+            return sorted(self.peers)
+        return sorted(p for p in self.peers if self.index in sent_to[p])
+
     def _waiting_state(self) -> None:
-        """The heartbeat state while a sent superstep's batches are incomplete: ``waiting`` and
-        the peers missing (a hang report names them), ``barrier`` once every one is in."""
+        """The heartbeat state while the pending superstep's batches are awaited: ``waiting``
+        and the peers missing (a hang report names them), ``barrier`` once every one is in.
+        (Whose batches come is known only from the next BEGIN, CHECKPOINT or FINISH: an empty
+        batch is not sent; until then a worker is at the ``barrier``.)"""
         pending = self._pending
-        if pending is None:
+        if pending is None or pending.senders is None:
             return
-        missing = self.inbox.missing(pending.ss, self.peers)
+        missing = self.inbox.missing(pending.ss, pending.senders)
         if missing:
             if self.state.get("phase") != "waiting":
                 self.state = {"phase": "waiting", "ss": pending.ss, "since": time.time(), "peers": missing}
@@ -485,9 +500,11 @@ class Worker:
         if pending is None:
             return
         s, clock = pending.ss, time.perf_counter
+        if pending.senders is None:
+            pending.senders = sorted(self.peers)
         t_wait = clock()
         poll = self._wait_poll
-        while self.inbox.missing(s, self.peers):
+        while self.inbox.missing(s, pending.senders):
             if self.master_lost:
                 raise _MasterLost()
             if self._stop.is_set():  # told to leave (an in-process worker whose job ended)
@@ -520,19 +537,25 @@ class Worker:
         self._send_part(peer, msgs, last=False)
 
     def _send_part(self, peer: int, msgs: list[Message], last: bool) -> None:
-        self._send(peer, self._encode_part(peer, msgs, last))
+        frames = self._encode_part(peer, msgs, last)
+        assert frames is not None
+        self._send(peer, frames)
 
-    def _encode_part(self, peer: int, msgs: list[Message], last: bool) -> list:
-        """The frames of a part of this superstep's batch for ``peer`` (counted as sent)."""
+    def _encode_part(self, peer: int, msgs: list[Message], last: bool, skip_empty: bool = False) -> list | None:
+        """The frames of a part of this superstep's batch for ``peer`` (counted as sent); None
+        with ``skip_empty`` when there is nothing to send: no messages, no part sent before, no
+        shared-memory notes (the peer learns from the master that no batch comes)."""
         out, clock = self._out, time.perf_counter
         t0 = clock()
+        shm, placed = self.shm, 0
+        notes = shm.notes(peer) if shm is not None else None
+        if skip_empty and not msgs and not out.parts[peer] and not notes:
+            return None
         batch = wire.Batch(self.current, self.index, [[m.src, m.dst, m.tag, m.payload] for m in msgs], self.gen,
                            part=out.parts[peer], last=last)
-        shm, placed = self.shm, 0
         if shm is None:
             frames = codec.encode(batch.to_wire(self.job_id))
         else:
-            notes = shm.notes(peer)
             if notes:
                 batch.shm_notes = notes.to_wire()
             frames, placed = shm.encode(peer, batch.to_wire(self.job_id))

@@ -158,19 +158,6 @@ def test_a_hang_report_names_who_is_missing_and_what_it_waits_for():
     assert stuck == 1 and issubclass(SuperstepTimeout, WorkerLost)
 
 
-def test_a_hang_report_names_a_worker_at_the_barrier_still_waiting_for_a_peers_batch():
-    st = running(3)  # the 2-hop protocol: worker 0's DONE is in, but not worker 2's batch (worker 2 computes)
-    st.begin(4, {}, {}, wall=100.0)
-    st.handle(arrive(0, done(4)))
-    st.handle(arrive(1, done(4)))
-    st.present()[0].state = {"phase": "waiting", "ss": 4, "peers": [2], "since": 97.0}
-    st.present()[2].state = {"phase": "computing", "vertex": "v9", "since": 99.0}
-    report, missing, waiting, stuck = st.hang_report(2.0, wall=100.0)
-    assert [m["worker"] for m in missing] == [2] and waiting == {"0": [2]} and stuck == 2
-    assert "not at the barrier: worker 2" in report and "computing vertex 'v9'" in report
-    assert "at the barrier: worker 0 (host h0, pid 100): waiting for the batches of peer(s) [2] for 3.0s" in report
-
-
 def test_trace_records_get_what_the_peers_sent_them_from_their_dones():
     dones = {i: wire.Done(5, {}, 1, 1, 0, out, 0.0, trace={"messages_in": {str(i): own}} if own else {"x": 1},
                           stats={"bytes_out": b})

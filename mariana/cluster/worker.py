@@ -3,8 +3,8 @@
 Life of a worker: HELLO to the master (resent with backoff until answered, so workers may start
 before the master) -> WELCOME (index, job name and config, peers) -> build the job's graph through
 the ``build`` callback it was given (the CLI passes ``jobs.launch.build_graph``) and keep only
-its own vertices -> READY -> for each BEGIN: compute, DONE, the last part of its BATCH to every
-peer -> FINISH: RESULT -> BYE.
+its own vertices -> READY -> for each BEGIN: deliver the previous superstep's batches, compute,
+DONE, the last part of its BATCH to every peer it has messages for -> FINISH: RESULT -> BYE.
 
 The superstep protocol has two hops in sequence (BEGIN -> DONE), not three (BEGIN -> BATCH ->
 DONE): a worker no longer waits for its peers' batches before its DONE, since all the DONE
@@ -17,9 +17,13 @@ barrier of ``s`` (before the state is copied: the part holds every message of ``
 (before the results). They are sure to come: every peer sends them right after its DONE, and
 the master sends none of those messages before every DONE is in; a peer that dies in between is
 lost to the master's liveness checks like any other, and then a ROLLBACK (or ABORT) ends the
-wait and the batches are discarded (the inbox is restored from the checkpoint). While waiting,
-the heartbeat state is ``waiting`` with the peers still missing: a hang report names them (at
-the barrier of ``s``, or at the next one's timeout when this worker waits there).
+wait and the batches are discarded (the inbox is restored from the checkpoint).
+
+An empty batch is not sent (unless the shared-memory layer has notes for that peer): the DONE
+says whom the worker sent one (``to``), and those three messages carry every worker's list
+(``sent_to``), so a worker waits only for the peers that sent it something. While it waits, its
+heartbeat state is ``waiting`` with the peers still missing: the next barrier's hang report
+names them.
 
 A heartbeat thread (its own socket) tells the master this worker is alive even during a long
 compute, and ends the process if the master goes silent for ``worker_timeout`` seconds.
@@ -429,9 +433,9 @@ class Worker:
             self._send_ctl(wire.Error("input", str(exc), ss=s))
             return 2
         # the last parts are encoded (and counted) now and sent right after DONE: the master can
-        # close the barrier while they travel (every peer waits for them before it computes again)
-        # (an empty one is not sent at all: DONE says whom this worker sent a batch, and the
-        # master tells every worker whom to wait for in the next BEGIN, CHECKPOINT or FINISH)
+        # close the barrier while they travel (every peer waits for them before it computes
+        # again); an empty one is not sent at all (DONE says whom this worker sent a batch, and
+        # the master tells every worker whom to wait for in the next BEGIN, CHECKPOINT or FINISH)
         last = [(p, frames) for p in self.peers
                 if (frames := self._encode_part(p, batches[p], last=True, skip_empty=True)) is not None]
         out = self._out

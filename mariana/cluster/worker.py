@@ -351,9 +351,10 @@ class Worker:
 
     def _command(self, msg: wire.Wire) -> int | None:
         """Carry out what the control state says about ``msg``; an exit code ends the worker."""
-        if isinstance(msg, (wire.Begin, wire.Checkpoint, wire.Finish)) and self._pending is not None:
-            self._pending.senders = self._senders(msg.sent_to)
         ins = self.control.command(msg)
+        if isinstance(ins, (Compute, WriteCheckpoint, Report)) and self._pending is not None:
+            assert isinstance(msg, (wire.Begin, wire.Checkpoint, wire.Finish))
+            self._pending.senders = self._senders(msg.sent_to)  # whose batches _settle waits for
         if isinstance(ins, Compute):
             return self._superstep(ins.begin)
         if isinstance(ins, WriteCheckpoint):

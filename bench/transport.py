@@ -398,7 +398,8 @@ def engine_bigarray(elements: int, steps: int, warmup: int, secure: bool = False
         "check_ok": sink["bad"] == 0 and sink["received"] == warmup + steps - 1,
         # encode (+ queue to zmq, in engines that time them together), worker 0's wait for worker 1's
         # empty batch, worker 1's wait = receive + decode of the array
-        "w0_send": [r[0].get("encode_s", 0.0) + r[0]["send_s"] for r in rows if "send_s" in r[0]],
+        "w0_send": [r[0].get("encode_s", 0.0) + r[0]["send_s"] + r[0].get("prev_send_s", 0.0) for r in rows
+                    if "send_s" in r[0]],  # prev_send_s: the last part, sent after DONE (a superstep late)
         "w0_wait": [r[0]["wait_s"] for r in rows if "wait_s" in r[0]],
         "w1_wait": [r[1]["wait_s"] for r in rows if "wait_s" in r[1]],
     }

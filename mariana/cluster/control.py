@@ -31,7 +31,7 @@ from ..messages.wire import DropCounter
 log = logging.getLogger(__name__)
 
 __all__ = ["Phase", "WorkerInfo", "WorkerLost", "SuperstepTimeout", "MasterState",
-           "Arrived", "Beat", "Tick", "Exited", "Event", "Send", "Fail", "Instruction"]
+           "Arrived", "Beat", "Tick", "Exited", "Event", "Send", "Fail", "Instruction", "inbound_trace"]
 
 
 class Phase(enum.Enum):
@@ -188,16 +188,25 @@ class MasterState:
         return {w.index for w in self.present() if w.pid in exited or now - w.last_seen > self.worker_timeout}
 
     # -- transitions the master asks for ----------------------------------------------------
+    def sent_to(self) -> list[list[int]] | None:
+        """Whom each worker sent a batch in the barrier just closed (``Done.to``, in worker
+        order): the workers wait only for those (the 2-hop protocol, ``worker.py``). None (wait
+        for every peer) unless every DONE of it is in and says."""
+        if len(self.dones) != self.workers or any(d.to is None for d in self.dones.values()):
+            return None
+        return [self.dones[i].to for i in range(self.workers)]  # type: ignore[misc]
+
     def begin(self, superstep: int, aggregates: dict[str, Any], broadcasts: dict[str, Any], wall: float) -> list[Send]:
         """Open the barrier of ``superstep``: BEGIN to every worker."""
+        msg = wire.Begin(superstep, self.gen, aggregates, broadcasts, sent_to=self.sent_to())
         self.begun_wall, self.current, self.dones, self.arrivals = wall, superstep, {}, {}
-        msg = wire.Begin(superstep, self.gen, aggregates, broadcasts)
         return [Send(w.identity, msg, w) for w in self.present()]
 
     def start_checkpoint(self, superstep: int) -> list[Send]:
         """Every worker writes its part of the state after this barrier."""
         self.checkpoint_ss, self.parts = superstep, {}
-        return [Send(w.identity, wire.Checkpoint(superstep), w) for w in self.present()]
+        msg = wire.Checkpoint(superstep, sent_to=self.sent_to())
+        return [Send(w.identity, msg, w) for w in self.present()]
 
     def take_parts(self) -> tuple[int, list[wire.Checkpointed]]:
         """The finished checkpoint's superstep and parts in worker order; none is pending after."""
@@ -209,7 +218,8 @@ class MasterState:
     def finish(self) -> list[Send]:
         self.phase = Phase.FINISHING
         self.results = {}  # a finish cut short by a lost worker is asked again after the rollback
-        return [Send(w.identity, wire.Finish(), w) for w in self.present()]
+        msg = wire.Finish(sent_to=self.sent_to())
+        return [Send(w.identity, msg, w) for w in self.present()]
 
     def bye(self) -> list[Send]:
         self.phase = Phase.DONE
@@ -229,6 +239,7 @@ class MasterState:
             gone.append(dead)
         self.gen += 1
         self.checkpoint_ss, self.parts = None, {}
+        self.dones = {}  # of the abandoned run (its sent_to would mean nothing to the restored workers)
         self.ready = set()
         self.phase = Phase.REJOINING
         return gone
@@ -391,3 +402,22 @@ class MasterState:
                   + "; ".join(lines))
         stuck = next((m["worker"] for m in missing if m["state"] == "computing"), missing[0]["worker"] if missing else None)
         return report, missing, waiting, stuck
+
+
+def inbound_trace(dones: dict[int, wire.Done]) -> None:
+    """Fill each worker's trace record of a superstep with what its peers sent it then
+    (``messages_in``, ``bytes_in`` per peer, from their DONEs): a worker's DONE goes out before
+    its peers' batches have arrived (the 2-hop protocol, ``worker.py``), so the sender's counts
+    stand for the receiver's. The worker put its batch to itself in already."""
+    for i, d in dones.items():
+        if not d.trace:
+            continue
+        m_in, b_in = d.trace.setdefault("messages_in", {}), d.trace.setdefault("bytes_in", {})
+        for p, peer in dones.items():
+            if p == i:
+                continue
+            if i < len(peer.out_messages) and peer.out_messages[i]:
+                m_in[str(p)] = peer.out_messages[i]
+            sent = peer.stats.get("bytes_out", [])
+            if i < len(sent) and sent[i]:
+                b_in[str(p)] = sent[i]

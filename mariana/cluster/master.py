@@ -3,7 +3,9 @@
 The master binds one ROUTER. Workers join with HELLO; once ``workers`` have joined it sends
 each a WELCOME (its index, the job by name plus resolved config, every peer's data endpoint),
 waits for READY, and then runs the same ``Driver`` as ``LocalRuntime`` (engine/driver.py): a
-superstep is BEGIN to all and DONE from all (the barrier); at the end FINISH, RESULT, BYE.
+superstep is BEGIN to all and DONE from all (the barrier; the workers exchange their batches
+meanwhile and deliver them when the next message comes, see ``worker.py``); at the end FINISH,
+RESULT, BYE.
 Every message is a typed record of ``messages/wire.py``.
 
 What the master knows and how each message, heartbeat, tick or exited process changes it is
@@ -33,7 +35,7 @@ from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from ..storage.retry import keepalive
 from .control import (Arrived, Beat, Exited, Fail, Instruction, MasterState, Phase, Send, SuperstepTimeout, Tick,
-                      WorkerInfo, WorkerLost)
+                      WorkerInfo, WorkerLost, inbound_trace)
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +191,7 @@ class Master:
         self._wait(self.state.barrier_done, None, f"the barrier of superstep {begin.superstep}",
                    self.options.superstep_timeout)
         st = self.state
+        inbound_trace(st.dones)  # the records' messages_in / bytes_in (no-op without traces)
         return [Done(h.ss, i, h.partials, h.active, h.computed, h.sent, h.out_messages, h.compute_s,
                      [tuple(x) for x in h.slowest], h.trace or {}, st.arrivals[i])
                 for i, h in sorted(st.dones.items())]

@@ -3,8 +3,27 @@
 Life of a worker: HELLO to the master (resent with backoff until answered, so workers may start
 before the master) -> WELCOME (index, job name and config, peers) -> build the job's graph through
 the ``build`` callback it was given (the CLI passes ``jobs.launch.build_graph``) and keep only
-its own vertices -> READY -> for each BEGIN: compute, send one BATCH to every peer,
-wait for one BATCH from every peer, deliver, DONE -> FINISH: RESULT -> BYE.
+its own vertices -> READY -> for each BEGIN: deliver the previous superstep's batches, compute,
+DONE, the last part of its BATCH to every peer it has messages for -> FINISH: RESULT -> BYE.
+
+The superstep protocol has two hops in sequence (BEGIN -> DONE), not three (BEGIN -> BATCH ->
+DONE): a worker no longer waits for its peers' batches before its DONE, since all the DONE
+carries (active count, messages sent per peer, aggregate partials) is known once compute ends.
+It even sends the DONE before the last part of each batch (parts streamed during compute went
+before), so the master closes the barrier while they travel. The peers' batches of superstep
+``s`` are received meanwhile and delivered (``_settle``) when the next control message that
+depends on them arrives, before acting on it: BEGIN ``s+1`` (before computing), CHECKPOINT of the
+barrier of ``s`` (before the state is copied: the part holds every message of ``s``), FINISH
+(before the results). They are sure to come: every peer sends them right after its DONE, and
+the master sends none of those messages before every DONE is in; a peer that dies in between is
+lost to the master's liveness checks like any other, and then a ROLLBACK (or ABORT) ends the
+wait and the batches are discarded (the inbox is restored from the checkpoint).
+
+An empty batch is not sent (unless the shared-memory layer has notes for that peer): the DONE
+says whom the worker sent one (``to``), and those three messages carry every worker's list
+(``sent_to``), so a worker waits only for the peers that sent it something. While it waits, its
+heartbeat state is ``waiting`` with the peers still missing: the next barrier's hang report
+names them.
 
 A heartbeat thread (its own socket) tells the master this worker is alive even during a long
 compute, and ends the process if the master goes silent for ``worker_timeout`` seconds.
@@ -20,6 +39,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from typing import Any, Callable
 
 from .. import __version__
@@ -63,6 +83,15 @@ class _Outgoing:
         self.zero_copy = [0] * workers  # of those, from send buffers (descriptors, no copy)
 
 
+class _Pending:
+    """A superstep whose DONE is sent and whose peers' batches are still to be delivered."""
+
+    def __init__(self, ss: int, own: list[Message]) -> None:
+        self.ss = ss
+        self.own = own  # the batch this worker sent itself
+        self.senders: list[int] | None = None  # the peers that sent a batch (None: not known yet)
+
+
 class _MasterLost(Exception):
     """The heartbeat thread found the master silent for ``worker_timeout`` seconds."""
 
@@ -95,6 +124,10 @@ class Worker:
         self.index = -1
         self.control = WorkerControl(self.drops)  # job, generation, superstep: what each message means
         self.inbox = Inbox()  # the peers' batches, assembled per superstep
+        self._pending: _Pending | None = None  # DONE sent, the peers' batches not delivered yet
+        self._queue: deque[dict[str, Any]] = deque()  # control messages received, not yet acted on
+        self._wait_s = 0.0  # waited for the peers' batches since the last DONE (its trace's wait_s)
+        self._prev_send_s = 0.0  # sending the last superstep's last parts, after its DONE
         self._out = _Outgoing(0)
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -255,16 +288,17 @@ class Worker:
                 return EXIT_MASTER_LOST
             if self._stop.is_set():
                 return 1
-            events = dict(poll.poll(5 if self._writer.pending is not None else 200))
+            events = dict(poll.poll(0 if self._queue else 5 if self._writer.pending is not None else 200))
             self._checkpointed()
             if self.data in events:
                 self._drain_data()
-            if self.ctl not in events:
-                continue
-            for header in self._recv_ctl():
+            if self.ctl in events:
+                self._queue.extend(self._recv_ctl())
+            while self._queue:  # in order of arrival; _settle may queue more while it waits
+                header = self._queue.popleft()
                 try:
                     code = self._control(header)
-                except _Interrupt as intr:  # a ROLLBACK or ABORT arrived in the middle of a superstep
+                except _Interrupt as intr:  # a ROLLBACK or ABORT arrived while waiting for the peers' batches
                     code = self._command(intr.msg)
                 except _MasterLost:
                     return EXIT_MASTER_LOST
@@ -301,6 +335,8 @@ class Worker:
             return 2
         self.control.restored(superstep)
         self.inbox.clear()
+        self._pending = None  # the batches of the abandoned run: never delivered
+        self._wait_s = self._prev_send_s = 0.0
         return None
 
     # -- control plane ----------------------------------------------------------------------
@@ -316,6 +352,9 @@ class Worker:
     def _command(self, msg: wire.Wire) -> int | None:
         """Carry out what the control state says about ``msg``; an exit code ends the worker."""
         ins = self.control.command(msg)
+        if isinstance(ins, (Compute, WriteCheckpoint, Report)) and self._pending is not None:
+            assert isinstance(msg, (wire.Begin, wire.Checkpoint, wire.Finish))
+            self._pending.senders = self._senders(msg.sent_to)  # whose batches _settle waits for
         if isinstance(ins, Compute):
             return self._superstep(ins.begin)
         if isinstance(ins, WriteCheckpoint):
@@ -323,6 +362,7 @@ class Worker:
         elif isinstance(ins, RollBack):
             return self._roll_back(ins.rollback)
         elif isinstance(ins, Report):
+            self._settle()  # the last superstep's messages are delivered before the results
             self._checkpointed(wait=True)
             values = {vid: v.result() for vid, v in self.partition.vertices.items()}
             self._drain_data()
@@ -352,6 +392,7 @@ class Worker:
     def _checkpoint(self, superstep: int) -> None:
         """Copy this worker's state now and write its part in the background; CHECKPOINTED is
         sent when it is written (``_checkpointed``), and the master commits once every part is in."""
+        self._settle()  # the part holds every message of the superstep before it (the next inbox)
         self._checkpointed(wait=True)  # one in flight: the previous part first
         try:
             snap, params = capture(self.partition, copy=self.background)
@@ -376,10 +417,11 @@ class Worker:
 
     def _superstep(self, msg: wire.Begin) -> int | None:
         s = msg.ss
+        start = time.time()
+        self._settle()  # the batches of s-1 first: they are this superstep's inbox
         if self.shm is not None:
             self.shm.superstep = s
-        start = time.time()
-        self.state = {"phase": "computing", "ss": s, "since": start}
+        self.state = {"phase": "computing", "ss": s, "since": time.time()}
         begin = Begin(s, msg.aggregates, msg.broadcasts)
         self._out = _Outgoing(self.partition.num_workers)
         try:
@@ -391,54 +433,108 @@ class Worker:
         except UsageError as exc:  # bad input (a graph's malformed line): the master reports it as is
             self._send_ctl(wire.Error("input", str(exc), ss=s))
             return 2
-        for p in self.peers:
-            self._send_part(p, batches[p], last=True)
+        # the last parts are encoded (and counted) now and sent right after DONE: the master can
+        # close the barrier while they travel (every peer waits for them before it computes
+        # again); an empty one is not sent at all (DONE says whom this worker sent a batch, and
+        # the master tells every worker whom to wait for in the next BEGIN, CHECKPOINT or FINISH)
+        last = [(p, frames) for p in self.peers
+                if (frames := self._encode_part(p, batches[p], last=True, skip_empty=True)) is not None]
         out = self._out
-        encode_s, send_s, bytes_out = out.encode_s, out.send_s, out.bytes
-        clock = time.perf_counter
-        t_wait = clock()
-        self.state = {"phase": "waiting", "ss": s, "since": time.time()}
-        poll = self._wait_poll
-        while missing := self.inbox.missing(s, self.peers):
-            if self.master_lost:
-                raise _MasterLost()
-            if self._stop.is_set():  # told to leave (an in-process worker whose job ended)
-                raise _Interrupt(wire.Abort("the worker was told to leave"))
-            self.state["peers"] = missing
-            events = dict(poll.poll(100))
-            if self.data in events:
-                self._drain_data()
-            if self.ctl in events:
-                for h in self._recv_ctl():
-                    if self.control.interrupts(h):
-                        intr = self.control.parse(h)
-                        if intr is not None:
-                            raise _Interrupt(intr)
-        wait_s = clock() - t_wait
-        inbound, bytes_in = self.inbox.take(s)
-        self.partition.deliver([batches[w] if w == self.index else inbound[w] for w in range(len(batches))])
-        self.state = {"phase": "barrier", "ss": s, "since": time.time()}
+        own = batches[self.index]
+        self._pending = _Pending(s, own)  # delivered when the next BEGIN, CHECKPOINT or FINISH comes
+        wait_s, self._wait_s = self._wait_s, 0.0
         trace = {}
         if self.partition.trace:
             dropped = {k: n - self._dropped_before.get(k, 0) for k, n in self.drops.counts.items()
                        if n > self._dropped_before.get(k, 0)}
             self._dropped_before = dict(self.drops.counts)
+            # messages_in / bytes_in from the peers are filled in by the master from the peers'
+            # DONEs (control.inbound_trace): this DONE goes out before their batches arrive
             trace = {**done.trace, "host": self.hostname, "pid": self.pid,
                      "start": start + self.clock_offset, "end": time.time() + self.clock_offset,
-                     "encode_s": encode_s, "send_s": send_s, "wait_s": wait_s, "clock_offset_s": self.clock_offset,
-                     "bytes_out": {str(p): b for p, b in enumerate(bytes_out) if b},
+                     "encode_s": out.encode_s, "send_s": out.send_s, "wait_s": wait_s,
+                     "prev_send_s": self._prev_send_s,
+                     "clock_offset_s": self.clock_offset,
+                     "bytes_out": {str(p): b for p, b in enumerate(out.bytes) if b},
                      "shm_bytes_out": {str(p): b for p, b in enumerate(out.shm) if b},
                      "shm_zero_copy_bytes": {str(p): b for p, b in enumerate(out.zero_copy) if b},
                      "send_buffer_reuse": self.shm.pool.reused if self.shm is not None and self.shm.pool else 0,
                      "parts_out": {str(p): n for p, n in enumerate(out.parts) if n > 1},
-                     "bytes_in": {str(p): b for p, b in bytes_in.items()},
-                     "messages_in": {str(p): len(m) for p, m in inbound.items() if m}, "dropped": dropped}
-            if batches[self.index]:
-                trace["messages_in"][str(self.index)] = len(batches[self.index])
+                     "bytes_in": {}, "messages_in": {str(self.index): len(own)} if own else {}, "dropped": dropped}
+        self.state = {"phase": "barrier", "ss": s, "since": time.time()}
         self._send_ctl(wire.Done(s, done.partials, done.active, done.computed, done.sent, done.out_messages,
                                  done.compute_s, slowest=done.slowest, trace=trace,
-                                 stats={"bytes_out": bytes_out, "dropped": dict(self.drops.counts)}))
+                                 stats={"bytes_out": out.bytes, "dropped": dict(self.drops.counts)},
+                                 to=[p for p, _ in last]))
+        t_send = out.send_s
+        for p, frames in last:
+            self._send(p, frames)
+        self._prev_send_s = out.send_s - t_send  # in the next superstep's trace record
         return None
+
+    def _senders(self, sent_to: list | None) -> list[int]:
+        """The peers that sent this worker a batch of the pending superstep, from the master's
+        ``sent_to`` (every worker's ``Done.to``); every peer when it does not say."""
+        n = self.partition.num_workers if self.partition is not None else 0
+        if not (isinstance(sent_to, list) and len(sent_to) == n and all(isinstance(t, list) for t in sent_to)):
+            return sorted(self.peers)
+        return sorted(p for p in self.peers if self.index in sent_to[p])
+
+    def _waiting_state(self) -> None:
+        """The heartbeat state while the pending superstep's batches are awaited: ``waiting``
+        and the peers missing (a hang report names them), ``barrier`` once every one is in.
+        (Whose batches come is known only from the next BEGIN, CHECKPOINT or FINISH: an empty
+        batch is not sent; until then a worker is at the ``barrier``.)"""
+        pending = self._pending
+        if pending is None or pending.senders is None:
+            return
+        missing = self.inbox.missing(pending.ss, pending.senders)
+        if missing:
+            if self.state.get("phase") != "waiting":
+                self.state = {"phase": "waiting", "ss": pending.ss, "since": time.time(), "peers": missing}
+            else:
+                self.state["peers"] = missing
+        elif self.state.get("phase") == "waiting":
+            self.state = {"phase": "barrier", "ss": pending.ss, "since": time.time()}
+
+    def _settle(self) -> None:
+        """Deliver the pending superstep: wait for every peer's batch of it, then build the next
+        inbox. A ROLLBACK or ABORT ends the wait (``_Interrupt``); any other control message
+        that arrives meanwhile is queued and acted on after this one."""
+        pending = self._pending
+        if pending is None:
+            return
+        s, clock = pending.ss, time.perf_counter
+        if pending.senders is None:
+            pending.senders = sorted(self.peers)
+        t_wait = clock()
+        poll = self._wait_poll
+        while self.inbox.missing(s, pending.senders):
+            if self.master_lost:
+                raise _MasterLost()
+            if self._stop.is_set():  # told to leave (an in-process worker whose job ended)
+                raise _Interrupt(wire.Abort("the worker was told to leave"))
+            self._waiting_state()
+            events = dict(poll.poll(100))
+            if self.data in events:
+                self._drain_data()
+            if self.ctl in events:
+                headers = self._recv_ctl()
+                for i, h in enumerate(headers):
+                    if not self.control.interrupts(h):
+                        self._queue.append(h)
+                        continue
+                    intr = self.control.parse(h)
+                    if intr is not None:  # what was queued before it belongs to the abandoned run
+                        self._queue.clear()
+                        self._queue.extend(headers[i + 1:])
+                        raise _Interrupt(intr)
+        self._wait_s += clock() - t_wait
+        self._waiting_state()  # no longer waiting
+        inbound, _ = self.inbox.take(s)
+        self._pending = None
+        self.partition.deliver([pending.own if w == self.index else inbound.get(w, [])
+                                for w in range(self.partition.num_workers)])
 
     # -- data plane -------------------------------------------------------------------------
     def _stream(self, peer: int, msgs: list[Message]) -> None:
@@ -446,26 +542,41 @@ class Worker:
         self._send_part(peer, msgs, last=False)
 
     def _send_part(self, peer: int, msgs: list[Message], last: bool) -> None:
+        frames = self._encode_part(peer, msgs, last)
+        assert frames is not None
+        self._send(peer, frames)
+
+    def _encode_part(self, peer: int, msgs: list[Message], last: bool, skip_empty: bool = False) -> list | None:
+        """The frames of a part of this superstep's batch for ``peer`` (counted as sent); None
+        with ``skip_empty`` when there is nothing to send: no messages, no part sent before, no
+        shared-memory notes (the peer learns from the master that no batch comes)."""
         out, clock = self._out, time.perf_counter
         t0 = clock()
+        shm, placed = self.shm, 0
+        notes = shm.notes(peer) if shm is not None else None
+        if skip_empty and not msgs and not out.parts[peer] and not notes:
+            return None
         batch = wire.Batch(self.current, self.index, [[m.src, m.dst, m.tag, m.payload] for m in msgs], self.gen,
                            part=out.parts[peer], last=last)
-        shm, placed = self.shm, 0
         if shm is None:
             frames = codec.encode(batch.to_wire(self.job_id))
         else:
-            notes = shm.notes(peer)
             if notes:
                 batch.shm_notes = notes.to_wire()
             frames, placed = shm.encode(peer, batch.to_wire(self.job_id))
             out.zero_copy[peer] += shm.zero_copy
             placed += shm.zero_copy  # shm_bytes_out: copied + zero-copy bytes
             out.shm[peer] += placed
-        t1 = clock()
-        out.bytes[peer] += send_frames(self.peers[peer], frames) + placed  # shm bytes counted as sent
+        out.bytes[peer] += codec.nbytes(frames) + placed  # shm bytes counted as sent
         out.parts[peer] += 1
-        out.encode_s += t1 - t0
-        out.send_s += clock() - t1
+        out.encode_s += clock() - t0
+        return frames
+
+    def _send(self, peer: int, frames: list) -> None:
+        clock = time.perf_counter
+        t0 = clock()
+        send_frames(self.peers[peer], frames)
+        self._out.send_s += clock() - t0
 
     def _drain_data(self) -> None:
         """Receive every waiting batch or part; keep the valid ones for their superstep, drop the rest."""
@@ -479,7 +590,9 @@ class Worker:
                     self.drops.malformed(identity, exc.kind, exc.detail)
                     continue
             try:
-                self.inbox.add(header, peer, self.job_id, self.current, self.gen, size)
+                # the pending superstep's batches and the next one's are valid (a peer is at most one ahead)
+                base = self._pending.ss if self._pending is not None else self.current
+                self.inbox.add(header, peer, self.job_id, base, self.gen, size)
             except ProtocolError as exc:
                 self.drops.malformed(identity, exc.kind, exc.detail)
 

@@ -73,13 +73,9 @@ class WorkerControl:
             return None
 
     def interrupts(self, header: dict[str, Any]) -> bool:
-        """Whether a message that arrives while this worker waits for its peers ends the wait
-        (a ROLLBACK or ABORT of this job); anything else but a heartbeat is dropped then."""
-        if header.get("kind") in (Kind.ROLLBACK, Kind.ABORT) and header.get("job") == self.job_id:
-            return True
-        if header.get("kind") != Kind.HEARTBEAT:
-            self.drops.drop("kind", f"control message {header.get('kind')} during superstep {self.current}")
-        return False
+        """Whether a message that arrives while this worker waits for its peers' batches ends the
+        wait (a ROLLBACK or ABORT of this job); the worker acts on any other after the wait."""
+        return header.get("kind") in (Kind.ROLLBACK, Kind.ABORT) and header.get("job") == self.job_id
 
     def command(self, msg: wire.Wire) -> Instruction | None:
         """What to do about ``msg`` (already of this job); None: nothing (dropped or a heartbeat)."""

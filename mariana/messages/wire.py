@@ -128,6 +128,7 @@ class Done(Wire):
     slowest: list = field(default_factory=list)
     trace: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)  # bytes_out per peer, dropped per kind
+    to: list | None = None  # the peers it sent a batch of ``ss`` to (None: every peer)
 
 
 @dataclass
@@ -218,6 +219,9 @@ class Begin(Wire):
     gen: int
     aggregates: dict
     broadcasts: dict
+    #: every worker's ``Done.to`` of the barrier just closed, in worker order: whose batches of
+    #: ``ss - 1`` a worker waits for (None: every peer's). Also on CHECKPOINT and FINISH.
+    sent_to: list | None = None
 
 
 @dataclass
@@ -226,6 +230,7 @@ class Checkpoint(Wire):
 
     KIND = Kind.CHECKPOINT
     ss: int
+    sent_to: list | None = None  # as Begin's
 
 
 @dataclass
@@ -242,6 +247,7 @@ class Rollback(Wire):
 @dataclass
 class Finish(Wire):
     KIND = Kind.FINISH
+    sent_to: list | None = None  # as Begin's
 
 
 @dataclass

@@ -6,7 +6,7 @@ import pytest
 
 from mariana import __version__
 from mariana.cluster.control import (Arrived, Beat, Exited, Fail, MasterState, Phase, Send, SuperstepTimeout, Tick,
-                                     WorkerLost)
+                                     WorkerLost, inbound_trace)
 from mariana.errors import VertexError
 from mariana.messages import codec, wire
 
@@ -156,6 +156,20 @@ def test_a_hang_report_names_who_is_missing_and_what_it_waits_for():
     assert "superstep 7 exceeded --superstep-timeout 2s" in report and "waiting for the batches of peer(s) [0]" in report
     assert missing == [{"worker": 1, "host": "h1", "state": "waiting", "for_s": 5.0}] and waiting == {"1": [0]}
     assert stuck == 1 and issubclass(SuperstepTimeout, WorkerLost)
+
+
+def test_trace_records_get_what_the_peers_sent_them_from_their_dones():
+    dones = {i: wire.Done(5, {}, 1, 1, 0, out, 0.0, trace={"messages_in": {str(i): own}} if own else {"x": 1},
+                          stats={"bytes_out": b})
+             for i, (out, own, b) in enumerate([([2, 3, 0], 2, [0, 30, 0]), ([1, 0, 4], 0, [10, 0, 40]),
+                                                 ([0, 0, 0], 0, [0, 0, 0])])}
+    inbound_trace(dones)
+    assert dones[0].trace["messages_in"] == {"0": 2, "1": 1} and dones[0].trace["bytes_in"] == {"1": 10}
+    assert dones[1].trace["messages_in"] == {"0": 3} and dones[1].trace["bytes_in"] == {"0": 30}
+    assert dones[2].trace["messages_in"] == {"1": 4} and dones[2].trace["bytes_in"] == {"1": 40}
+    untraced = {0: wire.Done(5, {}, 1, 1, 0, [0, 1], 0.0), 1: wire.Done(5, {}, 1, 1, 0, [1, 0], 0.0)}
+    inbound_trace(untraced)
+    assert all(d.trace == {} for d in untraced.values())
 
 
 def test_with_a_job_token_only_workers_that_have_it_join():

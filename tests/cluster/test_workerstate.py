@@ -69,9 +69,12 @@ def test_only_a_rollback_or_abort_interrupts_the_wait_for_peers():
     c = control()
     assert c.interrupts(wire.Rollback(0, 1, [], []).to_wire(JOB))
     assert c.interrupts(wire.Abort("x").to_wire(JOB))
-    assert not c.interrupts(wire.Abort("x").to_wire("other-job")) and c.drops.counts == {"kind": 1}
-    assert not c.interrupts(wire.Heartbeat().to_wire(JOB)) and c.drops.counts == {"kind": 1}
-    assert not c.interrupts(wire.Checkpoint(3).to_wire(JOB)) and c.drops.counts == {"kind": 2}
+    # anything else waits its turn (a BEGIN or CHECKPOINT may come while the last batches are awaited)
+    assert not c.interrupts(wire.Abort("x").to_wire("other-job"))
+    assert not c.interrupts(wire.Heartbeat().to_wire(JOB))
+    assert not c.interrupts(wire.Checkpoint(3).to_wire(JOB))
+    assert not c.interrupts(wire.Begin(3, 0, {}, {}).to_wire(JOB))
+    assert c.drops.counts == {}
 
 
 def part(ss: int, src: int, msgs: list, part_no: int = 0, last: bool = True) -> dict:

@@ -293,7 +293,8 @@ def values(result) -> dict[str, Any]:
 # -- 9. tracing: a slow vertex, a NaN, a vertex that never returns ---------------------------------
 class Traced(Logger):
     """Every vertex pings the next one each superstep; ``slow`` takes 60 ms at supersteps 2-4,
-    ``bad`` sends a NaN at superstep 3, ``stuck`` never returns from superstep 2."""
+    ``bad`` sends a NaN at superstep 3, ``stuck`` never returns from superstep 2 (``block``), ``z``
+    sends a 4 MB array at superstep 2 (``oversize``)."""
 
     def compute(self, ctx, messages):
         s = ctx.superstep
@@ -305,6 +306,8 @@ class Traced(Logger):
             ctx.vote_to_halt()
             return
         payload = {"g": np.array([1.0, float("nan") if (self.id == "bad" and s == 3) else 2.0])}
+        if self.id == "z" and s == 2 and ctx.broadcast("oversize"):  # z (worker 1) -> a (worker 0)
+            payload["big"] = np.zeros(1 << 19)  # 4 MB: over a 1 MB --max-message-mb, lost on the wire
         ctx.send(self.edges[0][0], payload)
 
 
@@ -315,11 +318,16 @@ def build_traced(config, bctx: BuildContext) -> Graph:
         g.add_vertex(Traced(n, [(names[(i + 1) % len(names)], 1)]))
     where = {"a": 0, "bad": 0, "c": 0, "slow": 1, "stuck": 1, "z": 1}
     g.placement = lambda vid: where[vid] % bctx.workers
-    g.master_compute = lambda m: m.broadcast("block", config["block"])
+    def master(m) -> None:
+        m.broadcast("block", config["block"])
+        m.broadcast("oversize", config["oversize"])
+
+    g.master_compute = master
     return g
 
 
-traced = _job("traced", build_traced, Key("block", False, "bool", "make 'stuck' block forever"))
+traced = _job("traced", build_traced, Key("block", False, "bool", "make 'stuck' block forever"),
+              Key("oversize", False, "bool", "make 'z' send worker 0 a batch too large for 1 MB messages"))
 
 
 # -- launching: what each worker process's BLAS was given -----------------------------------------

@@ -73,10 +73,29 @@ def test_a_worker_that_blocks_forever_is_named_by_the_hang_report(tmp_path):
     assert time.monotonic() - t0 < 30
     msg = str(info.value)
     assert "superstep 2 exceeded --superstep-timeout 1.5s" in msg
-    assert "computing vertex 'stuck'" in msg and "waiting for the batches of peer(s) [1]" in msg
+    assert "not at the barrier: worker 1" in msg and "computing vertex 'stuck'" in msg
     events = [e for e in trace.load_trace(str(tmp_path / "cluster")).events if e["event"] == "hang"]
     missing = {m["worker"]: m for m in events[0]["missing"]}
-    assert missing[1]["vertex"] == "stuck" and missing[0]["state"] == "waiting" and events[0]["waiting"] == {"0": [1]}
+    # worker 0 sent its DONE without waiting for worker 1's batch (the 2-hop protocol): it is at the
+    # barrier, and waits for nothing until the next BEGIN says whose batches to expect
+    assert list(missing) == [1] and missing[1]["vertex"] == "stuck" and events[0]["waiting"] == {}
+    assert not any(alive(p.pid) for p in procs)
+
+
+def test_a_worker_waiting_at_begin_for_a_lost_batch_is_named_by_the_next_barriers_hang_report(tmp_path):
+    """Worker 1's batch of superstep 2 exceeds the 1 MB message limit, so libzmq drops it: worker 1
+    is done with 2 (DONE goes out first), worker 0 waits for it at BEGIN 3 and the barrier of 3
+    times out naming worker 0 as waiting for peer 1."""
+    procs = []
+    with pytest.raises(SuperstepTimeout) as info:
+        traced_run(tmp_path, "cluster", "oversize=true", superstep_timeout=1.5, max_message_bytes=1 << 20, shm=False,
+                   on_start=lambda m, p: procs.extend(p))
+    msg = str(info.value)
+    assert "superstep 3 exceeded --superstep-timeout 1.5s" in msg
+    assert "worker 0" in msg and "waiting for the batches of peer(s) [1]" in msg
+    events = [e for e in trace.load_trace(str(tmp_path / "cluster")).events if e["event"] == "hang"]
+    assert [m["worker"] for m in events[0]["missing"]] == [0] and events[0]["missing"][0]["state"] == "waiting"
+    assert events[0]["waiting"] == {"0": [1]}
     assert not any(alive(p.pid) for p in procs)
 
 

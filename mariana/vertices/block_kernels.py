@@ -35,6 +35,10 @@ try:  # optional: the numpy forms below give the same bits
     from scipy.sparse.csgraph import dijkstra as _dijkstra
 except ImportError:  # pragma: no cover - scipy is a dependency; this is the fallback
     _csr_matrix = None
+try:  # scipy's C lookup of given (row, column) entries of a CSR; private: LCC's wedge form needs it
+    from scipy.sparse._sparsetools import csr_sample_values as _sample
+except ImportError:  # pragma: no cover - other scipy versions: the masked products instead
+    _sample = None
 
 __all__ = ["have_scipy", "csr_sum", "components", "relax", "triangle_credits"]
 
@@ -303,6 +307,66 @@ _PACK = 1 << 20
 
 
 def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    oriented = _orient_symmetric(k, indptr, indices) if symmetric else None
+    if oriented is not None:
+        deg, rank, uptr, ucol = oriented
+        umult = None
+    else:
+        deg, rank, uptr, ucol, umult = _orient(k, indptr, indices, symmetric)
+    if not ucol.size:
+        return deg.astype(np.int64), np.zeros(k, dtype=np.int64)
+    out_u = np.diff(uptr).astype(np.int64)
+    wedges = int(np.dot(out_u, out_u - 1)) // 2
+    if _sample is not None and wedges <= WEDGE_FACTOR * ucol.size:  # (a grid: one wedge a vertex)
+        return deg.astype(np.int64), _wedge_triangles(k, uptr, ucol, umult, rank, out_u, wedges)
+    del rank, out_u
+    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, None)
+    return deg.astype(np.int64), low + high + mid
+
+
+def _rank(k: int, deg: np.ndarray) -> np.ndarray:
+    """The rank (degree, row) of every row as one integer (int32 where it fits)."""
+    it: Any = np.int32 if k * (int(deg.max(initial=0)) + 1) < 2 ** 31 else np.int64
+    rank = deg.astype(it)
+    rank *= it(k)
+    rank += np.arange(k, dtype=it)
+    return rank
+
+
+def _orient_symmetric(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[Any, ...] | None:
+    """A symmetric CSR's (deg, rank, uptr, ucol) without sorting it (rank None: where no degree
+    exceeds ``_FEW``, by row alone, as any order keeps the wedges few): the entries going *down* in
+    rank are compacted in place (scipy's ``eliminate_zeros``), and their transpose (a counting sort,
+    ``tocsc``) is U with sorted rows, since A is its own transpose; self-loops go neither way and
+    |N(v)| = out_U(v) + out_D(v). None when there are repeated entries (then U has them too) or
+    the indices do not fit 32 bits: the general path (which sorts) runs."""
+    if len(indices) >= 2 ** 31 or k >= 2 ** 31 or not len(indices):
+        return None
+    ip = indptr.astype(np.int32)  # (a copy: compacted in place below)
+    raw = np.diff(ip)
+    rank: np.ndarray | None = None
+    if int(raw.max()) <= _FEW:  # degrees this small: any order keeps the wedges few; by row, no ranks
+        col = indices.astype(np.int32)  # a copy, compacted in place below
+        down = np.less(col, np.repeat(np.arange(k, dtype=np.int32), raw))
+    else:
+        rank = _rank(k, raw)
+        col = rank[indices]  # each entry's column's rank: a fresh array, compacted in place below
+        down = np.less(col, np.repeat(rank, raw))
+    d = _csr_matrix((down, col, ip), shape=(k, k))
+    del down, raw
+    d.eliminate_zeros()  # (compacts col)
+    if rank is not None:
+        np.remainder(d.indices, col.dtype.type(k), out=d.indices)  # rank -> column
+    u = d.tocsc()  # D^T = U, rows sorted
+    if not u.has_canonical_format:  # repeated entries
+        return None
+    deg = np.diff(u.indptr)
+    deg += np.diff(d.indptr)
+    return deg, rank, u.indptr, u.indices
+
+
+def _orient(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> tuple[Any, ...]:
+    """(deg, rank, uptr, ucol, umult) of the canonical adjacency (sorted, no repeats, no loops)."""
     a = _csr_matrix((np.ones(indices.size, dtype=bool), indices, indptr), shape=(k, k))
     if not a.has_canonical_format:  # (checked in one pass)
         a.sum_duplicates()  # (bools: repeated edges stay True)
@@ -315,20 +379,85 @@ def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric:
         a = (a + a.T.tocsr()).tocsr()  # 1 or 2 on every neighbour pair, canonical
         mult = a.data
     deg = np.diff(a.indptr)
-    tri = np.zeros(k, dtype=np.int64)
-    if not a.nnz:
-        return deg.astype(np.int64), tri
-    it: Any = np.int32 if k * (int(deg.max()) + 1) < 2 ** 31 else np.int64
-    rank = deg.astype(it) * it(k) + np.arange(k, dtype=it)
-    up = np.flatnonzero(rank[a.indices] > np.repeat(rank, deg))  # (faster than a cumsum of bools)
+    rank = _rank(k, deg)
+    up = np.flatnonzero(np.greater(rank[a.indices], np.repeat(rank, deg)))  # (faster than a cumsum of bools)
     uptr = np.searchsorted(up, a.indptr)
     ucol = a.indices[up]
     umult = None if mult is None else mult[up].astype(np.int64)
-    del a, up, rank
-    if not ucol.size:
-        return deg.astype(np.int64), tri
-    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, None)
-    return deg.astype(np.int64), low + high + mid
+    return deg, rank, uptr, ucol, umult
+
+
+#: the wedges of the rank-oriented adjacency are checked one by one (``_wedge_triangles``) when
+#: there are at most this many per oriented edge; else the masked products (whose cost grows
+#: with the length-2 paths, not the wedges) run
+WEDGE_FACTOR = 4
+
+
+def _wedge_triangles(k: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarray | None, rank: np.ndarray | None,
+                     out_u: np.ndarray, wedges: int) -> np.ndarray:
+    """``triangle_credits``' sums by listing the wedges of U: each pair of entries (x, w) of a row
+    v (x ranked below w), closed when U has x -> w (scipy's ``csr_sample_values``: a search in
+    row x, in C); per triangle v gets M[x, w], x M[v, w] and w M[v, x]. Costs the wedges, sum of
+    C(out_U(v), 2) (few where degrees are bounded: one per vertex on a grid), in chunks of about
+    ``TRIANGLE_CHUNK``; 32-bit indices where they fit (fresh pages are a good part of the time)."""
+    it: Any = np.int32 if ucol.size < 2 ** 31 and k < 2 ** 31 else np.int64
+    uptr, ucol = uptr.astype(it), ucol.astype(it, copy=False)
+    mult = np.full(ucol.size, 2, dtype=np.int8) if umult is None else umult.astype(np.int8)  # M: 1 or 2
+    tri = np.zeros(k, dtype=np.int64)
+    for i, j in _wedge_pairs(k, uptr, out_u, wedges, it):
+        total = i.size
+        a, b = ucol[i], ucol[j]
+        if rank is None:  # ordered by row: U's rows are sorted, so a < b
+            x, w, swap = a, b, np.zeros(total, dtype=bool)
+        else:
+            swap = rank[a] > rank[b]  # x = the lower-ranked of the two
+            x, w = np.where(swap, b, a), np.where(swap, a, b)
+        del a, b
+        mxw = np.zeros(total, dtype=np.int8)
+        _sample(k, k, uptr, ucol, mult, total, x, w, mxw)
+        found = np.flatnonzero(mxw)
+        if not found.size:
+            continue
+        i, j, x, w, swap = i[found], j[found], x[found], w[found], swap[found]
+        mvx, mvw = np.where(swap, mult[j], mult[i]), np.where(swap, mult[i], mult[j])
+        v = np.searchsorted(uptr, i, side="right") - 1
+        tri += np.bincount(v, weights=mxw[found], minlength=k).astype(np.int64)
+        tri += np.bincount(x, weights=mvw, minlength=k).astype(np.int64)
+        tri += np.bincount(w, weights=mvx, minlength=k).astype(np.int64)
+    return tri
+
+
+#: rows of at most this many U entries take ``_wedge_pairs``' loop over positions
+_FEW = 16
+
+
+def _wedge_pairs(k: int, uptr: np.ndarray, out_u: np.ndarray, wedges: int, it: Any) -> Any:
+    """The wedges of U as entry pairs (i, j), i before j in the same row, in chunks of about
+    ``TRIANGLE_CHUNK``. Rows of at most ``_FEW`` entries (a grid: at most 4): one k-sized pass per
+    position q, pairing every earlier position with it; else per entry its pairs to the row's end."""
+    if not wedges:
+        return
+    top = int(out_u.max())
+    if top <= _FEW and wedges <= TRIANGLE_CHUNK:
+        ii, jj = [], []
+        for q in range(1, top):
+            at = uptr[:-1][out_u > q]  # rows with an entry at position q
+            ii.append((at[:, None] + np.arange(q, dtype=it)).reshape(-1))
+            jj.append(np.repeat(at + q, q))
+        yield np.concatenate(ii), np.concatenate(jj)
+        return
+    for lo, hi in _row_chunks(out_u * (out_u - 1) // 2) if wedges > TRIANGLE_CHUNK else [(0, k)]:
+        e0, e1 = int(uptr[lo]), int(uptr[hi])
+        per = np.repeat(uptr[lo + 1:hi + 1], out_u[lo:hi])  # pairs (i, j > i) of each entry i: to its row's end
+        per -= np.arange(e0 + 1, e1 + 1, dtype=it)
+        total = int(per.sum())
+        if not total:
+            continue
+        i = np.repeat(np.arange(e0, e1, dtype=it), per)
+        j = np.arange(1, total + 1, dtype=it)
+        j -= np.repeat(np.cumsum(per, dtype=it) - per, per)
+        j += i
+        yield i, j
 
 
 def oriented_triangles(k: int, c: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarray | None,

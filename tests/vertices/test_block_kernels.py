@@ -183,20 +183,30 @@ def _reference_triangles(k, src, dst):
     return np.array([len(nb) for nb in nbrs]), np.array(tri)
 
 
-@pytest.mark.parametrize("chunk,pack", [(1 << 22, True), (3, True), (5, False)])
-def test_triangle_credits_count_the_edges_among_each_neighbourhood(form, chunk, pack, monkeypatch):
-    """Directed and undirected random graphs with loops and repeats, a hub, rows in small chunks,
-    and (pack=False) the scipy path without the packed product: the counts by definition."""
+@pytest.mark.parametrize("chunk,pack,wedges,few", [(1 << 22, True, 4, 16), (3, True, 4, 16), (5, False, 4, 16),
+                                                   (1 << 22, True, -1, 16), (1 << 22, True, 10 ** 6, 0),
+                                                   (7, True, 10 ** 6, 0), (1 << 22, True, 10 ** 6, 10 ** 6)])
+def test_triangle_credits_count_the_edges_among_each_neighbourhood(form, chunk, pack, wedges, few, monkeypatch):
+    """Directed and undirected random graphs with loops and repeats (and, undirected, without
+    repeats: the unsorted symmetric path), a hub, rows in small chunks, (pack=False) the scipy path
+    without the packed product, the wedge form (wedges: its threshold; -1 never) with pairs by
+    position (few: largest such row) or by entry, ordered by rank or by row: the counts by definition."""
     monkeypatch.setattr(bk, "TRIANGLE_CHUNK", chunk)
+    monkeypatch.setattr(bk, "WEDGE_FACTOR", wedges)
+    monkeypatch.setattr(bk, "_FEW", few)
     if not pack:
         monkeypatch.setattr(bk, "_PACK", 4)
     rng = np.random.default_rng(6)
-    for k, m in ((1, 3), (7, 0), (30, 120), (60, 400)):
+    for k, m in ((1, 3), (7, 0), (30, 120), (60, 400), (400, 1200)):
         src, dst = rng.integers(0, k, m), rng.integers(0, k, m)
         if k > 2:
             src[: m // 4] = 0  # a hub
         both = np.concatenate((src, dst)), np.concatenate((dst, src))
-        for s, d, symmetric in ((src, dst, False), (*both, False), (*both, True)):  # directed; both ways
+        key = np.unique(np.minimum(src, dst) * k + np.maximum(src, dst))  # distinct pairs, loops kept
+        lo, hi = key // k, key % k
+        once = np.concatenate((lo, hi[lo != hi])), np.concatenate((hi, lo[lo != hi]))
+        rev = once[0][::-1].copy(), once[1][::-1].copy()  # (rows unsorted)
+        for s, d, symmetric in ((src, dst, False), (*both, False), (*both, True), (*once, True), (*rev, True)):
             indptr, indices = _csr(k, s, d)
             deg, tri = bk.triangle_credits(indptr, indices, symmetric=symmetric)
             want_deg, want_tri = _reference_triangles(k, s, d)

@@ -12,7 +12,7 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.vertices.cdlp_loaded import CDLPLoaded, group_by_row, row_modes
+from mariana.vertices.cdlp_loaded import ELL_MAX, CDLPLoaded, ell_layout, ell_modes, group_by_row, row_modes
 from test_graph_jobs import cli_run
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,6 +47,44 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     assert got_rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
     empty_rows, empty_best = row_modes(np.zeros(4, np.int64), np.empty(0, np.int32), u)
     assert empty_rows.size == 0 and empty_best.size == 0
+
+
+@pytest.mark.parametrize("u", (3, 17, 2 ** 31 - ELL_MAX - 1))
+def test_ell_modes_match_a_plain_count(u):
+    """Rows of 0..ELL_MAX entries (ties, repeats, empty rows, values up to the largest allowed):
+    the per-column form gives the plain count's modes; a longer row: no layout."""
+    rng = np.random.default_rng(9)
+    n = 500
+    cnt = rng.integers(0, ELL_MAX + 1, n)
+    ptr = np.concatenate(([0], np.cumsum(cnt)))
+    nb = rng.integers(0, 1000, int(ptr[-1])).astype(np.int32)
+    code = rng.integers(max(u - 6, 0), u, 1000).astype(np.int64 if u > 2 ** 30 else np.int32)
+    layout = ell_layout(ptr, nb)
+    assert layout is not None
+    rows, best = ell_modes(layout, code, u)
+    want = _modes_by_hand(ptr, code[nb])
+    assert len(want) < n and rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
+    assert ell_layout(np.array([0, ELL_MAX + 1]), np.zeros(ELL_MAX + 1, np.int32)) is None
+
+
+def test_grid_rows_take_the_column_form_and_give_vertex_mode_labels(capsys, tmp_path):
+    """A grid (every row at most 4 entries, so every full round takes ``ell_modes``), with a few
+    diagonals so that ties and repeats occur: block mode on 1 and 2 workers gives vertex mode's labels."""
+    side, lines = 12, []
+    for r in range(side):
+        for c in range(side):
+            v = r * side + c
+            if c + 1 < side:
+                lines.append(f"{v} {v + 1}\n")
+            if r + 1 < side:
+                lines.append(f"{v} {v + side}\n")
+            if (r + c) % 5 == 0 and r + 1 < side and c + 1 < side:
+                lines.append(f"{v} {v + side + 1}\n")
+    path = tmp_path / "grid.e"
+    path.write_text("".join(lines))
+    want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", "iterations=6")[0]
+    for workers in (1, 2):
+        assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "iterations=6", workers=workers)[0] == want
 
 
 def _communities(tmp_path: Path, text_ids: bool) -> Path:

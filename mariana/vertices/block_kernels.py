@@ -10,7 +10,7 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
   ``np.bincount`` with weights both add in that order, so PageRank keeps its ascending-source
   summation (bit-identical to ``PageRankVertex``); the matvec is ~5x faster than gather+bincount.
 - ``components``: connected components of a symmetric CSR graph, each row labelled by the smallest
-  row of its component.
+  row of its component (a dense symmetric graph: from a sample of its entries first, Afforest).
 - ``relax``: shortest distances inside a block from seeds that start at given distances; every
   distance is the minimum over paths of the left-to-right float sum ``((d0 + w1) + w2) + ...``,
   the value Bellman-Ford in supersteps reaches (float addition is monotone), so SSSP stays
@@ -70,14 +70,28 @@ def csr_sum(indptr: np.ndarray, indices: np.ndarray) -> CSRSum:
     return CSRSum(indptr, indices)
 
 
-def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False) -> np.ndarray:
+#: ``components`` of a symmetric graph with at least this many entries per row on average
+#: first labels a sample (each row's first ``SAMPLE`` entries); see ``_sampled_labels``
+SAMPLE_DEGREE = 8
+SAMPLE = 2
+
+
+def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False,
+               cols: np.ndarray | None = None) -> np.ndarray:
     """For each row of a CSR graph, the smallest row of its weakly connected component.
-    ``symmetric``: every edge is stored in both directions (the CSR is its own transpose)."""
+    ``symmetric``: every edge is stored in both directions (the CSR is its own transpose).
+    ``cols``: the row of each value in ``indices`` (None: the values are rows)."""
     k = len(indptr) - 1
     if not indices.size:
         return np.arange(k)
     if have_scipy():
-        labels = _undirected_labels(indptr, indices) if symmetric else None
+        labels = None
+        if symmetric and indices.size >= SAMPLE_DEGREE * k:
+            labels = _sampled_labels(k, indptr, indices, cols)
+        if cols is not None and labels is None:
+            indices = cols[indices]
+        if symmetric and labels is None:
+            labels = _undirected_labels(indptr, indices)
         if labels is None:
             m = _csr_matrix((np.ones(indices.size), indices, indptr), shape=(k, k))  # float64: no copy
             # (connection="strong" would skip the transpose, but takes minutes on a grid)
@@ -85,10 +99,62 @@ def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False)
         first = np.full(int(labels.max()) + 1, k, dtype=np.int64)
         np.minimum.at(first, labels, np.arange(k))
         return first[labels]
-    return _hook_components(k, np.repeat(np.arange(k), np.diff(indptr)), indices)
+    return _hook_components(k, np.repeat(np.arange(k), np.diff(indptr)), indices if cols is None else cols[indices])
 
 
-def _undirected_labels(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
+def _sampled_labels(k: int, indptr: np.ndarray, indices: np.ndarray, cols: np.ndarray | None) -> np.ndarray | None:
+    """Component labels of a symmetric graph from few of its entries (Afforest, Sutton et al. 2018):
+    label the graph of every row's first ``SAMPLE`` entries; the largest component found keeps the
+    rest of its rows' entries unread, every other row adds them (joining the sample's components:
+    labelled as a graph over those), and the labels of the sample plus those are the graph's.
+    Exact because the graph is symmetric: an unread entry u -> v has u in the largest component,
+    and if v is not, v's own row adds v -> u. A dense graph with a giant
+    component (R-MAT) is then labelled from a fraction of its entries; None where the rows to add
+    hold over half the entries (then the whole graph is labelled instead)."""
+    if len(indices) >= 2 ** 31 or k >= 2 ** 31:
+        return None
+    ip = indptr.astype(np.int64, copy=False)
+    deg = np.diff(ip)
+    s_src, s_pos = [], []
+    for j in range(SAMPLE):
+        r = np.flatnonzero(deg > j)
+        s_src.append(r)
+        s_pos.append(ip[r] + j)
+    s_dst = indices[np.concatenate(s_pos)]
+    if cols is not None:
+        s_dst = cols[s_dst]
+    labels = _labels_of(k, np.concatenate(s_src), s_dst)
+    giant = int(np.argmax(np.bincount(labels)))
+    rest = np.flatnonzero((deg > SAMPLE) & (labels != giant))
+    starts, counts = ip[rest] + SAMPLE, deg[rest] - SAMPLE
+    total = int(counts.sum())
+    if 2 * total > indices.size:
+        return None
+    e = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(total)
+    r_dst = indices[e] if cols is None else cols[indices[e]]
+    # the rest joins the sample's components: a graph over them (smaller still), then through it
+    return _labels_of(int(labels.max()) + 1, labels[np.repeat(rest, counts)], labels[r_dst])[labels]
+
+
+def _labels_of(k: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """scipy's component labels of the undirected graph of the edges (src, dst)."""
+    src, dst = src.astype(np.int32, copy=False), dst.astype(np.int32, copy=False)
+    ptr, idx = _grouped(src, dst, k)
+    t_ptr, t_idx = _grouped(dst, src, k)  # the transpose
+    labels = _undirected_labels(ptr, idx, t_ptr, t_idx)
+    if labels is None:
+        _, labels = _cc(_csr_matrix((np.ones(idx.size), idx, ptr), shape=(k, k)), directed=False)
+    return labels
+
+
+def _grouped(rows: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, ``vals`` grouped by ``rows``): a counting sort (scipy's CSR-to-CSC of one row)."""
+    m = _csr_matrix((vals, rows, np.array([0, rows.size], dtype=np.int32)), shape=(1, k)).tocsc()
+    return m.indptr, m.data
+
+
+def _undirected_labels(indptr: np.ndarray, indices: np.ndarray, t_indptr: np.ndarray | None = None,
+                       t_indices: np.ndarray | None = None) -> np.ndarray | None:
     """Component labels of a symmetric CSR by scipy's own undirected labelling, which follows
     the rows of a CSR and of its transpose: given the rows only (they hold both directions), half
     the visits; the public call builds the transpose first (~4x the time on R-MAT).
@@ -101,8 +167,12 @@ def _undirected_labels(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | 
         return None
     ip, ix = indptr.astype(np.int32, copy=False), indices.astype(np.int32, copy=False)
     labels = np.empty(len(indptr) - 1, dtype=np.int32)
-    try:  # a symmetric CSR reaches every neighbour through its own rows: the transpose is empty
-        undirected(ix, ip, ix[:0], np.zeros_like(ip), labels)
+    if t_indptr is None or t_indices is None:  # a symmetric CSR reaches every neighbour through its own
+        t_ip, t_ix = np.zeros_like(ip), ix[:0]  # rows: the transpose is empty
+    else:
+        t_ip, t_ix = t_indptr.astype(np.int32, copy=False), t_indices.astype(np.int32, copy=False)
+    try:
+        undirected(ix, ip, t_ix, t_ip, labels)
     except (TypeError, ValueError):
         return None
     return labels

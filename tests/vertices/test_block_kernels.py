@@ -110,6 +110,43 @@ def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed):
         assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist()) and down.size > 50
 
 
+@pytest.mark.parametrize("sample_degree", (0, 10 ** 9))
+def test_components_from_a_sample_and_through_a_column_map(form, sample_degree, monkeypatch):
+    """A dense part (a giant component whose rows are never read past their first entries), small
+    components and isolated rows, given through a column map (slots to rows): the same labels
+    whether the sample runs (sample_degree 0: always; its fallback on the sparse graph) or not."""
+    monkeypatch.setattr(bk, "SAMPLE_DEGREE", sample_degree)
+    rng = np.random.default_rng(8)
+    k = 600
+    src, dst = rng.integers(0, 300, 4000), rng.integers(0, 300, 4000)  # dense: rows 0..299
+    c2s, c2d = rng.integers(300, 340, 400), rng.integers(300, 340, 400)  # a second dense cluster
+    small = rng.integers(340, 560, 120)  # sparse pairs among 340..559; 560.. isolated
+    # the clusters meet by one edge listed last (past every sampled entry of its two rows)
+    src, dst = np.r_[src, c2s, small[:60], 7], np.r_[dst, c2d, small[60:], 333]
+    for s_, d_ in ((src, dst), (small[:60], small[60:])):
+        both_s, both_d = np.concatenate((s_, d_)), np.concatenate((d_, s_))
+        indptr, rows = _csr(k, both_s, both_d)
+        perm = rng.permutation(k)  # slot -> row: the kernel reads rows through it
+        slots = np.argsort(perm)[rows].astype(np.int32)
+        want = bk.components(indptr, rows) if sample_degree else None
+        got = bk.components(indptr, slots, symmetric=True, cols=perm)
+        parent = list(range(k))
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for a, b in zip(both_s.tolist(), both_d.tolist()):
+            ra, rb = find(a), find(b)
+            parent[max(ra, rb)] = min(ra, rb)
+        ref = np.array([find(v) for v in range(k)])
+        np.testing.assert_array_equal(got, ref)
+        if want is not None:
+            np.testing.assert_array_equal(want, ref)
+
+
 def test_components_label_each_row_with_its_components_smallest_row(form):
     k = 500
     rng = np.random.default_rng(4)

@@ -55,6 +55,7 @@ class CDLPLoaded(LoadedBlock):
         self.moved = np.empty(0, np.int64)  # the local rows whose label changed in the last round
         self.lo, self.span = 0, 0  # integer labels: the range of every id (span 0: rank the labels)
         self.partial = 0  # rounds that recomputed only the rows next to a changed label
+        self._simple = False  # one block whose rows repeat no neighbour, before its first round (derived, not saved)
         self._ell: Any = None  # the entries in ``ell_layout``'s columns (False: a row too long; derived, not saved)
 
     def loaded(self, ctx: Context) -> None:
@@ -165,6 +166,7 @@ class CDLPLoaded(LoadedBlock):
         rows = np.concatenate([src.astype(it), dst[near].astype(it), *[r.astype(it) for r in in_rows]])
         nbs = np.concatenate([dst.astype(it), src[near].astype(it), *[x.astype(it) for x in in_nbs]])
         self.ptr, self.nb = group_by_row(rows, nbs, n)
+        self._simple = not far.size and not msgs and _no_repeats(g.indptr, dst, n)
         self.rk = np.concatenate(keys) if at > n else None
         for blk in sorted(by_block):
             r = _distinct(np.concatenate(by_block[blk]), n)
@@ -218,9 +220,15 @@ class CDLPLoaded(LoadedBlock):
             ptr = np.concatenate(([0], np.cumsum(counts)))
             nb, base = self.nb[idx], dirty
             self.partial += 1
-        if base is None and self._ell is None:  # (once: the multiset is fixed)
+        simple, self._simple = self._simple, False
+        if simple and base is None and not len(far):  # the first round: every label distinct, no row
+            rows = np.flatnonzero(np.diff(ptr))  # repeats a neighbour: every count is 1, the mode is the smallest
+            best = np.minimum.reduceat(code[nb], ptr[rows]).astype(np.int64) if rows.size else rows
+        elif base is None and self._ell is None:  # (once: the multiset is fixed)
             self._ell = ell_layout(self.ptr, self.nb) or False
-        if base is None and self._ell and u + ELL_MAX < 2 ** 31:
+        if simple and base is None and not len(far):
+            pass
+        elif base is None and self._ell and u + ELL_MAX < 2 ** 31:
             rows, best = ell_modes(self._ell, code, u)
         else:
             rows, best = row_modes(ptr, code[nb], u)
@@ -238,6 +246,27 @@ class CDLPLoaded(LoadedBlock):
         if g is None:
             return {"ids": [], "values": np.zeros(0)}
         return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
+
+
+def _no_repeats(indptr: np.ndarray, dst: np.ndarray, n: int) -> bool:
+    """Whether one block's out-edges (CSR over its rows, every target a row) give no row a
+    neighbour twice: no self-loop, and the pairs (smaller, larger end) all distinct (no repeated
+    edge, none listed both ways), found by two counting sorts (scipy's CSR-to-CSC of one row:
+    linear) and a look for repeats in the sorted rows; without scipy: False (rounds as usual)."""
+    if not have_scipy() or not len(dst) or len(dst) >= 2 ** 31 or n >= 2 ** 31:
+        return False
+    src = np.repeat(np.arange(n, dtype=np.int32), np.diff(indptr))
+    dst = dst.astype(np.int32, copy=False)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    del src
+    if bool((lo == hi).any()):
+        return False
+    one = np.array([0, len(lo)], dtype=np.int32)
+    by_hi = _csr_matrix((lo, hi, one), shape=(1, n)).tocsc()  # lo by hi: the minor key first
+    hi_sorted = np.repeat(np.arange(n, dtype=np.int32), np.diff(by_hi.indptr))
+    by_lo = _csr_matrix((hi_sorted, by_hi.data, one), shape=(1, n)).tocsc()  # then by lo, stably
+    pairs = _csr_matrix((np.ones(len(lo), np.int8), by_lo.data, by_lo.indptr), shape=(n, n))
+    return bool(pairs.has_canonical_format)  # rows sorted: canonical = no repeated pair
 
 
 def _distinct(idx: np.ndarray, n: int) -> np.ndarray:

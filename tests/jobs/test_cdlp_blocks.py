@@ -12,7 +12,7 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.vertices.cdlp_loaded import ELL_MAX, CDLPLoaded, ell_layout, ell_modes, group_by_row, row_modes
+from mariana.vertices.cdlp_loaded import ELL_MAX, CDLPLoaded, _no_repeats, ell_layout, ell_modes, group_by_row, row_modes
 from test_graph_jobs import cli_run
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,6 +85,36 @@ def test_grid_rows_take_the_column_form_and_give_vertex_mode_labels(capsys, tmp_
     want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", "iterations=6")[0]
     for workers in (1, 2):
         assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "iterations=6", workers=workers)[0] == want
+
+
+def test_no_repeats_finds_loops_repeated_edges_and_edges_listed_both_ways(monkeypatch):
+    """One block's first round takes each row's smallest label only where no row lists a neighbour
+    twice (found with scipy; the numpy form never claims it)."""
+    monkeypatch.setenv("MARIANA_NO_SCIPY", "1")
+    assert not _no_repeats(np.array([0, 1, 1]), np.array([1]), 2)
+    monkeypatch.setenv("MARIANA_NO_SCIPY", "0")
+
+    def check(rows, dst, n=5):
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=n))))
+        return _no_repeats(indptr, np.asarray(dst, dtype=np.int64), n)
+
+    assert check([0, 0, 1, 3], [1, 2, 2, 0])
+    assert check([0, 0, 1], [3, 4, 4]) and check([1, 2, 4], [0, 0, 0])
+    assert not check([0, 0, 1], [1, 2, 0])  # 0-1 listed both ways
+    assert not check([0, 0], [1, 1])  # repeated
+    assert not check([2], [2])  # a loop
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        rows = np.sort(rng.integers(0, 300, 600))
+        dst = rng.integers(0, 300, 600)
+        pairs = {(min(a, b), max(a, b)) for a, b in zip(rows.tolist(), dst.tolist())}
+        want = len(pairs) == 600 and all(a != b for a, b in pairs)
+        assert check(rows, dst, 300) == want
+        keep = np.flatnonzero(rows != dst)
+        key = np.minimum(rows, dst) * 300 + np.maximum(rows, dst)
+        _, first = np.unique(key[keep], return_index=True)
+        sel = np.sort(keep[first])
+        assert check(rows[sel], dst[sel], 300)
 
 
 def _communities(tmp_path: Path, text_ids: bool) -> Path:

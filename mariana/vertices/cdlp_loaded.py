@@ -163,9 +163,15 @@ class CDLPLoaded(LoadedBlock):
             at += len(sk)
             by_block.setdefault(index[m.src], []).append(rows_m)
         it = np.int32 if at < 2 ** 31 and len(src) + len(near) + sum(len(r) for r in in_rows) < 2 ** 31 else np.int64
-        rows = np.concatenate([src.astype(it), dst[near].astype(it), *[r.astype(it) for r in in_rows]])
-        nbs = np.concatenate([dst.astype(it), src[near].astype(it), *[x.astype(it) for x in in_nbs]])
-        self.ptr, self.nb = group_by_row(rows, nbs, n)
+        if not far.size and not msgs and have_scipy() and len(dst) < 2 ** 31 and n < 2 ** 31:
+            # one block: the out-entries are grouped by row already; only the in-entries need the
+            # counting sort (the transpose), then each row is its out-entries and its in-entries
+            self.ptr, self.nb = _with_transpose(g.indptr, dst.astype(it), n)
+        else:
+            rows = np.concatenate([src.astype(it), dst[near].astype(it), *[r.astype(it) for r in in_rows]])
+            nbs = np.concatenate([dst.astype(it), src[near].astype(it), *[x.astype(it) for x in in_nbs]])
+            self.ptr, self.nb = group_by_row(rows, nbs, n)
+            del rows, nbs
         self._simple = not far.size and not msgs and _no_repeats(g.indptr, dst, n)
         self.rk = np.concatenate(keys) if at > n else None
         for blk in sorted(by_block):
@@ -246,6 +252,21 @@ class CDLPLoaded(LoadedBlock):
         if g is None:
             return {"ids": [], "values": np.zeros(0)}
         return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
+
+
+def _with_transpose(indptr: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``group_by_row`` of the entries of a CSR (rows ``indptr``, columns ``dst``, all rows) and
+    of its transpose: each row's own entries, then its in-entries in source order (the same
+    layout), with one counting sort of half the entries (scipy's ``tocsc``)."""
+    m = len(dst)
+    t = _csr_matrix((np.ones(m, np.int8), dst.astype(np.int32, copy=False), indptr.astype(np.int32)),
+                    shape=(n, n)).tocsc()  # in-entries by row, sources ascending
+    out_ptr, in_ptr = indptr.astype(np.int64), t.indptr.astype(np.int64)
+    ptr = out_ptr + in_ptr
+    nb = np.empty(2 * m, dtype=dst.dtype)
+    nb[np.arange(m, dtype=np.int64) + np.repeat(in_ptr[:-1], np.diff(out_ptr))] = dst
+    nb[np.arange(m, dtype=np.int64) + np.repeat(out_ptr[1:], np.diff(in_ptr))] = t.indices
+    return ptr, nb
 
 
 def _no_repeats(indptr: np.ndarray, dst: np.ndarray, n: int) -> bool:

@@ -12,7 +12,8 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.vertices.cdlp_loaded import ELL_MAX, CDLPLoaded, _no_repeats, ell_layout, ell_modes, group_by_row, row_modes
+from mariana.vertices.cdlp_loaded import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
+                                          group_by_row, row_modes)
 from test_graph_jobs import cli_run
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,6 +86,19 @@ def test_grid_rows_take_the_column_form_and_give_vertex_mode_labels(capsys, tmp_
     want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", "iterations=6")[0]
     for workers in (1, 2):
         assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "iterations=6", workers=workers)[0] == want
+
+
+def test_one_blocks_layout_by_its_transpose_is_group_by_rows():
+    """One block's entries (out-edges grouped by row, then the in-edges from a transpose) are laid
+    out as ``group_by_row`` lays out the out- and in-entries together, to the element."""
+    rng = np.random.default_rng(1)
+    for n, m in ((1, 0), (5, 7), (300, 2000)):
+        src = np.sort(rng.integers(0, n, m)).astype(np.int32)
+        dst = rng.integers(0, n, m).astype(np.int32)
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n))))
+        ptr, nb = _with_transpose(indptr, dst, n)
+        want_ptr, want_nb = group_by_row(np.concatenate([src, dst]), np.concatenate([dst, src]), n)
+        assert np.array_equal(ptr, want_ptr) and np.array_equal(nb, want_nb)
 
 
 def test_no_repeats_finds_loops_repeated_edges_and_edges_listed_both_ways(monkeypatch):

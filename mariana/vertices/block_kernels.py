@@ -10,7 +10,7 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
   ``np.bincount`` with weights both add in that order, so PageRank keeps its ascending-source
   summation (bit-identical to ``PageRankVertex``); the matvec is ~5x faster than gather+bincount.
 - ``components``: connected components of a symmetric CSR graph, each row labelled by the smallest
-  row of its component.
+  row of its component (a dense symmetric graph: from a sample of its entries first, Afforest).
 - ``relax``: shortest distances inside a block from seeds that start at given distances; every
   distance is the minimum over paths of the left-to-right float sum ``((d0 + w1) + w2) + ...``,
   the value Bellman-Ford in supersteps reaches (float addition is monotone), so SSSP stays
@@ -35,6 +35,10 @@ try:  # optional: the numpy forms below give the same bits
     from scipy.sparse.csgraph import dijkstra as _dijkstra
 except ImportError:  # pragma: no cover - scipy is a dependency; this is the fallback
     _csr_matrix = None
+try:  # scipy's C lookup of given (row, column) entries of a CSR; private: LCC's wedge form needs it
+    from scipy.sparse._sparsetools import csr_sample_values as _sample
+except ImportError:  # pragma: no cover - other scipy versions: the masked products instead
+    _sample = None
 
 __all__ = ["have_scipy", "csr_sum", "components", "relax", "triangle_credits"]
 
@@ -66,14 +70,28 @@ def csr_sum(indptr: np.ndarray, indices: np.ndarray) -> CSRSum:
     return CSRSum(indptr, indices)
 
 
-def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False) -> np.ndarray:
+#: ``components`` of a symmetric graph with at least this many entries per row on average
+#: first labels a sample (each row's first ``SAMPLE`` entries); see ``_sampled_labels``
+SAMPLE_DEGREE = 8
+SAMPLE = 2
+
+
+def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False,
+               cols: np.ndarray | None = None) -> np.ndarray:
     """For each row of a CSR graph, the smallest row of its weakly connected component.
-    ``symmetric``: every edge is stored in both directions (the CSR is its own transpose)."""
+    ``symmetric``: every edge is stored in both directions (the CSR is its own transpose).
+    ``cols``: the row of each value in ``indices`` (None: the values are rows)."""
     k = len(indptr) - 1
     if not indices.size:
         return np.arange(k)
     if have_scipy():
-        labels = _undirected_labels(indptr, indices) if symmetric else None
+        labels = None
+        if symmetric and indices.size >= SAMPLE_DEGREE * k:
+            labels = _sampled_labels(k, indptr, indices, cols)
+        if cols is not None and labels is None:
+            indices = cols[indices]
+        if symmetric and labels is None:
+            labels = _undirected_labels(indptr, indices)
         if labels is None:
             m = _csr_matrix((np.ones(indices.size), indices, indptr), shape=(k, k))  # float64: no copy
             # (connection="strong" would skip the transpose, but takes minutes on a grid)
@@ -81,10 +99,62 @@ def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False)
         first = np.full(int(labels.max()) + 1, k, dtype=np.int64)
         np.minimum.at(first, labels, np.arange(k))
         return first[labels]
-    return _hook_components(k, np.repeat(np.arange(k), np.diff(indptr)), indices)
+    return _hook_components(k, np.repeat(np.arange(k), np.diff(indptr)), indices if cols is None else cols[indices])
 
 
-def _undirected_labels(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
+def _sampled_labels(k: int, indptr: np.ndarray, indices: np.ndarray, cols: np.ndarray | None) -> np.ndarray | None:
+    """Component labels of a symmetric graph from few of its entries (Afforest, Sutton et al. 2018):
+    label the graph of every row's first ``SAMPLE`` entries; the largest component found keeps the
+    rest of its rows' entries unread, every other row adds them (joining the sample's components:
+    labelled as a graph over those), and the labels of the sample plus those are the graph's.
+    Exact because the graph is symmetric: an unread entry u -> v has u in the largest component,
+    and if v is not, v's own row adds v -> u. A dense graph with a giant
+    component (R-MAT) is then labelled from a fraction of its entries; None where the rows to add
+    hold over half the entries (then the whole graph is labelled instead)."""
+    if len(indices) >= 2 ** 31 or k >= 2 ** 31:
+        return None
+    ip = indptr.astype(np.int64, copy=False)
+    deg = np.diff(ip)
+    s_src, s_pos = [], []
+    for j in range(SAMPLE):
+        r = np.flatnonzero(deg > j)
+        s_src.append(r)
+        s_pos.append(ip[r] + j)
+    s_dst = indices[np.concatenate(s_pos)]
+    if cols is not None:
+        s_dst = cols[s_dst]
+    labels = _labels_of(k, np.concatenate(s_src), s_dst)
+    giant = int(np.argmax(np.bincount(labels)))
+    rest = np.flatnonzero((deg > SAMPLE) & (labels != giant))
+    starts, counts = ip[rest] + SAMPLE, deg[rest] - SAMPLE
+    total = int(counts.sum())
+    if 2 * total > indices.size:
+        return None
+    e = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(total)
+    r_dst = indices[e] if cols is None else cols[indices[e]]
+    # the rest joins the sample's components: a graph over them (smaller still), then through it
+    return _labels_of(int(labels.max()) + 1, labels[np.repeat(rest, counts)], labels[r_dst])[labels]
+
+
+def _labels_of(k: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """scipy's component labels of the undirected graph of the edges (src, dst)."""
+    src, dst = src.astype(np.int32, copy=False), dst.astype(np.int32, copy=False)
+    ptr, idx = _grouped(src, dst, k)
+    t_ptr, t_idx = _grouped(dst, src, k)  # the transpose
+    labels = _undirected_labels(ptr, idx, t_ptr, t_idx)
+    if labels is None:
+        _, labels = _cc(_csr_matrix((np.ones(idx.size), idx, ptr), shape=(k, k)), directed=False)
+    return labels
+
+
+def _grouped(rows: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, ``vals`` grouped by ``rows``): a counting sort (scipy's CSR-to-CSC of one row)."""
+    m = _csr_matrix((vals, rows, np.array([0, rows.size], dtype=np.int32)), shape=(1, k)).tocsc()
+    return m.indptr, m.data
+
+
+def _undirected_labels(indptr: np.ndarray, indices: np.ndarray, t_indptr: np.ndarray | None = None,
+                       t_indices: np.ndarray | None = None) -> np.ndarray | None:
     """Component labels of a symmetric CSR by scipy's own undirected labelling, which follows
     the rows of a CSR and of its transpose: given the rows only (they hold both directions), half
     the visits; the public call builds the transpose first (~4x the time on R-MAT).
@@ -97,8 +167,12 @@ def _undirected_labels(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | 
         return None
     ip, ix = indptr.astype(np.int32, copy=False), indices.astype(np.int32, copy=False)
     labels = np.empty(len(indptr) - 1, dtype=np.int32)
-    try:  # a symmetric CSR reaches every neighbour through its own rows: the transpose is empty
-        undirected(ix, ip, ix[:0], np.zeros_like(ip), labels)
+    if t_indptr is None or t_indices is None:  # a symmetric CSR reaches every neighbour through its own
+        t_ip, t_ix = np.zeros_like(ip), ix[:0]  # rows: the transpose is empty
+    else:
+        t_ip, t_ix = t_indptr.astype(np.int32, copy=False), t_indices.astype(np.int32, copy=False)
+    try:
+        undirected(ix, ip, t_ix, t_ip, labels)
     except (TypeError, ValueError):
         return None
     return labels
@@ -184,9 +258,12 @@ class Relaxer:
         order, pred = _bfo(m, root, directed=True, return_predecessors=True)
         hops = _levels(order, pred)
         cand = np.full(k, np.inf)
-        mine = order[order < k]
-        cand[mine] = base + hops[order < k]
-        return np.minimum(cand, dist)
+        if seeds.size == 1:  # (no super-source: every node of the order is a row)
+            cand[order] = hops + base
+        else:
+            mine = order < k
+            cand[order[mine]] = base + hops[mine]
+        return np.minimum(cand, dist, out=cand)
 
     def _matrix(self) -> Any:
         m = self.__dict__.get("_m")
@@ -221,8 +298,9 @@ def _levels(order: np.ndarray, pred: np.ndarray) -> np.ndarray:
     goes down along ``order`` and each level ends where the previous one's children do: one
     ``searchsorted`` per level (pointer jumping measured 1.3x slower on a grid)."""
     n = len(order)
-    pos = np.empty(len(pred), dtype=np.int64)
-    pos[order] = np.arange(n)
+    it: Any = np.int32 if len(pred) < 2 ** 31 else np.int64  # (32 bits: the scatter takes a third of the time)
+    pos = np.empty(len(pred), dtype=it)
+    pos[order] = np.arange(n, dtype=it)
     parent = pos[pred[order[1:]]]  # for positions 1..n-1
     if parent.size > 1 and (parent[1:] < parent[:-1]).any():  # not queue order: jump pointers
         hops = np.zeros(n, dtype=np.int64)
@@ -236,7 +314,7 @@ def _levels(order: np.ndarray, pred: np.ndarray) -> np.ndarray:
             anc = up
     bounds, find = [0, 1], parent.searchsorted
     while bounds[-1] < n:
-        bounds.append(int(find(bounds[-1], "left")) + 1)
+        bounds.append(int(find(it(bounds[-1]), "left")) + 1)  # (a key of the array's type: no cast of it)
     return np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
 
 
@@ -303,6 +381,66 @@ _PACK = 1 << 20
 
 
 def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    oriented = _orient_symmetric(k, indptr, indices) if symmetric else None
+    if oriented is not None:
+        deg, rank, uptr, ucol = oriented
+        umult = None
+    else:
+        deg, rank, uptr, ucol, umult = _orient(k, indptr, indices, symmetric)
+    if not ucol.size:
+        return deg.astype(np.int64), np.zeros(k, dtype=np.int64)
+    out_u = np.diff(uptr).astype(np.int64)
+    wedges = int(np.dot(out_u, out_u - 1)) // 2
+    if _sample is not None and wedges <= WEDGE_FACTOR * ucol.size:  # (a grid: one wedge a vertex)
+        return deg.astype(np.int64), _wedge_triangles(k, uptr, ucol, umult, rank, out_u, wedges)
+    del rank, out_u
+    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, None)
+    return deg.astype(np.int64), low + high + mid
+
+
+def _rank(k: int, deg: np.ndarray) -> np.ndarray:
+    """The rank (degree, row) of every row as one integer (int32 where it fits)."""
+    it: Any = np.int32 if k * (int(deg.max(initial=0)) + 1) < 2 ** 31 else np.int64
+    rank = deg.astype(it)
+    rank *= it(k)
+    rank += np.arange(k, dtype=it)
+    return rank
+
+
+def _orient_symmetric(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[Any, ...] | None:
+    """A symmetric CSR's (deg, rank, uptr, ucol) without sorting it (rank None: where no degree
+    exceeds ``_FEW``, by row alone, as any order keeps the wedges few): the entries going *down* in
+    rank are compacted in place (scipy's ``eliminate_zeros``), and their transpose (a counting sort,
+    ``tocsc``) is U with sorted rows, since A is its own transpose; self-loops go neither way and
+    |N(v)| = out_U(v) + out_D(v). None when there are repeated entries (then U has them too) or
+    the indices do not fit 32 bits: the general path (which sorts) runs."""
+    if len(indices) >= 2 ** 31 or k >= 2 ** 31 or not len(indices):
+        return None
+    ip = indptr.astype(np.int32)  # (a copy: compacted in place below)
+    raw = np.diff(ip)
+    rank: np.ndarray | None = None
+    if int(raw.max()) <= _FEW:  # degrees this small: any order keeps the wedges few; by row, no ranks
+        col = indices.astype(np.int32)  # a copy, compacted in place below
+        down = np.less(col, np.repeat(np.arange(k, dtype=np.int32), raw))
+    else:
+        rank = _rank(k, raw)
+        col = rank[indices]  # each entry's column's rank: a fresh array, compacted in place below
+        down = np.less(col, np.repeat(rank, raw))
+    d = _csr_matrix((down, col, ip), shape=(k, k))
+    del down, raw
+    d.eliminate_zeros()  # (compacts col)
+    if rank is not None:
+        np.remainder(d.indices, col.dtype.type(k), out=d.indices)  # rank -> column
+    u = d.tocsc()  # D^T = U, rows sorted
+    if not u.has_canonical_format:  # repeated entries
+        return None
+    deg = np.diff(u.indptr)
+    deg += np.diff(d.indptr)
+    return deg, rank, u.indptr, u.indices
+
+
+def _orient(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> tuple[Any, ...]:
+    """(deg, rank, uptr, ucol, umult) of the canonical adjacency (sorted, no repeats, no loops)."""
     a = _csr_matrix((np.ones(indices.size, dtype=bool), indices, indptr), shape=(k, k))
     if not a.has_canonical_format:  # (checked in one pass)
         a.sum_duplicates()  # (bools: repeated edges stay True)
@@ -315,20 +453,85 @@ def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric:
         a = (a + a.T.tocsr()).tocsr()  # 1 or 2 on every neighbour pair, canonical
         mult = a.data
     deg = np.diff(a.indptr)
-    tri = np.zeros(k, dtype=np.int64)
-    if not a.nnz:
-        return deg.astype(np.int64), tri
-    it: Any = np.int32 if k * (int(deg.max()) + 1) < 2 ** 31 else np.int64
-    rank = deg.astype(it) * it(k) + np.arange(k, dtype=it)
-    up = np.flatnonzero(rank[a.indices] > np.repeat(rank, deg))  # (faster than a cumsum of bools)
+    rank = _rank(k, deg)
+    up = np.flatnonzero(np.greater(rank[a.indices], np.repeat(rank, deg)))  # (faster than a cumsum of bools)
     uptr = np.searchsorted(up, a.indptr)
     ucol = a.indices[up]
     umult = None if mult is None else mult[up].astype(np.int64)
-    del a, up, rank
-    if not ucol.size:
-        return deg.astype(np.int64), tri
-    low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, None)
-    return deg.astype(np.int64), low + high + mid
+    return deg, rank, uptr, ucol, umult
+
+
+#: the wedges of the rank-oriented adjacency are checked one by one (``_wedge_triangles``) when
+#: there are at most this many per oriented edge; else the masked products (whose cost grows
+#: with the length-2 paths, not the wedges) run
+WEDGE_FACTOR = 4
+
+
+def _wedge_triangles(k: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarray | None, rank: np.ndarray | None,
+                     out_u: np.ndarray, wedges: int) -> np.ndarray:
+    """``triangle_credits``' sums by listing the wedges of U: each pair of entries (x, w) of a row
+    v (x ranked below w), closed when U has x -> w (scipy's ``csr_sample_values``: a search in
+    row x, in C); per triangle v gets M[x, w], x M[v, w] and w M[v, x]. Costs the wedges, sum of
+    C(out_U(v), 2) (few where degrees are bounded: one per vertex on a grid), in chunks of about
+    ``TRIANGLE_CHUNK``; 32-bit indices where they fit (fresh pages are a good part of the time)."""
+    it: Any = np.int32 if ucol.size < 2 ** 31 and k < 2 ** 31 else np.int64
+    uptr, ucol = uptr.astype(it), ucol.astype(it, copy=False)
+    mult = np.full(ucol.size, 2, dtype=np.int8) if umult is None else umult.astype(np.int8)  # M: 1 or 2
+    tri = np.zeros(k, dtype=np.int64)
+    for i, j in _wedge_pairs(k, uptr, out_u, wedges, it):
+        total = i.size
+        a, b = ucol[i], ucol[j]
+        if rank is None:  # ordered by row: U's rows are sorted, so a < b
+            x, w, swap = a, b, np.zeros(total, dtype=bool)
+        else:
+            swap = rank[a] > rank[b]  # x = the lower-ranked of the two
+            x, w = np.where(swap, b, a), np.where(swap, a, b)
+        del a, b
+        mxw = np.zeros(total, dtype=np.int8)
+        _sample(k, k, uptr, ucol, mult, total, x, w, mxw)
+        found = np.flatnonzero(mxw)
+        if not found.size:
+            continue
+        i, j, x, w, swap = i[found], j[found], x[found], w[found], swap[found]
+        mvx, mvw = np.where(swap, mult[j], mult[i]), np.where(swap, mult[i], mult[j])
+        v = np.searchsorted(uptr, i, side="right") - 1
+        tri += np.bincount(v, weights=mxw[found], minlength=k).astype(np.int64)
+        tri += np.bincount(x, weights=mvw, minlength=k).astype(np.int64)
+        tri += np.bincount(w, weights=mvx, minlength=k).astype(np.int64)
+    return tri
+
+
+#: rows of at most this many U entries take ``_wedge_pairs``' loop over positions
+_FEW = 16
+
+
+def _wedge_pairs(k: int, uptr: np.ndarray, out_u: np.ndarray, wedges: int, it: Any) -> Any:
+    """The wedges of U as entry pairs (i, j), i before j in the same row, in chunks of about
+    ``TRIANGLE_CHUNK``. Rows of at most ``_FEW`` entries (a grid: at most 4): one k-sized pass per
+    position q, pairing every earlier position with it; else per entry its pairs to the row's end."""
+    if not wedges:
+        return
+    top = int(out_u.max())
+    if top <= _FEW and wedges <= TRIANGLE_CHUNK:
+        ii, jj = [], []
+        for q in range(1, top):
+            at = uptr[:-1][out_u > q]  # rows with an entry at position q
+            ii.append((at[:, None] + np.arange(q, dtype=it)).reshape(-1))
+            jj.append(np.repeat(at + q, q))
+        yield np.concatenate(ii), np.concatenate(jj)
+        return
+    for lo, hi in _row_chunks(out_u * (out_u - 1) // 2) if wedges > TRIANGLE_CHUNK else [(0, k)]:
+        e0, e1 = int(uptr[lo]), int(uptr[hi])
+        per = np.repeat(uptr[lo + 1:hi + 1], out_u[lo:hi])  # pairs (i, j > i) of each entry i: to its row's end
+        per -= np.arange(e0 + 1, e1 + 1, dtype=it)
+        total = int(per.sum())
+        if not total:
+            continue
+        i = np.repeat(np.arange(e0, e1, dtype=it), per)
+        j = np.arange(1, total + 1, dtype=it)
+        j -= np.repeat(np.cumsum(per, dtype=it) - per, per)
+        j += i
+        yield i, j
 
 
 def oriented_triangles(k: int, c: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarray | None,

@@ -14,7 +14,8 @@ the numerically smallest id, Graphalytics' order), else the ids' UTF-8 bytes (st
   ``rows`` + its place among the labels that block sends; each block then sends every neighbouring
   block, once per round, the labels of its vertices that have a neighbour there.
 - Each round: a row's label is the mode of its entries' labels (``row_modes``: scipy sorts and
-  counts each row in C; numpy sorts (row, label) keys; the same result). Only rows next to a
+  counts each row in C; numpy sorts (row, label) keys; the same result; where no row has more
+  than ``ELL_MAX`` entries, a grid's 4, ``ell_modes`` compares the rows' entries as columns, no sort). Only rows next to a
   label that changed last round are recomputed once those rows hold under 3/4 of the entries
   (CDLP settles: on R-MAT-16 the last six rounds touch ~80 of 65536 rows). Inside a block the
   entries are symmetric, so the rows next to a changed row are its own local entries; rows next
@@ -54,6 +55,8 @@ class CDLPLoaded(LoadedBlock):
         self.moved = np.empty(0, np.int64)  # the local rows whose label changed in the last round
         self.lo, self.span = 0, 0  # integer labels: the range of every id (span 0: rank the labels)
         self.partial = 0  # rounds that recomputed only the rows next to a changed label
+        self._simple = False  # one block whose rows repeat no neighbour, before its first round (derived, not saved)
+        self._ell: Any = None  # the entries in ``ell_layout``'s columns (False: a row too long; derived, not saved)
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -160,9 +163,16 @@ class CDLPLoaded(LoadedBlock):
             at += len(sk)
             by_block.setdefault(index[m.src], []).append(rows_m)
         it = np.int32 if at < 2 ** 31 and len(src) + len(near) + sum(len(r) for r in in_rows) < 2 ** 31 else np.int64
-        rows = np.concatenate([src.astype(it), dst[near].astype(it), *[r.astype(it) for r in in_rows]])
-        nbs = np.concatenate([dst.astype(it), src[near].astype(it), *[x.astype(it) for x in in_nbs]])
-        self.ptr, self.nb = group_by_row(rows, nbs, n)
+        if not far.size and not msgs and have_scipy() and len(dst) < 2 ** 31 and n < 2 ** 31:
+            # one block: the out-entries are grouped by row already; only the in-entries need the
+            # counting sort (the transpose), then each row is its out-entries and its in-entries
+            self.ptr, self.nb = _with_transpose(g.indptr, dst.astype(it), n)
+        else:
+            rows = np.concatenate([src.astype(it), dst[near].astype(it), *[r.astype(it) for r in in_rows]])
+            nbs = np.concatenate([dst.astype(it), src[near].astype(it), *[x.astype(it) for x in in_nbs]])
+            self.ptr, self.nb = group_by_row(rows, nbs, n)
+            del rows, nbs
+        self._simple = not far.size and not msgs and _no_repeats(g.indptr, dst, n)
         self.rk = np.concatenate(keys) if at > n else None
         for blk in sorted(by_block):
             r = _distinct(np.concatenate(by_block[blk]), n)
@@ -216,7 +226,18 @@ class CDLPLoaded(LoadedBlock):
             ptr = np.concatenate(([0], np.cumsum(counts)))
             nb, base = self.nb[idx], dirty
             self.partial += 1
-        rows, best = row_modes(ptr, code[nb], u)
+        simple, self._simple = self._simple, False
+        if simple and base is None and not len(far):  # the first round: every label distinct, no row
+            rows = np.flatnonzero(np.diff(ptr))  # repeats a neighbour: every count is 1, the mode is the smallest
+            best = np.minimum.reduceat(code[nb], ptr[rows]).astype(np.int64) if rows.size else rows
+        elif base is None and self._ell is None:  # (once: the multiset is fixed)
+            self._ell = ell_layout(self.ptr, self.nb) or False
+        if simple and base is None and not len(far):
+            pass
+        elif base is None and self._ell and u + ELL_MAX < 2 ** 31:
+            rows, best = ell_modes(self._ell, code, u)
+        else:
+            rows, best = row_modes(ptr, code[nb], u)
         if base is not None:
             rows = base[rows]
         new = best + self.lo if uniq is None else uniq[best]
@@ -231,6 +252,42 @@ class CDLPLoaded(LoadedBlock):
         if g is None:
             return {"ids": [], "values": np.zeros(0)}
         return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
+
+
+def _with_transpose(indptr: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``group_by_row`` of the entries of a CSR (rows ``indptr``, columns ``dst``, all rows) and
+    of its transpose: each row's own entries, then its in-entries in source order (the same
+    layout), with one counting sort of half the entries (scipy's ``tocsc``)."""
+    m = len(dst)
+    t = _csr_matrix((np.ones(m, np.int8), dst.astype(np.int32, copy=False), indptr.astype(np.int32)),
+                    shape=(n, n)).tocsc()  # in-entries by row, sources ascending
+    out_ptr, in_ptr = indptr.astype(np.int64), t.indptr.astype(np.int64)
+    ptr = out_ptr + in_ptr
+    nb = np.empty(2 * m, dtype=dst.dtype)
+    nb[np.arange(m, dtype=np.int64) + np.repeat(in_ptr[:-1], np.diff(out_ptr))] = dst
+    nb[np.arange(m, dtype=np.int64) + np.repeat(out_ptr[1:], np.diff(in_ptr))] = t.indices
+    return ptr, nb
+
+
+def _no_repeats(indptr: np.ndarray, dst: np.ndarray, n: int) -> bool:
+    """Whether one block's out-edges (CSR over its rows, every target a row) give no row a
+    neighbour twice: no self-loop, and the pairs (smaller, larger end) all distinct (no repeated
+    edge, none listed both ways), found by two counting sorts (scipy's CSR-to-CSC of one row:
+    linear) and a look for repeats in the sorted rows; without scipy: False (rounds as usual)."""
+    if not have_scipy() or not len(dst) or len(dst) >= 2 ** 31 or n >= 2 ** 31:
+        return False
+    src = np.repeat(np.arange(n, dtype=np.int32), np.diff(indptr))
+    dst = dst.astype(np.int32, copy=False)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    del src
+    if bool((lo == hi).any()):
+        return False
+    one = np.array([0, len(lo)], dtype=np.int32)
+    by_hi = _csr_matrix((lo, hi, one), shape=(1, n)).tocsc()  # lo by hi: the minor key first
+    hi_sorted = np.repeat(np.arange(n, dtype=np.int32), np.diff(by_hi.indptr))
+    by_lo = _csr_matrix((hi_sorted, by_hi.data, one), shape=(1, n)).tocsc()  # then by lo, stably
+    pairs = _csr_matrix((np.ones(len(lo), np.int8), by_lo.data, by_lo.indptr), shape=(n, n))
+    return bool(pairs.has_canonical_format)  # rows sorted: canonical = no repeated pair
 
 
 def _distinct(idx: np.ndarray, n: int) -> np.ndarray:
@@ -304,6 +361,41 @@ def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.
         starts = np.concatenate(([0], np.cumsum(ip[rows + 1] - ip[rows])[:-1]))
         best[np.searchsorted(full, rows)] = _best(starts, code[idx], cnt[idx], u)
     return full, best
+
+
+#: rows of at most this many entries (every row: a grid's 4) take ``ell_modes``
+ELL_MAX = 8
+
+
+def ell_layout(ptr: np.ndarray, nb: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """Every row's entries as columns (ELLPACK) when no row has more than ``ELL_MAX``: (the rows
+    with entries, a (columns, rows) array of ``nb`` values, the flat places without an entry and
+    their column numbers); None else."""
+    k = len(ptr) - 1
+    cnt = np.diff(ptr)
+    top = int(cnt.max(initial=0))
+    if not top or top > ELL_MAX:
+        return None
+    at = ptr[:-1] + np.arange(top)[:, None]  # (top, k): entry j of every row
+    has = np.arange(top)[:, None] < cnt
+    cols = nb[np.where(has, at, 0)]
+    pad = np.flatnonzero(~has)
+    return np.flatnonzero(cnt), cols, pad, (pad // max(k, 1)).astype(cols.dtype)
+
+
+def ell_modes(layout: tuple[np.ndarray, ...], code: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
+    """``row_modes`` over ``ell_layout``'s columns (values ``code[column]``; u + ELL_MAX < 2^31):
+    every pair of columns compared at once, no sort; the result of ``row_modes`` (where a row
+    lacks column j it holds u + j: distinct, above every value, so never picked while it has one)."""
+    full, cols, pad, pad_col = layout
+    lab = code[cols]
+    lab.reshape(-1)[pad] = pad_col + u
+    count = (lab[:, None, :] == lab[None, :, :]).sum(1, dtype=np.int8)  # each value's occurrences in its row
+    score = count.astype(np.int64)  # (count, -value): the most frequent, the smallest of a tie
+    score <<= 32
+    score += 0x7FFFFFFF - lab
+    best = score.max(0)[full]
+    return full, 0x7FFFFFFF - (best & 0xFFFFFFFF)
 
 
 def _best(starts: np.ndarray, code: np.ndarray, cnt: np.ndarray, u: int) -> np.ndarray:

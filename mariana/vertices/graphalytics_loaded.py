@@ -128,6 +128,13 @@ class WCCComponentsLoaded(LoadedBlock):
         """The components inside the block (step 0: processing, not loading)."""
         g = self.g
         assert g is not None
+        if len(g.blocks) == 1:  # every edge internal: the slots with the row of each target (only the
+            # entries the labelling reads are looked up: few of them on a dense graph)
+            same = len(g.targets) == len(g.own) and np.array_equal(g.targets, g.own)
+            self.comp = components(g.indptr, g.slot, symmetric=True, cols=None if same else g.local(g.targets))
+            self.boundary_rows, self.boundary_slots = np.empty(0, np.int32), g.slot[:0]
+            g.slot, g.indptr = g.slot[:0], g.indptr[:1]
+            return
         sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
         self.comp = components(sp.indptr, sp.indices, symmetric=True)
         self.boundary_rows = np.repeat(np.arange(len(g.own), dtype=np.int32), np.diff(sp.b_indptr))

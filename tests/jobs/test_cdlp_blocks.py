@@ -12,7 +12,8 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.vertices.cdlp_loaded import CDLPLoaded, group_by_row, row_modes
+from mariana.vertices.cdlp_loaded import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
+                                          group_by_row, row_modes)
 from test_graph_jobs import cli_run
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,6 +48,87 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     assert got_rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
     empty_rows, empty_best = row_modes(np.zeros(4, np.int64), np.empty(0, np.int32), u)
     assert empty_rows.size == 0 and empty_best.size == 0
+
+
+@pytest.mark.parametrize("u", (3, 17, 2 ** 31 - ELL_MAX - 1))
+def test_ell_modes_match_a_plain_count(u):
+    """Rows of 0..ELL_MAX entries (ties, repeats, empty rows, values up to the largest allowed):
+    the per-column form gives the plain count's modes; a longer row: no layout."""
+    rng = np.random.default_rng(9)
+    n = 500
+    cnt = rng.integers(0, ELL_MAX + 1, n)
+    ptr = np.concatenate(([0], np.cumsum(cnt)))
+    nb = rng.integers(0, 1000, int(ptr[-1])).astype(np.int32)
+    code = rng.integers(max(u - 6, 0), u, 1000).astype(np.int64 if u > 2 ** 30 else np.int32)
+    layout = ell_layout(ptr, nb)
+    assert layout is not None
+    rows, best = ell_modes(layout, code, u)
+    want = _modes_by_hand(ptr, code[nb])
+    assert len(want) < n and rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
+    assert ell_layout(np.array([0, ELL_MAX + 1]), np.zeros(ELL_MAX + 1, np.int32)) is None
+
+
+def test_grid_rows_take_the_column_form_and_give_vertex_mode_labels(capsys, tmp_path):
+    """A grid (every row at most 4 entries, so every full round takes ``ell_modes``), with a few
+    diagonals so that ties and repeats occur: block mode on 1 and 2 workers gives vertex mode's labels."""
+    side, lines = 12, []
+    for r in range(side):
+        for c in range(side):
+            v = r * side + c
+            if c + 1 < side:
+                lines.append(f"{v} {v + 1}\n")
+            if r + 1 < side:
+                lines.append(f"{v} {v + side}\n")
+            if (r + c) % 5 == 0 and r + 1 < side and c + 1 < side:
+                lines.append(f"{v} {v + side + 1}\n")
+    path = tmp_path / "grid.e"
+    path.write_text("".join(lines))
+    want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", "iterations=6")[0]
+    for workers in (1, 2):
+        assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "iterations=6", workers=workers)[0] == want
+
+
+def test_one_blocks_layout_by_its_transpose_is_group_by_rows():
+    """One block's entries (out-edges grouped by row, then the in-edges from a transpose) are laid
+    out as ``group_by_row`` lays out the out- and in-entries together, to the element."""
+    rng = np.random.default_rng(1)
+    for n, m in ((1, 0), (5, 7), (300, 2000)):
+        src = np.sort(rng.integers(0, n, m)).astype(np.int32)
+        dst = rng.integers(0, n, m).astype(np.int32)
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n))))
+        ptr, nb = _with_transpose(indptr, dst, n)
+        want_ptr, want_nb = group_by_row(np.concatenate([src, dst]), np.concatenate([dst, src]), n)
+        assert np.array_equal(ptr, want_ptr) and np.array_equal(nb, want_nb)
+
+
+def test_no_repeats_finds_loops_repeated_edges_and_edges_listed_both_ways(monkeypatch):
+    """One block's first round takes each row's smallest label only where no row lists a neighbour
+    twice (found with scipy; the numpy form never claims it)."""
+    monkeypatch.setenv("MARIANA_NO_SCIPY", "1")
+    assert not _no_repeats(np.array([0, 1, 1]), np.array([1]), 2)
+    monkeypatch.setenv("MARIANA_NO_SCIPY", "0")
+
+    def check(rows, dst, n=5):
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=n))))
+        return _no_repeats(indptr, np.asarray(dst, dtype=np.int64), n)
+
+    assert check([0, 0, 1, 3], [1, 2, 2, 0])
+    assert check([0, 0, 1], [3, 4, 4]) and check([1, 2, 4], [0, 0, 0])
+    assert not check([0, 0, 1], [1, 2, 0])  # 0-1 listed both ways
+    assert not check([0, 0], [1, 1])  # repeated
+    assert not check([2], [2])  # a loop
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        rows = np.sort(rng.integers(0, 300, 600))
+        dst = rng.integers(0, 300, 600)
+        pairs = {(min(a, b), max(a, b)) for a, b in zip(rows.tolist(), dst.tolist())}
+        want = len(pairs) == 600 and all(a != b for a, b in pairs)
+        assert check(rows, dst, 300) == want
+        keep = np.flatnonzero(rows != dst)
+        key = np.minimum(rows, dst) * 300 + np.maximum(rows, dst)
+        _, first = np.unique(key[keep], return_index=True)
+        sel = np.sort(keep[first])
+        assert check(rows[sel], dst[sel], 300)
 
 
 def _communities(tmp_path: Path, text_ids: bool) -> Path:

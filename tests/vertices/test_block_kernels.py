@@ -110,6 +110,43 @@ def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed):
         assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist()) and down.size > 50
 
 
+@pytest.mark.parametrize("sample_degree", (0, 10 ** 9))
+def test_components_from_a_sample_and_through_a_column_map(form, sample_degree, monkeypatch):
+    """A dense part (a giant component whose rows are never read past their first entries), small
+    components and isolated rows, given through a column map (slots to rows): the same labels
+    whether the sample runs (sample_degree 0: always; its fallback on the sparse graph) or not."""
+    monkeypatch.setattr(bk, "SAMPLE_DEGREE", sample_degree)
+    rng = np.random.default_rng(8)
+    k = 600
+    src, dst = rng.integers(0, 300, 4000), rng.integers(0, 300, 4000)  # dense: rows 0..299
+    c2s, c2d = rng.integers(300, 340, 400), rng.integers(300, 340, 400)  # a second dense cluster
+    small = rng.integers(340, 560, 120)  # sparse pairs among 340..559; 560.. isolated
+    # the clusters meet by one edge listed last (past every sampled entry of its two rows)
+    src, dst = np.r_[src, c2s, small[:60], 7], np.r_[dst, c2d, small[60:], 333]
+    for s_, d_ in ((src, dst), (small[:60], small[60:])):
+        both_s, both_d = np.concatenate((s_, d_)), np.concatenate((d_, s_))
+        indptr, rows = _csr(k, both_s, both_d)
+        perm = rng.permutation(k)  # slot -> row: the kernel reads rows through it
+        slots = np.argsort(perm)[rows].astype(np.int32)
+        want = bk.components(indptr, rows) if sample_degree else None
+        got = bk.components(indptr, slots, symmetric=True, cols=perm)
+        parent = list(range(k))
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for a, b in zip(both_s.tolist(), both_d.tolist()):
+            ra, rb = find(a), find(b)
+            parent[max(ra, rb)] = min(ra, rb)
+        ref = np.array([find(v) for v in range(k)])
+        np.testing.assert_array_equal(got, ref)
+        if want is not None:
+            np.testing.assert_array_equal(want, ref)
+
+
 def test_components_label_each_row_with_its_components_smallest_row(form):
     k = 500
     rng = np.random.default_rng(4)
@@ -183,20 +220,30 @@ def _reference_triangles(k, src, dst):
     return np.array([len(nb) for nb in nbrs]), np.array(tri)
 
 
-@pytest.mark.parametrize("chunk,pack", [(1 << 22, True), (3, True), (5, False)])
-def test_triangle_credits_count_the_edges_among_each_neighbourhood(form, chunk, pack, monkeypatch):
-    """Directed and undirected random graphs with loops and repeats, a hub, rows in small chunks,
-    and (pack=False) the scipy path without the packed product: the counts by definition."""
+@pytest.mark.parametrize("chunk,pack,wedges,few", [(1 << 22, True, 4, 16), (3, True, 4, 16), (5, False, 4, 16),
+                                                   (1 << 22, True, -1, 16), (1 << 22, True, 10 ** 6, 0),
+                                                   (7, True, 10 ** 6, 0), (1 << 22, True, 10 ** 6, 10 ** 6)])
+def test_triangle_credits_count_the_edges_among_each_neighbourhood(form, chunk, pack, wedges, few, monkeypatch):
+    """Directed and undirected random graphs with loops and repeats (and, undirected, without
+    repeats: the unsorted symmetric path), a hub, rows in small chunks, (pack=False) the scipy path
+    without the packed product, the wedge form (wedges: its threshold; -1 never) with pairs by
+    position (few: largest such row) or by entry, ordered by rank or by row: the counts by definition."""
     monkeypatch.setattr(bk, "TRIANGLE_CHUNK", chunk)
+    monkeypatch.setattr(bk, "WEDGE_FACTOR", wedges)
+    monkeypatch.setattr(bk, "_FEW", few)
     if not pack:
         monkeypatch.setattr(bk, "_PACK", 4)
     rng = np.random.default_rng(6)
-    for k, m in ((1, 3), (7, 0), (30, 120), (60, 400)):
+    for k, m in ((1, 3), (7, 0), (30, 120), (60, 400), (400, 1200)):
         src, dst = rng.integers(0, k, m), rng.integers(0, k, m)
         if k > 2:
             src[: m // 4] = 0  # a hub
         both = np.concatenate((src, dst)), np.concatenate((dst, src))
-        for s, d, symmetric in ((src, dst, False), (*both, False), (*both, True)):  # directed; both ways
+        key = np.unique(np.minimum(src, dst) * k + np.maximum(src, dst))  # distinct pairs, loops kept
+        lo, hi = key // k, key % k
+        once = np.concatenate((lo, hi[lo != hi])), np.concatenate((hi, lo[lo != hi]))
+        rev = once[0][::-1].copy(), once[1][::-1].copy()  # (rows unsorted)
+        for s, d, symmetric in ((src, dst, False), (*both, False), (*both, True), (*once, True), (*rev, True)):
             indptr, indices = _csr(k, s, d)
             deg, tri = bk.triangle_credits(indptr, indices, symmetric=symmetric)
             want_deg, want_tri = _reference_triangles(k, s, d)

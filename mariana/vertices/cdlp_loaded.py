@@ -177,7 +177,7 @@ class CDLPLoaded(LoadedBlock):
         for blk in sorted(by_block):
             r = _distinct(np.concatenate(by_block[blk]), n)
             self.routes.append((g.blocks[blk], r, pack_keys(g.own[r])))
-        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        g.drop_edges()
 
     def _dirty(self, ext_len: int, far: np.ndarray) -> np.ndarray | None:
         """The rows whose neighbours' labels changed since the last round; None: all of them (or

@@ -159,17 +159,29 @@ def group_min(rows: np.ndarray, vals: np.ndarray, current: np.ndarray) -> np.nda
     return r
 
 
-def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, key: str) -> None:
-    """Send, per destination block, the smallest value for each destination (``slots`` of edges)."""
+#: ``_send_min`` gathers per-row values onto edges this many at a time
+MIN_PIECE = 1 << 20
+
+
+def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, key: str,
+              rows: np.ndarray | None = None) -> None:
+    """Send, per destination block, the smallest value for each destination (``slots`` of edges);
+    ``val`` per edge, or per row with ``rows`` the source row of each edge (gathered in pieces)."""
     if slots.size == 0:
         return
     if val.dtype.kind in "iuf":  # numbers: one unbuffered minimum per distinct destination, no sort
         init = np.inf if val.dtype.kind == "f" else np.iinfo(val.dtype).max
         best = np.full(len(g.targets), init, dtype=val.dtype)
-        np.minimum.at(best, slots, val)
+        if rows is None:
+            np.minimum.at(best, slots, val)
+        else:
+            for lo in range(0, len(slots), MIN_PIECE):
+                np.minimum.at(best, slots[lo:lo + MIN_PIECE], val[rows[lo:lo + MIN_PIECE]])
         t = np.flatnonzero(best < init)
         d, v, blk = g.targets[t], best[t], g.target_block[t]
     else:  # byte-string labels: sort by (destination, value), first of each run
+        if rows is not None:
+            val = val[rows]
         order = np.lexsort((val, slots))
         s, v = slots[order], val[order]
         first = np.ones(s.size, dtype=bool)

@@ -132,14 +132,15 @@ class WCCComponentsLoaded(LoadedBlock):
             # entries the labelling reads are looked up: few of them on a dense graph)
             same = len(g.targets) == len(g.own) and np.array_equal(g.targets, g.own)
             self.comp = components(g.indptr, g.slot, symmetric=True, cols=None if same else g.local(g.targets))
-            self.boundary_rows, self.boundary_slots = np.empty(0, np.int32), g.slot[:0]
-            g.slot, g.indptr = g.slot[:0], g.indptr[:1]
+            self.boundary_rows, self.boundary_slots = np.empty(0, np.int32), np.empty(0, g.slot.dtype)
+            g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()  # copies: a view keeps the whole
             return
         sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
         self.comp = components(sp.indptr, sp.indices, symmetric=True)
         self.boundary_rows = np.repeat(np.arange(len(g.own), dtype=np.int32), np.diff(sp.b_indptr))
         self.boundary_slots = sp.b_slot
-        g.slot, g.indptr = g.slot[:0], g.indptr[:1]  # the boundary is all that is needed from here
+        # the boundary is all that is needed from here (empty copies: a [:0] view keeps the whole array)
+        g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         from .graph_blocks import _send_min, group_min
@@ -163,9 +164,12 @@ class WCCComponentsLoaded(LoadedBlock):
             label[changed] = best[comp[changed]]
             if roots.size:
                 ctx.aggregate("updated", int(np.count_nonzero(changed)))
-        sel = np.flatnonzero(changed[self.boundary_rows])
-        if sel.size:
-            _send_min(ctx, g, self.boundary_slots[sel], label[self.boundary_rows[sel]], "label")
+        rows, slots = self.boundary_rows, self.boundary_slots
+        if not changed.all():  # (step 0: every row changed, no selection to copy)
+            sel = np.flatnonzero(changed[rows])
+            rows, slots = rows[sel], slots[sel]
+        if slots.size:  # labels gathered onto the edges in pieces
+            _send_min(ctx, g, slots, label, "label", rows=rows)
         ctx.vote_to_halt()
 
     def result(self) -> dict[str, Any]:

@@ -158,7 +158,7 @@ class LCCLoaded(LoadedBlock):
         # the targets are own vertices (one block): every one of them when there are as many
         cols = g.slot if len(g.targets) == len(g.own) else g.local(g.targets)[g.slot]
         deg, tri = triangle_credits(g.indptr, cols, self.symmetric)
-        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        g.drop_edges()
         self.nb_indptr = np.concatenate(([0], np.cumsum(deg)))
         self.tri = tri
         self._coefficient(ctx)
@@ -198,7 +198,7 @@ class LCCLoaded(LoadedBlock):
             self.code = np.bitwise_or.reduceat(code, starts) if starts.size else code[:0]
             self.nb, self.nb_blk, row = keys[starts], blk[starts], rows[starts]
         self.nb_indptr = np.concatenate(([0], np.cumsum(np.bincount(row, minlength=len(g.own))))).astype(np.int64)
-        g.slot, g.targets, g.target_block, g.weight = g.slot[:0], g.targets[:0], g.target_block[:0], None
+        g.drop_edges()
         deg = np.diff(self.nb_indptr)
         w, me = len(g.blocks), self._me()
         for b in np.unique(self.nb_blk).tolist():
@@ -226,7 +226,7 @@ class LCCLoaded(LoadedBlock):
         hrow, hslot = row[higher], nb_slot[higher]
         hmult = _POPCOUNT[self.code[higher]]
         self.closing_keys, self.closing_mult = (hrow << 32) | hslot, hmult
-        self.nb, self.nb_blk, self.code = self.nb[:0], self.nb_blk[:0], self.code[:0]
+        self.nb, self.nb_blk, self.code = self.nb[:0].copy(), self.nb_blk[:0].copy(), self.code[:0].copy()
         own_slot = np.arange(rows_n, dtype=np.int64) * w_n + me
         counts = np.bincount(hrow, minlength=rows_n)
         row_start = np.concatenate(([0], np.cumsum(counts)))
@@ -281,10 +281,10 @@ class LCCLoaded(LoadedBlock):
         assert g is not None
         w_n, me, rows_n = len(g.blocks), self._me(), len(g.own)
         closing = _KeySet(self.closing_keys, self.closing_mult)
-        self.closing_keys, self.closing_mult = self.closing_keys[:0], self.closing_mult[:0]
+        self.closing_keys, self.closing_mult = self.closing_keys[:0].copy(), self.closing_mult[:0].copy()
         tri = self.tri.astype(np.float64)  # exact: integer counts < 2^53 (step 2's local ones in it)
         slots, credits = [self.pend_slot], [self.pend_credit]  # step 2's credits of other blocks' vertices
-        self.pend_slot, self.pend_credit = self.pend_slot[:0], self.pend_credit[:0]
+        self.pend_slot, self.pend_credit = self.pend_slot[:0].copy(), self.pend_credit[:0].copy()
         for msg in messages:
             p = msg.payload
             x_row = p["x"].astype(np.int64) // w_n  # (several blocks: one block never gets here)

@@ -66,20 +66,29 @@ def _libc_trim() -> Callable[[], Any]:
 #: (counted in the resident size, the peak every worker is judged by) until trimmed.
 trim_heap = _libc_trim()
 
-#: glibc's mmap threshold for a process that loads a graph (``mallopt(M_MMAP_THRESHOLD)``, -3)
-MMAP_THRESHOLD = 256 << 10
+#: glibc's mmap threshold (``mallopt(M_MMAP_THRESHOLD)``, -3) while a process loads a graph, and after
+LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD = 256 << 10, 4 << 20
 
 
-def fix_mmap_threshold() -> None:
-    """Allocations of ``MMAP_THRESHOLD`` bytes or more get their own mapping, given back when freed.
+def set_mmap_threshold(size: int) -> None:
+    """Allocations of ``size`` bytes or more get their own mapping, given back when freed.
 
     By default glibc raises its threshold to the size of each mapped block that is freed (up to
     32 MB), so after the first large temporaries of loading, the next ones come from the heap and
     the holes they leave stay resident: measured at scale 19, PageRank on 2 workers held ~240 MB
-    per process with ~70 MB of live arrays; with the threshold fixed, ~135 MB. Setting it turns
-    the adjustment off for this process (a no-op where glibc is not the allocator)."""
+    per process with ~70 MB of live arrays; with the threshold at 256 KB while loading, ~135 MB.
+    But every mapping is fresh memory, faulted in page by page when first written: kept after
+    loading, that made grid-16 CDLP and PageRank ~4x slower (their per-round temporaries of
+    ~0.5 MB). The build raises it to 4 MB with the trim threshold at twice that, as glibc's
+    adjustment pairs them (left at its 128 KB default, the heap's top was given back and faulted
+    in again every round): the processing supersteps reuse heap memory for their per-round
+    arrays and larger temporaries still go back when freed (32 MB kept PageRank's and WCC's
+    2-worker peaks ~20 MB higher, no faster). Setting them turns the adjustment off for this
+    process (a no-op where glibc is not the allocator)."""
     try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+        mallopt(-3, size)  # M_MMAP_THRESHOLD
+        mallopt(-1, max(2 * size, 128 << 10))  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):
         pass
 
@@ -593,12 +602,15 @@ class GraphLoader:
         try:
             if s == 0:
                 self.parsed = True
-                fix_mmap_threshold()
+                set_mmap_threshold(LOAD_MMAP_THRESHOLD)
                 self._parse(ctx)
             elif s == 1:
                 self._route(ctx)
             elif s == LOAD_STEPS - 1:
-                return self._build(ctx, messages)
+                try:
+                    return self._build(ctx, messages)
+                finally:
+                    set_mmap_threshold(RUN_MMAP_THRESHOLD)
             return None
         finally:
             trim_heap()

@@ -190,16 +190,18 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def _first_of_runs(a: np.ndarray) -> np.ndarray:
+    """The mask of each run's first element in sorted ``a`` (its distinct values)."""
+    keep = np.ones(a.size, dtype=bool)
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return keep
+
+
 def _sorted_unique(a: np.ndarray, presorted: bool = False) -> np.ndarray:
     """The distinct values of ``a``, sorted (by sorting: numpy's hash-based ``unique`` is slower here)."""
     if not presorted:
         a = np.sort(a)
-    if a.size == 0:
-        return a
-    keep = np.empty(a.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return a[keep]
+    return a[_first_of_runs(a)] if a.size else a
 
 
 class _Distinct:
@@ -221,8 +223,7 @@ class _Distinct:
         keys = np.concatenate([self.keys, *(k for k, _ in self.parts)])
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
-        keep = np.ones(len(keys), dtype=bool)
-        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+        keep = _first_of_runs(keys)
         if self.tags is not None:
             self.tags = np.concatenate([self.tags, *(t for _, t in self.parts if t is not None)])[order][keep]
         self.keys, self.parts, self.held = keys[keep], [], 0

@@ -70,6 +70,11 @@ class LocalGraph:
         offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
         return offsets + np.arange(total)
 
+    def slots_are_rows(self) -> bool:
+        """Whether the distinct targets are this block's own vertices, in order (one block where
+        every vertex has in-edges): then a slot is a row, with nothing to look up."""
+        return len(self.targets) == len(self.own) and bool(np.array_equal(self.targets, self.own))
+
     def drop_edges(self) -> None:
         """Let the edge arrays go once a kernel holds its own form of them: empty arrays, not
         ``[:0]`` views (a view keeps its whole base array alive: 4 bytes an edge for the job)."""
@@ -266,7 +271,7 @@ def _internal_csr(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray, np.nd
     CSR is ``g``'s own. The distinct targets are looked up once; when they are the block's own
     vertices (every vertex has in-edges), a slot is a row and there is nothing to look up."""
     k = len(g.own)
-    local = None if len(g.targets) == k and np.array_equal(g.targets, g.own) else _int32(g.local(g.targets))
+    local = None if g.slots_are_rows() else _int32(g.local(g.targets))
     inside_t = g.target_block == me
     if inside_t.all():
         return g.indptr, g.slot if local is None else local[g.slot], None, None

@@ -130,15 +130,14 @@ class WCCComponentsLoaded(LoadedBlock):
         assert g is not None
         if len(g.blocks) == 1:  # every edge internal: the slots with the row of each target (only the
             # entries the labelling reads are looked up: few of them on a dense graph)
-            same = len(g.targets) == len(g.own) and np.array_equal(g.targets, g.own)
-            self.comp = components(g.indptr, g.slot, symmetric=True, cols=None if same else g.local(g.targets))
+            cols = None if g.slots_are_rows() else g.local(g.targets)
+            self.comp = components(g.indptr, g.slot, symmetric=True, cols=cols)
             self.boundary_rows, self.boundary_slots = np.empty(0, np.int32), np.empty(0, g.slot.dtype)
-            g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()  # copies: a view keeps the whole
-            return
-        sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
-        self.comp = components(sp.indptr, sp.indices, symmetric=True)
-        self.boundary_rows = np.repeat(np.arange(len(g.own), dtype=np.int32), np.diff(sp.b_indptr))
-        self.boundary_slots = sp.b_slot
+        else:
+            sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
+            self.comp = components(sp.indptr, sp.indices, symmetric=True)
+            self.boundary_rows = np.repeat(np.arange(len(g.own), dtype=np.int32), np.diff(sp.b_indptr))
+            self.boundary_slots = sp.b_slot
         # the boundary is all that is needed from here (empty copies: a [:0] view keeps the whole array)
         g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()
 

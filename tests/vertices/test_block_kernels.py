@@ -60,6 +60,22 @@ def _reference_sssp(k, src, dst, w, start):
     return np.array(dist)
 
 
+def _union_find(k: int, src: np.ndarray, dst: np.ndarray):
+    """The reference: ``find`` over ``k`` vertices after joining every (src, dst) pair."""
+    parent = list(range(k))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in zip(src.tolist(), dst.tolist()):
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    return find
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("method", [None, "dijkstra", "frontier"])
 def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, monkeypatch):
@@ -130,17 +146,7 @@ def test_components_from_a_sample_and_through_a_column_map(form, sample_degree, 
         slots = np.argsort(perm)[rows].astype(np.int32)
         want = bk.components(indptr, rows) if sample_degree else None
         got = bk.components(indptr, slots, symmetric=True, cols=perm)
-        parent = list(range(k))
-
-        def find(x):
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for a, b in zip(both_s.tolist(), both_d.tolist()):
-            ra, rb = find(a), find(b)
-            parent[max(ra, rb)] = min(ra, rb)
+        find = _union_find(k, both_s, both_d)
         ref = np.array([find(v) for v in range(k)])
         np.testing.assert_array_equal(got, ref)
         if want is not None:
@@ -155,17 +161,7 @@ def test_components_label_each_row_with_its_components_smallest_row(form):
     indptr, indices = _csr(k, both_s, both_d)
     got = bk.components(indptr, indices)
     np.testing.assert_array_equal(bk.components(indptr, indices, symmetric=True), got)
-    parent = list(range(k))  # reference: union-find
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in zip(src.tolist(), dst.tolist()):
-        ra, rb = find(a), find(b)
-        parent[max(ra, rb)] = min(ra, rb)
+    find = _union_find(k, src, dst)  # reference
     want = np.array([min(r for r in range(k) if find(r) == find(v)) for v in range(k)])
     np.testing.assert_array_equal(got, want)
     # a long path (high diameter): one call, whatever the length

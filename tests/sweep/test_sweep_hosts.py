@@ -279,8 +279,12 @@ def test_a_sweep_killed_and_resumed_keeps_its_hosts_and_ranking(tmp_path, capsys
             assert proc.poll() is None, (tmp_path / "sweep.log").read_text()
             assert time.monotonic() < deadline, "the sweep made no progress"
             time.sleep(0.02)
+        segments = _descendants(proc.pid)  # forked from the sweep: they hold its bound socket until they exit
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+        while any(_running(pid) for pid in segments):  # they die with it (PR_SET_PDEATHSIG), a moment later
+            assert time.monotonic() < deadline + 30, f"segments outlived the killed sweep: {segments}"
+            time.sleep(0.02)
         statuses = [json.loads((sweep / f"trials/{i:04d}/trial.json").read_text())["status"] for i in range(8)]
         assert "pending" in statuses, statuses  # killed mid-sweep
         assert all(p.poll() is None for p in hosts)  # the hosts wait for the sweep to come back

@@ -18,7 +18,6 @@ integer ids) its position in [smallest id, largest id]. No process holds a whole
 
 from __future__ import annotations
 
-import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -26,6 +25,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..engine import Context, Message
+from ..engine.memory import (LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD, avoid_hugepage_stalls, set_mmap_threshold,
+                             trim_heap)
 from ..errors import StorageError, UsageError
 from ..storage import write_lines
 from ..storage.parquet import read_parquet_split
@@ -50,47 +51,6 @@ MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
 LOAD_AGGREGATORS = {"load_numeric": "min", "load_lo": "min", "load_hi": "max", "load_width": "max",
                     "load_vertices": "sum", "load_edges": "sum", "source_found": "sum"}
-
-
-def _libc_trim() -> Callable[[], Any]:
-    """glibc's ``malloc_trim(0)``: give the heap's free pages back to the system (a no-op elsewhere)."""
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim  # (find_library would run ldconfig)
-    except (OSError, AttributeError):
-        return lambda: 0
-    trim.argtypes = [ctypes.c_size_t]
-    return lambda: trim(0)
-
-
-#: Loading frees many large temporaries between ones it keeps; glibc keeps the holes in its heap
-#: (counted in the resident size, the peak every worker is judged by) until trimmed.
-trim_heap = _libc_trim()
-
-#: glibc's mmap threshold (``mallopt(M_MMAP_THRESHOLD)``, -3) while a process loads a graph, and after
-LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD = 256 << 10, 4 << 20
-
-
-def set_mmap_threshold(size: int) -> None:
-    """Allocations of ``size`` bytes or more get their own mapping, given back when freed.
-
-    By default glibc raises its threshold to the size of each mapped block that is freed (up to
-    32 MB), so after the first large temporaries of loading, the next ones come from the heap and
-    the holes they leave stay resident: measured at scale 19, PageRank on 2 workers held ~240 MB
-    per process with ~70 MB of live arrays; with the threshold at 256 KB while loading, ~135 MB.
-    But every mapping is fresh memory, faulted in page by page when first written: kept after
-    loading, that made grid-16 CDLP and PageRank ~4x slower (their per-round temporaries of
-    ~0.5 MB). The build raises it to 4 MB with the trim threshold at twice that, as glibc's
-    adjustment pairs them (left at its 128 KB default, the heap's top was given back and faulted
-    in again every round): the processing supersteps reuse heap memory for their per-round
-    arrays and larger temporaries still go back when freed (32 MB kept PageRank's and WCC's
-    2-worker peaks ~20 MB higher, no faster). Setting them turns the adjustment off for this
-    process (a no-op where glibc is not the allocator)."""
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-        mallopt(-3, size)  # M_MMAP_THRESHOLD
-        mallopt(-1, max(2 * size, 128 << 10))  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def strkeys(names: np.ndarray) -> np.ndarray:
@@ -603,6 +563,7 @@ class GraphLoader:
         try:
             if s == 0:
                 self.parsed = True
+                avoid_hugepage_stalls()
                 set_mmap_threshold(LOAD_MMAP_THRESHOLD)
                 self._parse(ctx)
             elif s == 1:

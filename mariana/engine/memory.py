@@ -1,0 +1,96 @@
+"""The process's allocator settings for jobs that hold large arrays (graph loading and its kernels).
+
+Three settings, each measured on the partitioned graph jobs (bench/README.md, issue 23 and 19):
+
+- ``trim_heap``: give glibc's free heap pages back (loading frees many large temporaries between
+  ones it keeps; the holes stay resident, and resident size is what a worker is judged by);
+- ``set_mmap_threshold``: which allocations get a mapping of their own, given back when freed;
+- ``avoid_hugepage_stalls``: numpy's huge-page advice off where the kernel would compact memory
+  synchronously on every fault of an advised array.
+
+Each is a no-op where glibc, numpy's switch or Linux's ``/sys`` file is not there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["trim_heap", "set_mmap_threshold", "LOAD_MMAP_THRESHOLD", "RUN_MMAP_THRESHOLD", "avoid_hugepage_stalls"]
+
+log = logging.getLogger(__name__)
+
+#: glibc's mmap threshold while a process loads a graph, and after (see ``set_mmap_threshold``)
+LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD = 256 << 10, 4 << 20
+
+#: the kernel's policy for faults in ``madvise(MADV_HUGEPAGE)`` regions
+_THP_DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
+
+
+def _libc_trim() -> Callable[[], Any]:
+    """glibc's ``malloc_trim(0)``: give the heap's free pages back to the system (a no-op elsewhere)."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim  # (find_library would run ldconfig)
+    except (OSError, AttributeError):
+        return lambda: 0
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+#: Give the heap's free pages back to the system now.
+trim_heap = _libc_trim()
+
+
+def set_mmap_threshold(size: int) -> None:
+    """Allocations of ``size`` bytes or more get their own mapping, given back when freed.
+
+    By default glibc raises its threshold to the size of each mapped block that is freed (up to
+    32 MB), so after the first large temporaries of loading, the next ones come from the heap and
+    the holes they leave stay resident: measured at scale 19, PageRank on 2 workers held ~240 MB
+    per process with ~70 MB of live arrays; with the threshold at 256 KB while loading, ~135 MB.
+    But every mapping is fresh memory, faulted in page by page when first written: kept after
+    loading, that made grid-16 CDLP and PageRank ~4x slower (their per-round temporaries of
+    ~0.5 MB). The build raises it to 4 MB with the trim threshold at twice that, as glibc's
+    adjustment pairs them (left at its 128 KB default, the heap's top was given back and faulted
+    in again every round): the processing supersteps reuse heap memory for their per-round
+    arrays and larger temporaries still go back when freed (32 MB kept PageRank's and WCC's
+    2-worker peaks ~20 MB higher, no faster). Setting them turns the adjustment off for this
+    process (a no-op where glibc is not the allocator)."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+        mallopt(-3, size)  # M_MMAP_THRESHOLD
+        mallopt(-1, max(2 * size, 128 << 10))  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def avoid_hugepage_stalls() -> bool:
+    """Turn numpy's transparent-huge-page advice off when it would stall; True if it did.
+
+    numpy advises the kernel to back every array of 4 MB or more with huge pages. Where the
+    kernel's THP ``defrag`` policy is ``madvise`` or ``defer+madvise`` (a common default), each
+    first touch of such an array compacts memory synchronously to find a huge page. Loading and
+    the graph kernels allocate fresh arrays of tens of MB all the time (each a new mapping, see
+    ``set_mmap_threshold``): measured on R-MAT-18, one worker, fresh processes alternating,
+    CDLP's 10 rounds took 1.45-1.48 s with the advice and 1.05-1.07 s without, the whole
+    ``mariana run`` 7.9-8.9 s vs 7.2-7.6 s. A user's explicit ``NUMPY_MADVISE_HUGEPAGE`` wins."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return False
+    try:
+        policy = _THP_DEFRAG.read_text()
+    except OSError:
+        return False
+    if "[madvise]" not in policy and "[defer+madvise]" not in policy:
+        return False
+    import numpy as np
+
+    core = np._core if hasattr(np, "_core") else np.core  # numpy 2 / numpy 1
+    switch = getattr(core, "multiarray", None)
+    if not hasattr(switch, "_set_madvise_hugepage"):
+        return False
+    if switch._set_madvise_hugepage(False):
+        log.debug("numpy's huge-page advice off (THP defrag policy %s)", policy.strip())
+    return True

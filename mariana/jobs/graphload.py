@@ -65,6 +65,30 @@ def strkeys(names: np.ndarray) -> np.ndarray:
     return sym @ _POW12
 
 
+_POW12_UP = 12 ** np.arange(MAX_DIGITS + 1, dtype=np.int64)
+_TWOS = np.array([2 * (12 ** k - 1) // 11 for k in range(MAX_DIGITS + 1)], dtype=np.int64)  # sum of 2 * 12^i, i < k
+
+
+def intkeys(values: np.ndarray) -> np.ndarray:
+    """``strkeys`` of the decimal strings of int64 ``values`` (at most ``MAX_DIGITS`` characters),
+    without making the strings: the digits, least significant first, as base-12 digits + 2,
+    shifted to the string's place. Routing a scale-19 piece: ~5x faster than the strings' codes."""
+    if values.size == 0:
+        return np.empty(0, np.int64)
+    neg = values < 0
+    v = np.abs(values)
+    digits = decimal_len(values) - neg
+    key = np.zeros(len(v), np.int64)
+    for k in range(int(digits.max())):  # digits past a number's own are 0
+        v, d = np.divmod(v, 10)
+        d *= _POW12_UP[k]
+        key += d
+    key += _TWOS[digits]
+    key *= _POW12_UP[MAX_DIGITS - digits - neg]
+    key[neg] += _POW12_UP[MAX_DIGITS - 1]  # '-' first
+    return key
+
+
 def decode_keys(keys: np.ndarray) -> np.ndarray:
     """Ids (a ``U`` array) of keys: int64 codes or UTF-8 bytes."""
     if keys.dtype.kind == "S":
@@ -417,7 +441,7 @@ class GraphLoader:
 
     def _keys(self, c: _Chunk) -> np.ndarray:
         if self.numeric:
-            return strkeys(c.ids())
+            return intkeys(c.values) if c.values is not None else strkeys(c.ids())
         return np.char.encode(c.ids(), "utf-8").astype(f"S{self.width}") if c.size else \
             np.empty(0, f"S{self.width}")
 

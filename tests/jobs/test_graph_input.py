@@ -21,7 +21,7 @@ import pytest
 
 from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.jobs.graphload import decode_keys, strkeys
+from mariana.jobs.graphload import decode_keys, intkeys, strkeys
 from mariana.storage.parts import merge_sorted
 from mariana.storage.splits import iter_text_split, lines_before, make_splits, read_text_split
 from mariana.vertices.graph_blocks import LoadedBlock
@@ -76,6 +76,17 @@ def test_strkeys_sort_like_the_id_strings_and_decode_back():
     keys = strkeys(np.array(ids))
     assert np.all(np.diff(keys) > 0)  # string order == key order
     assert decode_keys(keys).tolist() == ids
+
+
+def test_intkeys_are_the_strkeys_of_the_numbers_strings():
+    """Every length from 1 to 17 characters, both signs, 0 and the ends of each length."""
+    rng = np.random.default_rng(7)
+    parts = [rng.integers(-10**(d - 1), 10**d, 500) for d in range(1, 17)]
+    ends = [x for d in range(1, 17) for x in (10**(d - 1), 10**d - 1, -(10**(d - 1)), -(10**d - 1))]
+    values = np.concatenate([*parts, np.array([0, 10**16, 10**17 - 1, *ends], dtype=np.int64)])
+    values = values[np.char.str_len(values.astype("U21")) <= 17]
+    assert np.array_equal(intkeys(values), strkeys(values.astype("U21")))
+    assert intkeys(np.empty(0, np.int64)).dtype == np.int64
 
 
 # ----------------------------------------------------------------------------------------------

@@ -322,18 +322,17 @@ class GraphLoader:
         def lines_above() -> int:  # only to name a line: how many lines of the file come before
             return lines_before(split) + above
 
-        try:
-            text = piece.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = lines_above() + piece[:exc.start].count(b"\n") + 1
-            raise UsageError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})") from None
-        del piece
-        table = numeric_edges(text)
+        table = numeric_edges(piece)  # ASCII numbers: straight from the bytes
         if table is not None:
             values, pairs, weight, lineno = table
-            small = pairs.astype(np.int32) if len(values) < 2 ** 31 else pairs
+            small = pairs.astype(np.int32, copy=False) if len(values) < 2 ** 31 else pairs
             chunk = _Chunk(split, None, values, small, weight)
         else:
+            try:
+                text = piece.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                line = lines_above() + piece[:exc.start].count(b"\n") + 1
+                raise UsageError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})") from None
             try:
                 el = _parse_lines(text, split.url)
             except UsageError:  # name the line by its number in the whole file

@@ -11,7 +11,7 @@ import pytest
 
 from mariana.errors import UsageError
 from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, example_graph_url,
-                                   load_edges, parse_edges)
+                                   load_edges, numeric_edges, parse_edges)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -273,6 +273,23 @@ def test_the_numeric_fast_path_equals_the_line_parser(seed, weighted):
     fast = _parse_numeric(text, URL)
     assert fast is not None  # integer ids, same field count on every line: the fast path takes it
     assert _same(fast, _parse_lines(text, URL))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("fields", [2, 3])
+def test_plain_lines_take_the_quick_line_check_and_bytes_parse_as_text(seed, fields):
+    """Every line with the same fields, no blank line or comment (the check that skips the line
+    search): the line parser's result, from str or from bytes, with or without a last newline."""
+    rng = random.Random(seed)
+    lines = [" ".join([str(rng.randrange(-5, 400)), str(rng.randrange(400))] + [repr(rng.uniform(0, 9))] * (fields - 2))
+             for _ in range(rng.randrange(1, 600))]
+    text = rng.choice(["\n", "\r\n"]).join(lines) + rng.choice(["", "\n"])
+    fast = _parse_numeric(text, URL)
+    assert fast is not None and _same(fast, _parse_lines(text, URL))
+    from_text, from_bytes = numeric_edges(text), numeric_edges(text.encode())
+    assert from_text is not None and from_bytes is not None
+    assert all(np.array_equal(a, b) for a, b in zip(from_text, from_bytes))
+    assert numeric_edges(text.encode() + b"1 2 3 4\n") is None  # one line too long
 
 
 @pytest.mark.parametrize("text", [

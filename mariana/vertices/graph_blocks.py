@@ -288,10 +288,10 @@ def _internal_in_edges(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray]:
     a column, duplicates kept), ~5 bytes an edge of temporaries; an argsort held ~30. One block
     (every edge internal): ``g``'s edge arrays are let go as soon as they are read."""
     k = len(g.own)
-    indptr, dst, inside, _ = _internal_csr(g, me)
+    indptr, dst, inside, rows = _internal_csr(g, me)
     if inside is None:  # one block: nothing else needs the edge arrays
         g.drop_edges()
-    del inside
+    del inside, rows  # (a row per edge: not held through the transpose)
     if have_scipy() and len(dst) < 2 ** 31:
         from scipy.sparse import csr_matrix
 
@@ -342,25 +342,30 @@ class PageRankLoaded(LoadedBlock):
         self.local_in = _internal_in_edges(g, me)
         if len(g.blocks) == 1:
             return
-        rows = g.src_rows()  # ascending: edges are in rows order, so sources are sorted
-        edge_block = g.target_block[g.slot]
-        for b in range(len(g.blocks)):
-            if b == me:  # internal edges: summed from this block's own shares, never sent
-                continue
-            sel = np.flatnonzero(edge_block == b)
+        edge_block = g.target_block[g.slot]  # internal edges are summed from this block's own shares, never sent
+        picks = [(b, np.flatnonzero(edge_block == b).astype(np.int32)) for b in range(len(g.blocks)) if b != me]
+        del edge_block  # (int32 picks, the block per edge let go: the peak of a 2-worker load is here)
+        while picks:
+            b, sel = picks.pop(0)
             slot = g.slot[sel]
             if not slot.size:
                 continue
             order = stable_argsort(slot)  # by (dst, src): the receiver's summation order
-            rows_b = rows[sel[order]]
+            sel = sel[order]
             slot = slot[order]
             del order
+            # each edge's source row, for these edges only (a row per edge of the block was ~4
+            # bytes an edge more at the peak of a 2-worker load)
+            rows_b = np.searchsorted(g.indptr, sel, side="right").astype(np.int32)
+            rows_b -= 1
+            del sel
             # one value per source vertex, not per edge (the receiver's sum picks it once per edge);
             # the structure, compactly: each edge's destination and source as int32 indices into
             # this route's distinct destination keys and distinct sources (8 bytes an edge)
             new = np.ones(slot.size, dtype=bool)
             new[1:] = slot[1:] != slot[:-1]
-            dk, di = g.targets[slot[new]], (np.cumsum(new) - 1).astype(np.int32)
+            dk, di = g.targets[slot[new]], np.cumsum(new, dtype=np.int32)
+            di -= 1
             del slot, new
             present = np.zeros(len(g.own), dtype=bool)
             present[rows_b] = True

@@ -122,7 +122,7 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
     raw = text if isinstance(text, bytes) else text.encode()
     if b"#" in raw:
         raw = _COMMENT_BYTES.sub(b"", raw)
-    if raw.count(b"\r") != raw.count(b"\r\n"):
+    if b"\r" in raw and raw.count(b"\r") != raw.count(b"\r\n"):  # (a search for \r: ~6 ms less a piece)
         return None  # a lone \r ends a line for splitlines(): leave it to the line parser
     b = np.frombuffer(raw, np.uint8)
     if not b.size or b.max() == 127:

@@ -347,7 +347,7 @@ class GraphLoader:
                 e = int(bad[0])
                 line = lines_above() + int(lineno[e])
                 raise UsageError(f"{split.url}:{line}: negative weight {chunk.weight[e]:g} (sssp needs weights >= 0)")
-        if not spec.weights:
+        if not spec.weights or chunk.weight is None or bool((chunk.weight == 1.0).all()):  # unit: held as none
             chunk.weight = None
         return chunk
 
@@ -547,9 +547,13 @@ class GraphLoader:
             kt, si, di = unpack_keys(p.pop("kt")), p.pop("si"), p.pop("di")
             del p["ko"]
             w = p.pop("w", None) if weighted else None
-            # a row and a slot per key of the table, not per edge: the edges index them
-            row_of, slot_of = np.searchsorted(own, kt).astype(row_t), np.searchsorted(targets, kt).astype(slot_t)
-            del kt
+            # a row and a slot per key of the table, not per edge: the edges index them (each
+            # looked up only where it is a source, or a destination)
+            row_of, slot_of = np.zeros(len(kt), row_t), np.zeros(len(kt), slot_t)
+            src_keys, dst_keys = _used(si, len(kt)), _used(di, len(kt))
+            row_of[src_keys] = np.searchsorted(own, kt[src_keys])
+            slot_of[dst_keys] = np.searchsorted(targets, kt[dst_keys])
+            del kt, src_keys, dst_keys
             for lo in range(0, len(si), BUILD_PIECE):
                 hi = lo + BUILD_PIECE
                 rows = row_of[si[lo:hi]]

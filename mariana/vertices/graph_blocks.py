@@ -350,15 +350,15 @@ class PageRankLoaded(LoadedBlock):
             slot = g.slot[sel]
             if not slot.size:
                 continue
-            order = stable_argsort(slot)  # by (dst, src): the receiver's summation order
-            sel = sel[order]
-            slot = slot[order]
-            del order
             # each edge's source row, for these edges only (a row per edge of the block was ~4
-            # bytes an edge more at the peak of a 2-worker load)
+            # bytes an edge more at the peak of a 2-worker load); ``sel`` ascends: a fast search
             rows_b = np.searchsorted(g.indptr, sel, side="right").astype(np.int32)
             rows_b -= 1
             del sel
+            order = stable_argsort(slot)  # by (dst, src): the receiver's summation order
+            rows_b = rows_b[order]
+            slot = slot[order]
+            del order
             # one value per source vertex, not per edge (the receiver's sum picks it once per edge);
             # the structure, compactly: each edge's destination and source as int32 indices into
             # this route's distinct destination keys and distinct sources (8 bytes an edge)

@@ -27,6 +27,11 @@ source of the first edge (unit weights); WCC reads edges as undirected.
   with every worker count, and the report gives load time, load MB/s and file size against the
   text edge list of the same run.
 
+- The machine's ceiling (``--no-ceiling`` skips it): W plain numpy processes started together,
+  each on its 1/W of the file (parse, CSR by source, 10 sparse sums), against one process on the
+  whole file: how far this machine lets the same split go (cores, memory bandwidth, page
+  faults) with no engine in the way; each W-worker time ratio is printed next to it.
+
 Ratios printed against peers measured in the same run (the machine is shared: absolute times
 move, ratios less). Targets at scale 19 (issue 23): 2 workers <= 0.65x one worker's time and
 <= 0.6x its peak memory per process; 1 worker <= 1.0x networkit.
@@ -329,6 +334,66 @@ def run_peer(peer: str, job: str, graph: Path, tmp: Path, source: str) -> dict[s
 # ------------------------------------------------------------------------------------------------
 # main
 # ------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
+# the machine's ceiling: plain numpy processes doing the same split (no engine, no messages)
+# ------------------------------------------------------------------------------------------------
+def ceiling_part(graph: str, part: int, parts: int) -> None:
+    """One of ``parts`` plain numpy processes: read this process's share of the file (byte range
+    moved to line starts), parse it, sort its edges by source into a CSR, and run 10 sparse sums
+    over them: the loading work and a PageRank's worth of compute, split as the workers split it."""
+    from mariana.engine.memory import avoid_hugepage_stalls
+
+    avoid_hugepage_stalls()  # as a loading worker does
+    size = os.path.getsize(graph)
+    with open(graph, "rb") as f:
+        def line_start(at: int) -> int:
+            if at <= 0:
+                return 0
+            f.seek(at - 1)
+            f.readline()  # to the end of the line that holds byte at - 1
+            return f.tell()
+        lo, hi = line_start(size * part // parts), line_start(size * (part + 1) // parts)
+        f.seek(lo)
+        data = f.read(hi - lo)
+    pairs = np.fromstring(data, dtype=np.int64, sep=" ").reshape(-1, 2)  # noqa: NPY201 - the parser the engine uses
+    del data
+    lo = int(pairs.min())  # ids to 0..n-1 by a table (the engine's way for dense integer ids)
+    table = np.zeros(int(pairs.max()) - lo + 1, np.int64)
+    table[pairs.reshape(-1) - lo] = 1
+    n = int(table.sum())
+    table[table > 0] = np.arange(n)
+    src, dst = table[pairs[:, 0] - lo], table[pairs[:, 1] - lo]
+    del table
+    order = np.argsort(src, kind="stable")
+    deg = np.bincount(src, minlength=n)
+    rows, cols = src[order], dst[order]
+    del order, src, dst
+    x = np.full(n, 1.0 / n)
+    for _ in range(ITERATIONS):
+        x = 0.15 / n + 0.85 * np.bincount(cols, weights=(x / np.maximum(deg, 1))[rows], minlength=n)
+    print(json.dumps({"edges": len(pairs), "vertices": n, "checksum": float(x.sum())}))
+
+
+def measure_ceiling(graph: Path, counts: list[int], repeat: int) -> dict[int, float]:
+    """Wall seconds of ``n`` plain numpy processes started together on the ``n`` shares of the file
+    (best of ``repeat``), for each ``n`` in ``counts``: how far this machine lets the same work
+    split (cores, memory bandwidth, page faults), with no engine in the way."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out: dict[int, float] = {}
+    for n in counts:
+        best_s = float("inf")
+        for _ in range(max(repeat, 1)):
+            t0 = time.perf_counter()
+            procs = [subprocess.Popen([sys.executable, __file__, "--ceiling-part", str(i), "--ceiling-parts", str(n),
+                                       "--graph", str(graph)], env=env, stdout=subprocess.DEVNULL) for i in range(n)]
+            codes = [p.wait() for p in procs]
+            if any(codes):
+                raise RuntimeError(f"ceiling processes failed: {codes}")
+            best_s = min(best_s, time.perf_counter() - t0)
+        out[n] = best_s
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scales", type=int, nargs="+", default=[16, 17, 18])
@@ -345,12 +410,19 @@ def main() -> int:
     ap.add_argument("--quick", "--smoke", action="store_true", help="scale 12, workers 1 2: a smoke test in seconds")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--before", type=Path, help="also run another checkout's mariana (PYTHONPATH=BEFORE), 1 and 2 workers")
+    ap.add_argument("--no-ceiling", action="store_true",
+                    help="skip the machine's ceiling (plain numpy processes doing the same split)")
+    ap.add_argument("--ceiling-part", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--ceiling-parts", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     ap.add_argument("--job", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--source", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ceiling_part is not None:
+        ceiling_part(args.graph, args.ceiling_part, args.ceiling_parts)
+        return 0
     if args.peer:
         {"scipy": peer_scipy, "networkit": peer_networkit, "igraph": peer_igraph}[args.peer](
             args.job, args.graph, args.out, args.source)
@@ -381,8 +453,16 @@ def main() -> int:
             source = first_source(graph)
             mb = graph.stat().st_size / 1e6
             tables = {fmt: table_file(fmt, scale, args.seed, args.cache) for fmt in formats}
+            ceiling: dict[int, float] = {}
+            if not args.no_ceiling:
+                log(f"scale {scale}: the machine's ceiling, plain numpy processes on {args.workers} shares")
+                ceiling = measure_ceiling(graph, sorted(set(args.workers) | {1}), args.repeat)
+                print(f"scale {scale}: machine ceiling, plain numpy processes doing the same split (parse, CSR, "
+                      f"10 sparse sums): " + ", ".join(f"{n} x{ceiling[n] / ceiling[1]:.2f}" for n in sorted(ceiling))
+                      + f" of 1 ({ceiling[1]:.2f} s)", flush=True)
             for job in args.jobs:
-                row: dict[str, Any] = {"scale": scale, "edges": EDGE_FACTOR << scale, "mb": mb, "job": job}
+                row: dict[str, Any] = {"scale": scale, "edges": EDGE_FACTOR << scale, "mb": mb, "job": job,
+                                       "ceiling_s": {str(n): t for n, t in ceiling.items()}}
                 for w in args.workers:
                     runs: dict[str, list[dict[str, Any]]] = {}
                     for rep in range(args.repeat):  # formats interleaved: a load spike hits them alike
@@ -419,6 +499,9 @@ def report_row(row: dict[str, Any], workers: list[int], peers: list[str], before
                    f"parse {r['parse_s']:5.2f} s" if formats else "") + f")  supersteps {r['supersteps_s']:6.2f} s")
         if one and w != 1:
             line += f"  time x{r['wall_s'] / one['wall_s']:.2f}  memory x{r['peak_mb'] / one['peak_mb']:.2f} of 1w"
+            cs = row.get("ceiling_s", {})
+            if str(w) in cs and "1" in cs:
+                line += f" (machine ceiling x{cs[str(w)] / cs['1']:.2f})"
         print(line, flush=True)
         for fmt in formats:
             t = row[f"mariana-{w}-{fmt}"]

@@ -24,7 +24,7 @@ __all__ = ["trim_heap", "set_mmap_threshold", "LOAD_MMAP_THRESHOLD", "RUN_MMAP_T
 log = logging.getLogger(__name__)
 
 #: glibc's mmap threshold while a process loads a graph, and after (see ``set_mmap_threshold``)
-LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD = 256 << 10, 4 << 20
+LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD = 2 << 20, 4 << 20
 
 #: the kernel's policy for faults in ``madvise(MADV_HUGEPAGE)`` regions
 _THP_DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
@@ -51,9 +51,13 @@ def set_mmap_threshold(size: int) -> None:
     32 MB), so after the first large temporaries of loading, the next ones come from the heap and
     the holes they leave stay resident: measured at scale 19, PageRank on 2 workers held ~240 MB
     per process with ~70 MB of live arrays; with the threshold at 256 KB while loading, ~135 MB.
-    But every mapping is fresh memory, faulted in page by page when first written: kept after
-    loading, that made grid-16 CDLP and PageRank ~4x slower (their per-round temporaries of
-    ~0.5 MB). The build raises it to 4 MB with the trim threshold at twice that, as glibc's
+    But every mapping is fresh memory, faulted in page by page when first written: at 256 KB a
+    scale-19 load took 1.3-1.8M page faults, half its time in the kernel (PageRank 1 worker 6.5 s,
+    2 workers 4.8 s); at 2 MB (a 4 MB piece's parse temporaries reused from the heap) 0.7-1.0M
+    faults, 4.6 and 3.5 s, for 8-17 % more peak (PageRank 222 -> 241 MB, 2 workers 160 -> 176 MB
+    each; WCC 206 -> 240 MB on 2 workers). Kept after loading, small mappings made grid-16 CDLP
+    and PageRank ~4x slower (their per-round temporaries of ~0.5 MB). The build raises it to 4 MB
+    with the trim threshold at twice that, as glibc's
     adjustment pairs them (left at its 128 KB default, the heap's top was given back and faulted
     in again every round): the processing supersteps reuse heap memory for their per-round
     arrays and larger temporaries still go back when freed (32 MB kept PageRank's and WCC's

@@ -5,7 +5,7 @@ user's explicit ``NUMPY_MADVISE_HUGEPAGE``."""
 from __future__ import annotations
 
 import pytest
-from numpy._core.multiarray import _set_madvise_hugepage
+from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
 
 from mariana.engine import memory
 

@@ -32,7 +32,8 @@ from ..storage import write_lines
 from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
                               read_table_split, read_text_split)
-from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, stable_argsort, unpack_keys
+from ..vertices.block_kernels import group_by
+from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
 from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges
 from ..storage.parts import part_url
 
@@ -93,10 +94,15 @@ def decode_keys(keys: np.ndarray) -> np.ndarray:
     """Ids (a ``U`` array) of keys: int64 codes or UTF-8 bytes."""
     if keys.dtype.kind == "S":
         return np.char.decode(keys, "utf-8")
-    out = np.empty((len(keys), MAX_DIGITS), dtype=np.uint32)
-    for lo in range(0, len(keys), OUTPUT_ROWS):  # in pieces: the digit matrix is 136 bytes a key in int64
-        sym = (keys[lo:lo + OUTPUT_ROWS, None] // _POW12) % 12
-        out[lo:lo + OUTPUT_ROWS] = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46))
+    width = MAX_DIGITS  # only the characters of the longest id are decoded (scale 19: 6 of 17)
+    for chars in range(1, MAX_DIGITS):
+        if not (keys % _POW12_UP[MAX_DIGITS - chars]).any():
+            width = chars
+            break
+    out = np.zeros((len(keys), MAX_DIGITS), dtype=np.uint32)
+    for lo in range(0, len(keys), OUTPUT_ROWS):  # in pieces: the digit matrix is 8 bytes a character
+        sym = (keys[lo:lo + OUTPUT_ROWS, None] // _POW12[:width]) % 12
+        out[lo:lo + OUTPUT_ROWS, :width] = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46))
     return out.view(f"U{MAX_DIGITS}").reshape(len(keys))
 
 
@@ -228,14 +234,17 @@ def _used(index: np.ndarray, n: int) -> np.ndarray:
 
 def _edge_table(src: np.ndarray, dst: np.ndarray, keys: np.ndarray, owner: np.ndarray) -> dict[str, np.ndarray]:
     """Edges as they travel to their block: the keys they use, once each and sorted (``kt``, with
-    each one's block ``ko``), and per edge two int32 indices into them (``si``, ``di``); ``src``
-    and ``dst`` index ``keys``. ~8 bytes an edge plus ~10 a key, where the keys of every edge
-    took 18 bytes an edge; the receiver looks each key up once, not once per edge."""
-    used = np.flatnonzero(_used(src, len(keys)) | _used(dst, len(keys)))
+    each one's block ``ko`` and its use ``kr``: 1 a source, 2 a destination, 3 both), and per
+    edge two int32 indices into them (``si``, ``di``); ``src`` and ``dst`` index ``keys``. ~8
+    bytes an edge plus ~11 a key, where the keys of every edge took 18 bytes an edge; the
+    receiver looks each key up once, not once per edge."""
+    is_src, is_dst = _used(src, len(keys)), _used(dst, len(keys))
+    used = np.flatnonzero(is_src | is_dst)
     used = used[np.argsort(keys[used], kind="stable")]
     at = np.empty(len(keys), dtype=np.int32)
     at[used] = np.arange(len(used), dtype=np.int32)
-    return {"kt": pack_keys(keys[used]), "ko": owner[used], "si": at[src], "di": at[dst]}
+    role = is_src[used].view(np.uint8) | (is_dst[used].view(np.uint8) << 1)
+    return {"kt": pack_keys(keys[used]), "ko": owner[used], "kr": role, "si": at[src], "di": at[dst]}
 
 
 def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
@@ -497,22 +506,22 @@ class GraphLoader:
     # -- superstep 2 ---------------------------------------------------------------------------
     def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:
         """The block's CSR from the edges routed to it, in bounded extra memory: the distinct
-        sources and destinations first (per message, then merged), then each message in pieces
-        becomes int32 rows and slots (each piece sorted by row) and is let go, then a counting sort
-        by row places the slots
-        (and weights) into CSR order. The peak is the routed messages plus ~8 bytes an edge
-        (a sort of the whole edge list held ~40). Inside a row the edges keep message order
-        (messages by sender), which no algorithm depends on: each re-sorts or takes minima."""
+        sources and destinations first (per message, then merged), then each message becomes
+        int32 rows and slots and is let go, then a counting sort by row places the slots (and
+        weights) into CSR order, a piece at a time (``block_kernels.group_by``). The peak is the
+        routed messages plus ~4 bytes an edge (a sort of the whole edge list held ~40). Inside a
+        row the edges keep message order (messages by sender), which no algorithm depends on:
+        each re-sorts or takes minima."""
         msgs = sorted(messages, key=lambda m: m.src)  # the same order on every runtime
         empty = np.empty(0, np.int64) if self.numeric else np.empty(0, f"S{self.width}")
         sources, dests, listed_parts = _Distinct(empty), _Distinct(empty, np.empty(0, np.int16)), []
         for m in msgs:  # pass 1: the distinct ids (each message's key table is sorted and distinct)
             p = m.payload
             if "kt" in p:
-                kt = unpack_keys(p["kt"])
-                sources.add(kt[_used(p["si"], len(kt))])
-                used = _used(p["di"], len(kt))
-                dests.add(kt[used], p["ko"][used])  # a vertex's owner follows from its id: no conflict
+                kt, role = unpack_keys(p["kt"]), p["kr"]
+                sources.add(kt[(role & 1).view(bool)])
+                is_dst = (role >> 1).view(bool)
+                dests.add(kt[is_dst], p["ko"][is_dst])  # a vertex's owner follows from its id: no conflict
             if "ann" in p:
                 sources.add(unpack_keys(p.pop("ann")))
             if "listed" in p:
@@ -536,49 +545,51 @@ class GraphLoader:
             own = listed
         # no message with weights: every weight is 1.0, and a graph without them is the same graph
         weighted = self.spec.weights and any("w" in m.payload for m in msgs)
-        row_t = np.int32 if len(own) < 2 ** 31 else np.int64
+        k = len(own)
+        row_t = np.int32 if k < 2 ** 31 else np.int64
         slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
-        counts = np.zeros(len(own), dtype=np.int64)
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
-        for m in msgs:  # pass 2: every message as (row, slot, weight) pieces sorted by row; it goes
+        counts = np.zeros(k, dtype=np.int64)
+        edges_of: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        for m in msgs:  # pass 2: every message as (row, slot, weight) per edge; its arrays go
             p = m.payload
             if "kt" not in p:
                 continue
-            kt, si, di = unpack_keys(p.pop("kt")), p.pop("si"), p.pop("di")
+            kt, role, si, di = unpack_keys(p.pop("kt")), p.pop("kr"), p.pop("si"), p.pop("di")
             del p["ko"]
             w = p.pop("w", None) if weighted else None
             # a row and a slot per key of the table, not per edge: the edges index them (each
             # looked up only where it is a source, or a destination)
             row_of, slot_of = np.zeros(len(kt), row_t), np.zeros(len(kt), slot_t)
-            src_keys, dst_keys = _used(si, len(kt)), _used(di, len(kt))
-            row_of[src_keys] = np.searchsorted(own, kt[src_keys])
-            slot_of[dst_keys] = np.searchsorted(targets, kt[dst_keys])
-            del kt, src_keys, dst_keys
-            for lo in range(0, len(si), BUILD_PIECE):
-                hi = lo + BUILD_PIECE
-                rows = row_of[si[lo:hi]]
-                by_row = stable_argsort(rows)
-                rows = rows[by_row]
-                counts += np.bincount(rows, minlength=len(own))
-                pieces.append((rows, slot_of[di[lo:hi]][by_row], None if w is None else w[lo:hi][by_row]))
-                del by_row
-            del si, di, w, row_of, slot_of
+            is_src, is_dst = (role & 1).view(bool), (role >> 1).view(bool)
+            row_of[is_src] = np.searchsorted(own, kt[is_src])
+            slot_of[is_dst] = np.searchsorted(targets, kt[is_dst])
+            del kt, role, is_src, is_dst
+            rows = row_of[si]
+            counts += np.bincount(rows, minlength=k)
+            edges_of.append((rows, slot_of[di], w))
+            del si, di, w, row_of, slot_of, rows
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        del counts
         edges = int(indptr[-1])
         slot = np.empty(edges, dtype=slot_t)
         weight = np.empty(edges) if weighted else None
         cursor = indptr[:-1].copy()
-        pieces.reverse()
-        while pieces:  # pass 3: a counting sort by row, piece by piece (stable)
-            rows, slots, w = pieces.pop()  # sorted by row already
-            first = np.searchsorted(rows, rows)  # where each row's run starts in this piece
-            at = cursor[rows] + (np.arange(len(rows)) - first)
-            slot[at] = slots
-            if weight is not None:
-                weight[at] = 1.0 if w is None else w
-            cursor += np.bincount(rows, minlength=len(own))
-            del rows, slots, w, first, at
-        ctx.aggregate("load_vertices", len(own))
+        edges_of.reverse()
+        while edges_of:  # pass 3: a counting sort by row, a piece at a time (stable)
+            rows, slots, w = edges_of.pop()
+            for lo in range(0, len(rows), BUILD_PIECE):
+                hi = lo + BUILD_PIECE
+                ptr, order = group_by(rows[lo:hi], k)
+                n_row = np.diff(ptr)
+                at = np.repeat(cursor - ptr[:-1], n_row)
+                at += np.arange(len(order))
+                slot[at] = slots[lo:hi][order]
+                if weight is not None:
+                    weight[at] = 1.0 if w is None else w[lo:hi][order]
+                cursor += n_row
+                del ptr, order, n_row, at
+            del rows, slots, w
+        ctx.aggregate("load_vertices", k)
         ctx.aggregate("load_edges", edges)
         return LocalGraph(own, indptr, slot, targets, target_block, weight, self.blocks)
 

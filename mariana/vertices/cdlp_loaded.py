@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import _csr_matrix, have_scipy
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, stable_argsort, unpack_keys
+from .block_kernels import _csr_matrix, have_scipy, stable_argsort
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys
 from .graphalytics_loaded import _by_sender, _integer_ids
 
 __all__ = ["CDLPLoaded"]

@@ -23,7 +23,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
-from .block_kernels import csr_sum, have_scipy, relax
+from .block_kernels import csr_sum, relax, transpose
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
@@ -124,15 +124,6 @@ def _concat(messages: list[Message], key: str, dtype: Any = None, keys: bool = F
 def _int32(a: np.ndarray) -> np.ndarray:
     """``a`` as int32 where its values fit (index arrays held for the whole job: half the bytes)."""
     return a.astype(np.int32) if a.size and a.max() < 2 ** 31 else a
-
-
-def stable_argsort(a: np.ndarray) -> np.ndarray:
-    """``np.argsort(a, kind="stable")``; for non-negative int32 values by two 16-bit radix passes
-    (numpy sorts 16-bit keys by radix; 3x faster than its merge sort on millions of edges)."""
-    if a.dtype != np.int32 or a.size < 1024 or a.min() < 0:
-        return np.argsort(a, kind="stable")
-    low = np.argsort((a & 0xFFFF).astype(np.uint16), kind="stable")
-    return low[np.argsort((a[low] >> 16).astype(np.uint16), kind="stable")]
 
 
 def _in_order(dst: np.ndarray, src: np.ndarray) -> bool:
@@ -284,28 +275,35 @@ def _internal_csr(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def _internal_in_edges(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray]:
     """(destination row, source row) of the block's internal edges, by (destination, source): the
-    CSR of out-edges transposed by a counting sort (scipy's ``tocsc``: rows stay ascending within
-    a column, duplicates kept), ~5 bytes an edge of temporaries; an argsort held ~30. One block
-    (every edge internal): ``g``'s edge arrays are let go as soon as they are read."""
+    CSR of out-edges transposed by a counting sort (``block_kernels.transpose``), ~5 bytes an edge
+    of temporaries. One block (every edge internal): ``g``'s edge arrays are let go as soon as
+    they are read."""
     k = len(g.own)
     indptr, dst, inside, rows = _internal_csr(g, me)
     if inside is None:  # one block: nothing else needs the edge arrays
         g.drop_edges()
     del inside, rows  # (a row per edge: not held through the transpose)
-    if have_scipy() and len(dst) < 2 ** 31:
-        from scipy.sparse import csr_matrix
+    tptr, src = transpose(indptr, dst, k)
+    del dst
+    return np.repeat(np.arange(k, dtype=np.int32), np.diff(tptr)), src
 
-        m = csr_matrix((np.ones(len(dst), np.int8), dst.astype(np.int32, copy=False), indptr.astype(np.int32)),
-                       shape=(k, k))
-        del dst
-        t = m.tocsc()
-        del m
-        src = t.indices
-        t.data = t.data[:0]
-        return np.repeat(np.arange(k, dtype=np.int32), np.diff(t.indptr)), src
-    order = np.argsort(dst, kind="stable")  # sources ascending within a destination
-    src = np.repeat(np.arange(k, dtype=np.int32), np.diff(indptr))
-    return dst[order], src[order]
+
+def _in_edges_by_block(g: LocalGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every out-edge of the block by (destination block, destination key, source row), with one
+    transpose: ``(targets, bounds, column indptr, source rows)``; ``targets`` are the destination
+    keys grouped by block (key order inside a group), block ``b``'s being
+    ``targets[bounds[b]:bounds[b + 1]]``, and column ``c``'s source rows
+    ``rows[indptr[c]:indptr[c + 1]]`` (ascending). The edge arrays of ``g`` are let go."""
+    by_block = np.argsort(g.target_block, kind="stable")
+    bounds = np.searchsorted(g.target_block[by_block], np.arange(len(g.blocks) + 1))
+    column = np.empty(len(by_block), dtype=np.int32 if len(by_block) < 2 ** 31 else np.int64)
+    column[by_block] = np.arange(len(by_block))
+    cols = column[g.slot]
+    targets = g.targets[by_block]
+    del column, by_block
+    g.drop_edges()
+    tptr, rows = transpose(g.indptr, cols, len(targets))
+    return targets, bounds, tptr, rows
 
 
 class PageRankLoaded(LoadedBlock):
@@ -339,42 +337,35 @@ class PageRankLoaded(LoadedBlock):
         self.value = np.zeros(len(g.own))
         self.outdeg = np.diff(g.indptr)
         me = g.blocks.index(self.id)
-        self.local_in = _internal_in_edges(g, me)
         if len(g.blocks) == 1:
+            self.local_in = _internal_in_edges(g, me)
             return
-        edge_block = g.target_block[g.slot]  # internal edges are summed from this block's own shares, never sent
-        picks = [(b, np.flatnonzero(edge_block == b).astype(np.int32)) for b in range(len(g.blocks)) if b != me]
-        del edge_block  # (int32 picks, the block per edge let go: the peak of a 2-worker load is here)
-        while picks:
-            b, sel = picks.pop(0)
-            slot = g.slot[sel]
-            if not slot.size:
+        # one transpose orders every edge by (destination block, destination key, source row):
+        # this block's internal in-edges and each other block's route (the receiver's order)
+        targets, bounds, tptr, rows = _in_edges_by_block(g)
+        for b in range(len(g.blocks)):
+            c0, c1 = int(bounds[b]), int(bounds[b + 1])
+            e0, e1 = int(tptr[c0]), int(tptr[c1])
+            counts = np.diff(tptr[c0:c1 + 1])
+            if b == me:  # a destination here is a row (own and targets sort alike)
+                self.local_in = (np.repeat(_int32(g.local(targets[c0:c1])), counts), rows[e0:e1].copy())
                 continue
-            # each edge's source row, for these edges only (a row per edge of the block was ~4
-            # bytes an edge more at the peak of a 2-worker load); ``sel`` ascends: a fast search
-            rows_b = np.searchsorted(g.indptr, sel, side="right").astype(np.int32)
-            rows_b -= 1
-            del sel
-            order = stable_argsort(slot)  # by (dst, src): the receiver's summation order
-            rows_b = rows_b[order]
-            slot = slot[order]
-            del order
+            if e0 == e1:
+                continue
+            rows_b = rows[e0:e1]
             # one value per source vertex, not per edge (the receiver's sum picks it once per edge);
             # the structure, compactly: each edge's destination and source as int32 indices into
             # this route's distinct destination keys and distinct sources (8 bytes an edge)
-            new = np.ones(slot.size, dtype=bool)
-            new[1:] = slot[1:] != slot[:-1]
-            dk, di = g.targets[slot[new]], np.cumsum(new, dtype=np.int32)
-            di -= 1
-            del slot, new
+            used = counts > 0
+            dk = targets[c0:c1][used]
+            di = np.repeat(np.arange(len(dk), dtype=np.int32), counts[used])
             present = np.zeros(len(g.own), dtype=bool)
             present[rows_b] = True
             col = (np.cumsum(present) - 1).astype(np.int32)[rows_b]
             senders = np.flatnonzero(present)
             self.routes.append((g.blocks[b], senders, {"di": di, "dk": pack_keys(dk), "col": col,
                                                         "sk": pack_keys(g.own[senders])}))
-        # the structure travels once (step 0); then only values: drop the edge arrays
-        g.drop_edges()
+        # the structure travels once (step 0); then only values
 
     def _order(self, messages: list[Message]) -> None:
         """Fix the summation order from the first contributions: per destination row, by source
@@ -416,7 +407,7 @@ class PageRankLoaded(LoadedBlock):
         stops = np.unique(np.append(np.searchsorted(indptr, np.arange(ORDER_PIECE, indptr[-1], ORDER_PIECE)), k))
         lo, starts = 0, [0] * len(runs)
         for hi in stops.tolist():  # rows lo..hi-1: a slice of every run
-            ends = [int(np.searchsorted(d, hi)) for d, *_ in runs]
+            ends = [int(np.searchsorted(d, d.dtype.type(hi))) for d, *_ in runs]  # (a Python int: a copy of d)
             key = np.concatenate([d[a:b].astype(np.int64) * len(rank) + r[c[a:b]]
                                   for (d, c, r, _), a, b in zip(runs, starts, ends)])
             col = np.concatenate([c[a:b] + off for (_, c, _, off), a, b in zip(runs, starts, ends)])

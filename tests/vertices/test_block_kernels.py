@@ -185,6 +185,18 @@ def test_csr_sum_adds_in_stored_order(form):
     np.testing.assert_array_equal(got, want)
 
 
+
+@pytest.mark.parametrize("k, ncols, m", [(40, 90, 3000), (5, 3, 0), (1, 7, 50)])
+def test_transpose_lists_each_columns_rows_ascending_with_duplicates(form, k, ncols, m):
+    rng = np.random.default_rng(k + m)
+    rows = np.sort(rng.integers(0, k, m))
+    cols = rng.integers(0, ncols // 2 + 1, m).astype(np.int32)  # duplicates, and columns without entries
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=k))))
+    tptr, trows = bk.transpose(indptr, cols, ncols)
+    assert len(tptr) == ncols + 1 and tptr[-1] == m
+    for c in range(ncols):
+        assert trows[tptr[c]:tptr[c + 1]].tolist() == rows[cols == c].tolist()
+
 def test_levels_give_tree_depths_in_any_order_where_parents_come_first():
     """``_levels`` takes the breadth-first fast path in queue order and pointer jumping otherwise
     (a depth-first order here): both give each node's depth in its predecessor tree."""

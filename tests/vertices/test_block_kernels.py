@@ -197,6 +197,14 @@ def test_transpose_lists_each_columns_rows_ascending_with_duplicates(form, k, nc
     for c in range(ncols):
         assert trows[tptr[c]:tptr[c + 1]].tolist() == rows[cols == c].tolist()
 
+@pytest.mark.parametrize("n, nkeys", [(5000, 300), (0, 4), (70000, 3)])
+def test_group_by_is_a_stable_counting_sort(form, n, nkeys):
+    keys = np.random.default_rng(n).integers(0, nkeys, n).astype(np.int32)
+    indptr, order = bk.group_by(keys, nkeys)
+    np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
+    np.testing.assert_array_equal(np.diff(indptr), np.bincount(keys, minlength=nkeys))
+
+
 def test_levels_give_tree_depths_in_any_order_where_parents_come_first():
     """``_levels`` takes the breadth-first fast path in queue order and pointer jumping otherwise
     (a depth-first order here): both give each node's depth in its predecessor tree."""

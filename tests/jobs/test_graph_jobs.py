@@ -589,3 +589,16 @@ def test_damping_zero_gives_uniform_ranks(tmp_path, mode):
     path = rg.write(tmp_path)
     rows, _ = api_rows("pagerank", [f"graph={path}", f"mode={mode}", "damping=0", "tol=0", "iterations=3"], 2)
     assert [r for _, r in rows] == [1.0 / len(rg.ids)] * len(rg.ids)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_row_counts_count_marked_entries_per_row_with_empty_rows_anywhere(seed):
+    from mariana.vertices.graph_blocks import _row_counts
+
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        k, m = int(rng.integers(1, 30)), int(rng.integers(0, 60))
+        indptr = np.concatenate(([0], np.sort(rng.integers(0, m + 1, k - 1)), [m]))
+        mask = rng.random(m) < 0.5
+        rows = np.repeat(np.arange(k), np.diff(indptr))
+        np.testing.assert_array_equal(_row_counts(indptr, mask), np.bincount(rows[mask], minlength=k))

@@ -478,18 +478,22 @@ class GraphLoader:
                 keep = s != d
                 ends.append((d[keep], s[keep], weight[keep] if weight is not None else None))
             for a, b, wt in ends:
-                osrc = owner[a]
-                order = np.argsort(osrc, kind="stable")
-                bounds = np.searchsorted(osrc[order], np.arange(self.workers + 1))
-                for blk in range(self.workers):
-                    sel = order[bounds[blk]:bounds[blk + 1]]
-                    if not sel.size:
+                if not len(a):
+                    continue
+                shares: list[tuple[int, np.ndarray | None]] = [(0, None)]  # one worker: every edge
+                if self.workers > 1:  # each block's edges, in file order
+                    osrc = owner[a]
+                    order = np.argsort(osrc, kind="stable")
+                    bounds = np.cumsum(np.bincount(osrc, minlength=self.workers)).tolist()
+                    shares = [(blk, order[lo:hi]) for blk, (lo, hi) in enumerate(zip([0, *bounds], bounds))]
+                for blk, sel in shares:
+                    if sel is not None and not sel.size:
                         continue
                     box = out.setdefault(blk, {})
-                    box.setdefault("s", []).append(a[sel])
-                    box.setdefault("d", []).append(b[sel])
+                    box.setdefault("s", []).append(a if sel is None else a[sel])
+                    box.setdefault("d", []).append(b if sel is None else b[sel])
                     if wt is not None:
-                        box.setdefault("w", []).append(wt[sel])
+                        box.setdefault("w", []).append(wt if sel is None else wt[sel])
             for blk in np.unique(owner).tolist():  # every id seen exists at its owner
                 out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(keys[owner == blk])
             del c, ends, weight

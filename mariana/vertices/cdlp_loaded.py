@@ -391,6 +391,11 @@ def ell_modes(layout: tuple[np.ndarray, ...], code: np.ndarray, u: int) -> tuple
     lab = code[cols]
     lab.reshape(-1)[pad] = pad_col + u
     count = (lab[:, None, :] == lab[None, :, :]).sum(1, dtype=np.int8)  # each value's occurrences in its row
+    if u + ELL_MAX < 2 ** 27:  # (count, -value) in int32: count * 2^27 - value (count <= 8); half the bytes
+        score = count.astype(np.int32)
+        score <<= 27
+        score -= lab
+        return full, ((-score.max(0)[full]) & (2 ** 27 - 1)).astype(np.int64)
     score = count.astype(np.int64)  # (count, -value): the most frequent, the smallest of a tie
     score <<= 32
     score += 0x7FFFFFFF - lab

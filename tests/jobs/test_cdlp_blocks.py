@@ -50,7 +50,7 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     assert empty_rows.size == 0 and empty_best.size == 0
 
 
-@pytest.mark.parametrize("u", (3, 17, 2 ** 31 - ELL_MAX - 1))
+@pytest.mark.parametrize("u", (3, 17, 2 ** 27 - ELL_MAX - 1, 2 ** 27 - ELL_MAX, 2 ** 31 - ELL_MAX - 1))  # int32 scores up to 2^27
 def test_ell_modes_match_a_plain_count(u):
     """Rows of 0..ELL_MAX entries (ties, repeats, empty rows, values up to the largest allowed):
     the per-column form gives the plain count's modes; a longer row: no layout."""

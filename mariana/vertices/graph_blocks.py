@@ -283,18 +283,17 @@ def _row_counts(indptr: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def _internal_in_edges(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray]:
-    """(destination row, source row) of the block's internal edges, by (destination, source): the
-    CSR of out-edges transposed by a counting sort (``block_kernels.transpose``), ~5 bytes an edge
-    of temporaries. One block (every edge internal): ``g``'s edge arrays are let go as soon as
-    they are read."""
+    """The block's internal edges as a CSR over destination rows: ``(indptr, source rows)``, each
+    row's sources ascending; the CSR of out-edges transposed by a counting sort
+    (``block_kernels.transpose``), ~5 bytes an edge of temporaries. One block (every edge
+    internal): ``g``'s edge arrays are let go as soon as they are read."""
     k = len(g.own)
     indptr, dst, inside = _internal_csr(g, me)
     if inside is None:  # one block: nothing else needs the edge arrays
         g.drop_edges()
     del inside
     tptr, src = transpose(indptr, dst, k)
-    del dst
-    return np.repeat(np.arange(k, dtype=np.int32), np.diff(tptr)), src
+    return tptr.astype(np.int64), src
 
 
 def _in_edges_by_block(g: LocalGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -335,7 +334,7 @@ class PageRankLoaded(LoadedBlock):
         #: per other block: (its id, the rows whose shares it gets, the structure sent once and dropped:
         #: each edge's destination and source as int32 indices into the route's distinct keys)
         self.routes: list[tuple[str, np.ndarray, dict[str, np.ndarray] | None]] = []
-        self.local_in: tuple[np.ndarray, np.ndarray] | None = None  # (dst row, src row) of internal edges
+        self.local_in: tuple[np.ndarray, np.ndarray] | None = None  # internal in-edges (indptr, src row)
         self.in_indptr: np.ndarray | None = None
         self.in_cols: np.ndarray | None = None
         self._gather: Any = None
@@ -357,7 +356,9 @@ class PageRankLoaded(LoadedBlock):
             e0, e1 = int(tptr[c0]), int(tptr[c1])
             counts = np.diff(tptr[c0:c1 + 1])
             if b == me:  # a destination here is a row (own and targets sort alike)
-                self.local_in = (np.repeat(_int32(g.local(targets[c0:c1])), counts), rows[e0:e1].copy())
+                per_row = np.zeros(len(g.own), dtype=np.int64)
+                per_row[g.local(targets[c0:c1])] = counts
+                self.local_in = (np.concatenate(([0], np.cumsum(per_row))), rows[e0:e1].copy())
                 continue
             if e0 == e1:
                 continue
@@ -387,13 +388,14 @@ class PageRankLoaded(LoadedBlock):
         g = self.g
         assert g is not None and self.local_in is not None
         k = len(g.own)
-        ldst, lsrc = self.local_in
+        lptr, lsrc = self.local_in
         self.local_in = None
         parts = [m.payload for m in messages]
         if not parts:  # one run, in order already: the internal sources are the columns
-            self.in_cols = lsrc
-            self.in_indptr = np.concatenate(([0], np.cumsum(np.bincount(ldst, minlength=k))))
+            self.in_cols, self.in_indptr = lsrc, lptr
             return
+        counts = np.diff(lptr)
+        ldst = np.repeat(np.arange(k, dtype=np.int32), counts)
         # sources: ranks among this block's keys and every sender's distinct source keys (no key
         # is in two blocks); the message arrays are let go as they are read
         sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
@@ -405,7 +407,6 @@ class PageRankLoaded(LoadedBlock):
         # each run: (destination rows, source columns within the run, the run's source ranks, the
         # run's place in x)
         runs = [(ldst, lsrc, rank[:k], 0)]
-        counts = np.bincount(ldst, minlength=k)
         for i, p in enumerate(parts, 1):
             d = g.local(unpack_keys(p.pop("dk"))).astype(np.int32)[p.pop("di")]
             counts += np.bincount(d, minlength=k)

@@ -232,19 +232,32 @@ def _used(index: np.ndarray, n: int) -> np.ndarray:
     return mask
 
 
-def _edge_table(src: np.ndarray, dst: np.ndarray, keys: np.ndarray, owner: np.ndarray) -> dict[str, np.ndarray]:
+def _edge_table(keys: np.ndarray, owner: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                both: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Edges as they travel to their block: the keys they use, once each and sorted (``kt``, with
     each one's block ``ko`` and its use ``kr``: 1 a source, 2 a destination, 3 both), and per
-    edge two int32 indices into them (``si``, ``di``); ``src`` and ``dst`` index ``keys``. ~8
-    bytes an edge plus ~11 a key, where the keys of every edge took 18 bytes an edge; the
-    receiver looks each key up once, not once per edge."""
+    edge two int32 indices into them: ``si``, ``di`` one way, and ``bi``, ``bj`` for the edges of
+    an undirected graph with both ends in the block (``both``), sent once for both directions.
+    ``src``, ``dst`` and ``both`` index ``keys``. ~8 bytes an edge plus ~11 a key, where the keys
+    of every edge took 18 bytes an edge; the receiver looks each key up once, not once per edge."""
     is_src, is_dst = _used(src, len(keys)), _used(dst, len(keys))
+    if both is not None:
+        ends = _used(both[0], len(keys)) | _used(both[1], len(keys))
+        is_src |= ends
+        is_dst |= ends
     used = np.flatnonzero(is_src | is_dst)
     used = used[np.argsort(keys[used], kind="stable")]
     at = np.empty(len(keys), dtype=np.int32)
     at[used] = np.arange(len(used), dtype=np.int32)
     role = is_src[used].view(np.uint8) | (is_dst[used].view(np.uint8) << 1)
-    return {"kt": pack_keys(keys[used]), "ko": owner[used], "kr": role, "si": at[src], "di": at[dst]}
+    table = {"kt": pack_keys(keys[used]), "ko": owner[used], "kr": role, "si": at[src], "di": at[dst]}
+    if both is not None:
+        table.update(bi=at[both[0]], bj=at[both[1]])
+    return table
+
+
+def _pick(a: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
+    return None if a is None else a[mask]
 
 
 def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
@@ -473,11 +486,16 @@ class GraphLoader:
             weight = c.weight
             if weight is not None and bool((weight == 1.0).all()):  # unit weights travel as none (1.0 when built)
                 weight = None
-            ends = [(s, d, weight)]
+            # (its ends, its weights, the box it goes to): one way, or (undirected, both ends in
+            # one block) both ways in one entry that the receiver expands
+            ends: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, str]] = [(s, d, weight, "")]
             if self.spec.undirected:
-                keep = s != d
-                ends.append((d[keep], s[keep], weight[keep] if weight is not None else None))
-            for a, b, wt in ends:
+                loop = s == d
+                both = ~loop if self.workers == 1 else (owner[s] == owner[d]) & ~loop
+                one, cross = ~both, ~both & ~loop
+                ends = [(s[one], d[one], _pick(weight, one), ""), (d[cross], s[cross], _pick(weight, cross), ""),
+                        (s[both], d[both], _pick(weight, both), "b")]
+            for a, b, wt, kind in ends:
                 if not len(a):
                     continue
                 shares: list[tuple[int, np.ndarray | None]] = [(0, None)]  # one worker: every edge
@@ -490,19 +508,25 @@ class GraphLoader:
                     if sel is not None and not sel.size:
                         continue
                     box = out.setdefault(blk, {})
-                    box.setdefault("s", []).append(a if sel is None else a[sel])
-                    box.setdefault("d", []).append(b if sel is None else b[sel])
+                    box.setdefault(kind + "s", []).append(a if sel is None else a[sel])
+                    box.setdefault(kind + "d", []).append(b if sel is None else b[sel])
                     if wt is not None:
-                        box.setdefault("w", []).append(wt if sel is None else wt[sel])
+                        box.setdefault(kind + "w", []).append(wt if sel is None else wt[sel])
             for blk in np.unique(owner).tolist():  # every id seen exists at its owner
                 out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(keys[owner == blk])
             del c, ends, weight
             # each piece leaves in its own messages: no concatenation of the whole share (that
             # held two copies of the largest column for a moment)
+            none = np.empty(0, np.int32)
             for blk in sorted(out):
                 box = out.pop(blk)
-                payload = _edge_table(_cat(box.pop("s")), _cat(box.pop("d")), keys, owner) if "s" in box else {}
-                payload.update({k: pack_keys(_cat(box.pop(k))) if k != "w" else _cat(box.pop(k)) for k in list(box)})
+                payload = {}
+                if "s" in box or "bs" in box:
+                    both_ends = (_cat(box.pop("bs")), _cat(box.pop("bd"))) if "bs" in box else None
+                    payload = _edge_table(keys, owner, _cat(box.pop("s", [none])), _cat(box.pop("d", [none])),
+                                          both_ends)
+                payload.update({k: _cat(box.pop(k)) if k.endswith("w") else pack_keys(_cat(box.pop(k)))
+                                for k in list(box)})
                 ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
             del keys, owner
             ctx.flush()  # the other workers' messages leave now (cluster runtime), not at the end
@@ -510,12 +534,14 @@ class GraphLoader:
     # -- superstep 2 ---------------------------------------------------------------------------
     def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:
         """The block's CSR from the edges routed to it, in bounded extra memory: the distinct
-        sources and destinations first (per message, then merged), then each message becomes
-        int32 rows and slots and is let go, then a counting sort by row places the slots (and
-        weights) into CSR order, a piece at a time (``block_kernels.group_by``). The peak is the
-        routed messages plus ~4 bytes an edge (a sort of the whole edge list held ~40). Inside a
-        row the edges keep message order (messages by sender), which no algorithm depends on:
-        each re-sorts or takes minima."""
+        sources and destinations first (per message, then merged), then each message's keys are
+        looked up once (a row and a slot per key) and each row's edges counted, then a counting
+        sort by row places the slots (and weights) into CSR order, a piece of a message at a time
+        (``block_kernels.group_by``), and lets the message go. The peak is the routed messages
+        plus ~4 bytes an edge (a sort of the whole edge list held ~40); an undirected edge with
+        both ends here travels and waits once, and is placed twice. Inside a row the edges keep
+        message order (messages by sender), which no algorithm depends on: each re-sorts or
+        takes minima."""
         msgs = sorted(messages, key=lambda m: m.src)  # the same order on every runtime
         empty = np.empty(0, np.int64) if self.numeric else np.empty(0, f"S{self.width}")
         sources, dests, listed_parts = _Distinct(empty), _Distinct(empty, np.empty(0, np.int16)), []
@@ -548,51 +574,56 @@ class GraphLoader:
                                  f"(every edge endpoint must be listed there)")
             own = listed
         # no message with weights: every weight is 1.0, and a graph without them is the same graph
-        weighted = self.spec.weights and any("w" in m.payload for m in msgs)
+        weighted = self.spec.weights and any("w" in m.payload or "bw" in m.payload for m in msgs)
         k = len(own)
         row_t = np.int32 if k < 2 ** 31 else np.int64
         slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
         counts = np.zeros(k, dtype=np.int64)
-        edges_of: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
-        for m in msgs:  # pass 2: every message as (row, slot, weight) per edge; its arrays go
+        # per message: a row and a slot per key of its table, and its edges as (source, destination,
+        # weight) index arrays into them; an edge both ways is read twice, never stored twice
+        kept: list[tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]]] = []
+        for m in msgs:  # pass 2: each key looked up once, each row's edges counted
             p = m.payload
             if "kt" not in p:
                 continue
-            kt, role, si, di = unpack_keys(p.pop("kt")), p.pop("kr"), p.pop("si"), p.pop("di")
+            kt, role = unpack_keys(p.pop("kt")), p.pop("kr")
             del p["ko"]
-            w = p.pop("w", None) if weighted else None
-            # a row and a slot per key of the table, not per edge: the edges index them (each
-            # looked up only where it is a source, or a destination)
             row_of, slot_of = np.zeros(len(kt), row_t), np.zeros(len(kt), slot_t)
             is_src, is_dst = (role & 1).view(bool), (role >> 1).view(bool)
-            row_of[is_src] = np.searchsorted(own, kt[is_src])
-            slot_of[is_dst] = np.searchsorted(targets, kt[is_dst])
+            row_of[is_src] = np.searchsorted(own, kt[is_src])  # (only where a key is a source,
+            slot_of[is_dst] = np.searchsorted(targets, kt[is_dst])  # or a destination)
             del kt, role, is_src, is_dst
-            rows = row_of[si]
-            counts += np.bincount(rows, minlength=k)
-            edges_of.append((rows, slot_of[di], w))
-            del si, di, w, row_of, slot_of, rows
+            w, bw = (p.pop("w", None), p.pop("bw", None)) if weighted else (None, None)
+            sections = [(p.pop("si"), p.pop("di"), w)]
+            if "bi" in p:
+                bi, bj = p.pop("bi"), p.pop("bj")
+                sections += [(bi, bj, bw), (bj, bi, bw)]
+            for src, _, _ in sections:
+                for lo in range(0, len(src), BUILD_PIECE):
+                    counts += np.bincount(row_of[src[lo:lo + BUILD_PIECE]], minlength=k)
+            kept.append((row_of, slot_of, sections))
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         del counts
         edges = int(indptr[-1])
         slot = np.empty(edges, dtype=slot_t)
         weight = np.empty(edges) if weighted else None
         cursor = indptr[:-1].copy()
-        edges_of.reverse()
-        while edges_of:  # pass 3: a counting sort by row, a piece at a time (stable)
-            rows, slots, w = edges_of.pop()
-            for lo in range(0, len(rows), BUILD_PIECE):
-                hi = lo + BUILD_PIECE
-                ptr, order = group_by(rows[lo:hi], k)
-                n_row = np.diff(ptr)
-                at = np.repeat(cursor - ptr[:-1], n_row)
-                at += np.arange(len(order))
-                slot[at] = slots[lo:hi][order]
-                if weight is not None:
-                    weight[at] = 1.0 if w is None else w[lo:hi][order]
-                cursor += n_row
-                del ptr, order, n_row, at
-            del rows, slots, w
+        kept.reverse()
+        while kept:  # pass 3: a counting sort by row, a piece at a time (stable)
+            row_of, slot_of, sections = kept.pop()
+            for src, dst, w in sections:
+                for lo in range(0, len(src), BUILD_PIECE):
+                    hi = lo + BUILD_PIECE
+                    ptr, order = group_by(row_of[src[lo:hi]], k)
+                    n_row = np.diff(ptr)
+                    at = np.repeat(cursor - ptr[:-1], n_row)
+                    at += np.arange(len(order))
+                    slot[at] = slot_of[dst[lo:hi][order]]
+                    if weight is not None:
+                        weight[at] = 1.0 if w is None else w[lo:hi][order]
+                    cursor += n_row
+                    del ptr, order, n_row, at
+            del row_of, slot_of, sections
         ctx.aggregate("load_vertices", k)
         ctx.aggregate("load_edges", edges)
         return LocalGraph(own, indptr, slot, targets, target_block, weight, self.blocks)

@@ -191,13 +191,6 @@ def _first_of_runs(a: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _sorted_unique(a: np.ndarray, presorted: bool = False) -> np.ndarray:
-    """The distinct values of ``a``, sorted (by sorting: numpy's hash-based ``unique`` is slower here)."""
-    if not presorted:
-        a = np.sort(a)
-    return a[_first_of_runs(a)] if a.size else a
-
-
 class _Distinct:
     """The distinct values of parts, merged as they come: the parts of every message never exist
     at once. Each part is sorted, so a merge is a stable sort of a few sorted runs (a merge of

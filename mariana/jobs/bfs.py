@@ -12,11 +12,12 @@ from ..vertices.graphalytics import UNREACHABLE, BFSVertex
 from ..vertices.graphalytics_loaded import BFSLoaded
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
+from .graphload import Ids
 from .registry import BuildContext, Job, Key
 from .sssp import EXAMPLE_SOURCE, require_source
 
 
-def _summarize(ids: np.ndarray, depth: np.ndarray) -> dict[str, Any]:
+def _summarize(ids: Ids, depth: np.ndarray) -> dict[str, Any]:
     reached = depth[depth != UNREACHABLE]
     levels, counts = np.unique(reached, return_counts=True)
     return {"levels": {str(d): int(c) for d, c in zip(levels.tolist(), counts.tolist())}}

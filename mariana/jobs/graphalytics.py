@@ -154,17 +154,20 @@ def value_format(config: dict[str, Any], kind: str) -> Callable[[Any], str]:
     return str
 
 
-def graphalytics_part(ids: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
-                      numeric: bool) -> tuple[Callable[[int, int], str], str]:
+def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str], numeric: bool,
+                      decode: Callable[[np.ndarray], np.ndarray], piece: int) -> tuple[Callable[[int, int], str], str]:
     """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
-    rows lo..hi (``ids`` in string order) ordered by number when every id of the graph is an
-    integer (``numeric``); and that order, the key of the parts' merge (``storage.parts.LINE_KEYS``)."""
-    if numeric and len(ids):
-        by_number = np.argsort(ids.astype(np.int64), kind="stable")
-        ids, values = ids[by_number], values[by_number]
+    rows lo..hi (``keys`` in string order, made ids by ``decode`` a ``piece`` at a time) ordered by
+    number when every id of the graph is an integer (``numeric``); and that order, the key of the
+    parts' merge (``storage.parts.LINE_KEYS``)."""
+    if numeric and len(keys):
+        number = np.concatenate([decode(keys[lo:lo + piece]).astype(np.int64) for lo in range(0, len(keys), piece)])
+        by_number = np.argsort(number, kind="stable")
+        del number
+        keys, values = keys[by_number], values[by_number]
 
     def lines(lo: int, hi: int) -> str:
-        return "".join(map("{} {}\n".format, ids[lo:hi].tolist(), map(fmt, values[lo:hi].tolist())))
+        return "".join(map("{} {}\n".format, decode(keys[lo:hi]).tolist(), map(fmt, values[lo:hi].tolist())))
 
     return lines, "numeric" if numeric else "graphalytics"
 

@@ -37,7 +37,7 @@ from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
 from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges
 from ..storage.parts import part_url
 
-__all__ = ["GraphLoader", "LoadSpec", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
+__all__ = ["GraphLoader", "LoadSpec", "Ids", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
 PIECE = 4 << 20
@@ -108,6 +108,20 @@ def decode_keys(keys: np.ndarray) -> np.ndarray:
         sym = (keys[lo:lo + OUTPUT_ROWS, None] // _POW12[:width]) % 12
         out[lo:lo + OUTPUT_ROWS, :width] = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46))
     return out.view(f"U{MAX_DIGITS}").reshape(len(keys))
+
+
+class Ids:
+    """A block's vertex ids without decoding them all: ``keys`` (sorted as the ids are) and
+    ``of(rows)``, the ids of some rows as strings (what a job's summary names)."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def of(self, rows: np.ndarray) -> list[str]:
+        return [str(x) for x in decode_keys(self.keys[rows]).tolist()]
 
 
 def _hash_owner(keys: np.ndarray, workers: int) -> np.ndarray:
@@ -278,7 +292,7 @@ class GraphLoader:
     """Loads one worker's part of a graph in ``LOAD_STEPS`` supersteps; writes its results."""
 
     def __init__(self, spec: LoadSpec, workers: int, blocks: list[str], index: int,
-                 summarize: Callable[[np.ndarray, np.ndarray], dict[str, Any]], fmt: Callable[[Any], str]) -> None:
+                 summarize: Callable[["Ids", np.ndarray], dict[str, Any]], fmt: Callable[[Any], str]) -> None:
         self.spec, self.workers, self.blocks, self.index = spec, workers, blocks, index
         self.summarize, self.fmt = summarize, fmt
         self.url = spec.graph
@@ -653,26 +667,28 @@ class GraphLoader:
     # -- results -------------------------------------------------------------------------------
     def result(self, own: np.ndarray, values: np.ndarray, labels: bool) -> dict[str, Any]:
         """This block's results: written as a part of ``output`` (returning where, and a summary),
-        or returned whole (``ids``, ``values``) when there is no output."""
-        ids = decode_keys(own)
+        or returned whole (``ids``, ``values``) when there is no output. Ids are decoded a piece
+        at a time as the part is written (all of them at once were ~70 bytes a vertex: the
+        output was a one-worker job's peak)."""
         vals: Any = decode_keys(values) if labels else values
         if not self.spec.output:
-            return {"ids": ids.tolist(), "values": vals.tolist() if labels else vals}
+            return {"ids": decode_keys(own).tolist(), "values": vals.tolist() if labels else vals}
         url = part_url(self.spec.output, self.index)
         order = "string"
         lines: Callable[[int, int], str]
         if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
             from .graphalytics import graphalytics_part
 
-            lines, order = graphalytics_part(ids, vals, self.fmt, own.dtype.kind != "S")
+            lines, order = graphalytics_part(own, vals, self.fmt, own.dtype.kind != "S", decode_keys, OUTPUT_ROWS)
         elif vals.dtype.kind == "f":
             def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float
-                return "".join(map("{}\t{!r}\n".format, ids[lo:hi].tolist(), vals[lo:hi].tolist()))
+                return "".join(map("{}\t{!r}\n".format, decode_keys(own[lo:hi]).tolist(), vals[lo:hi].tolist()))
         else:
             def lines(lo: int, hi: int) -> str:
-                return "".join(map("{}\t{}\n".format, ids[lo:hi].tolist(), map(self.fmt, vals[lo:hi].tolist())))
+                return "".join(map("{}\t{}\n".format, decode_keys(own[lo:hi]).tolist(),
+                                   map(self.fmt, vals[lo:hi].tolist())))
         try:  # formatted and written in pieces: the text of a large part never exists whole
-            write_lines(url, lambda: (lines(lo, lo + OUTPUT_ROWS) for lo in range(0, len(ids), OUTPUT_ROWS)))
+            write_lines(url, lambda: (lines(lo, lo + OUTPUT_ROWS) for lo in range(0, len(own), OUTPUT_ROWS)))
         except StorageError as exc:  # reported by the job's finish, with every other part discarded
             return {"part": url, "error": str(exc)}
-        return {"part": url, "rows": len(ids), "summary": self.summarize(ids, vals), "order": order}
+        return {"part": url, "rows": len(own), "summary": self.summarize(Ids(own), vals), "order": order}

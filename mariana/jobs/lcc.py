@@ -11,13 +11,14 @@ from ..vertices.graphalytics import LCCVertex
 from ..vertices.lcc_loaded import LCCLoaded
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
+from .graphload import Ids
 from .registry import BuildContext, Job
 
 
 def _summarizer(top: int) -> Any:
-    def summarize(ids: np.ndarray, lcc: np.ndarray) -> dict[str, Any]:
-        best = np.lexsort((ids, -lcc))[:top]
-        return {"sum": float(lcc.sum()), "top": [[ids[i], float(lcc[i])] for i in best.tolist()]}
+    def summarize(ids: Ids, lcc: np.ndarray) -> dict[str, Any]:
+        best = np.lexsort((ids.keys, -lcc))[:top] if top else np.empty(0, np.int64)
+        return {"sum": float(lcc.sum()), "top": [[name, float(lcc[i])] for name, i in zip(ids.of(best), best.tolist())]}
 
     return summarize
 

@@ -11,6 +11,7 @@ from ..vertices.graph_algos import PageRankVertex, pagerank_master
 from ..vertices.graph_blocks import LOAD_STEPS, PageRankLoaded, loaded_pagerank_master
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, parted_results
+from .graphload import Ids
 from .registry import BuildContext, Job, Key
 
 
@@ -22,9 +23,9 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     if config["mode"] == "block":
         top = config["top"]
 
-        def summarize(ids: np.ndarray, ranks: np.ndarray) -> dict[str, Any]:
-            best = np.lexsort((ids, -ranks))[:top]
-            return {"top": [[ids[i], float(ranks[i])] for i in best.tolist()]}
+        def summarize(ids: Ids, ranks: np.ndarray) -> dict[str, Any]:
+            best = np.lexsort((ids.keys, -ranks))[:top] if top else np.empty(0, np.int64)
+            return {"top": [[name, float(ranks[i])] for name, i in zip(ids.of(best), best.tolist())]}
 
         g = build_loaded_graph("pagerank", config, bctx, lambda bid, io: PageRankLoaded(bid, io, d, it, l1),
                                undirected=not config["directed"], summarize=summarize,

@@ -13,6 +13,7 @@ from ..vertices.graph_algos import SSSPVertex
 from ..vertices.graph_blocks import SSSPLoaded
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
+from .graphload import Ids
 from .registry import BuildContext, Job, Key
 
 EXAMPLE_SOURCE = "amsterdam"
@@ -27,10 +28,11 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     if config["mode"] == "block":
         top = config["top"]
 
-        def summarize(ids: np.ndarray, dist: np.ndarray) -> dict[str, Any]:
+        def summarize(ids: Ids, dist: np.ndarray) -> dict[str, Any]:
             reached = np.flatnonzero(dist != np.inf)
-            best = reached[np.lexsort((ids[reached], dist[reached]))[:top]]
-            return {"reached": int(reached.size), "nearest": [[ids[i], float(dist[i])] for i in best.tolist()]}
+            best = reached[np.lexsort((ids.keys[reached], dist[reached]))[:top]] if top else reached[:0]
+            return {"reached": int(reached.size),
+                    "nearest": [[name, float(dist[i])] for name, i in zip(ids.of(best), best.tolist())]}
 
         g = build_loaded_graph("sssp", config, bctx, lambda bid, io: SSSPLoaded(bid, io, source),
                                undirected=not config["directed"], weights=True, nonnegative=True,

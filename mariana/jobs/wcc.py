@@ -12,10 +12,11 @@ from ..vertices.graph_algos import WCCVertex
 from ..vertices.graphalytics_loaded import WCCComponentsLoaded
 from .graphalytics import load_graph, output_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
+from .graphload import Ids
 from .registry import BuildContext, Job
 
 
-def _summarize(ids: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+def _summarize(ids: Ids, labels: np.ndarray) -> dict[str, Any]:
     if not len(labels):
         return {"labels": [], "counts": []}
     names, counts = np.unique(labels, return_counts=True)

@@ -30,7 +30,7 @@ from .worker import GraphBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "set_pdeathsig", "NO_FORK_VAR"]
+__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "fork_holding_interrupts", "set_pdeathsig", "NO_FORK_VAR"]
 
 #: Set to 1 to always start local workers as fresh interpreters (as ``--no-fork`` does).
 NO_FORK_VAR = "MARIANA_NO_FORK"
@@ -148,7 +148,7 @@ def fork_workers(n: int, thread_vars: dict[str, str], build: GraphBuilder,
     try:
         for _ in range(n):
             read, write = os.pipe()
-            pid = os.fork()
+            pid = fork_holding_interrupts()
             if pid == 0:  # the child: never returns
                 os.close(write)
                 if die_with_parent:
@@ -206,6 +206,18 @@ def _child(pipe: int, thread_vars: dict[str, str], build: GraphBuilder) -> NoRet
                 stream.flush()
         finally:
             os._exit(code)
+
+
+def fork_holding_interrupts() -> int:
+    """``os.fork`` with SIGINT held until it has returned, in both processes. A Ctrl-C that lands
+    while the fork runs its own handlers (logging releases its locks there) is raised inside them,
+    where Python reports it as ignored: the interrupted sweep or launch ran on to the end (a CI
+    run of the sweep's Ctrl-C test). Held, it is raised once the fork is done."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return os.fork()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def set_pdeathsig() -> None:

@@ -512,7 +512,7 @@ class GraphLoader:
                     osrc = owner[a]
                     order = np.argsort(osrc, kind="stable")
                     bounds = np.cumsum(np.bincount(osrc, minlength=self.workers)).tolist()
-                    shares = [(blk, order[lo:hi]) for blk, (lo, hi) in enumerate(zip([0, *bounds], bounds))]
+                    shares = [(blk, order[start:stop]) for blk, (start, stop) in enumerate(zip([0, *bounds], bounds))]
                 for blk, sel in shares:
                     if sel is not None and not sel.size:
                         continue

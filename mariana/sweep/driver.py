@@ -542,7 +542,9 @@ def _spawn(t: Trial, spec: dict[str, Any]) -> _Child:
     r2, w2 = os.pipe()  # sweep -> segment: the answers
     parent = os.getpid()
     if _fork_ok():
-        pid = os.fork()
+        from ..cluster.forking import fork_holding_interrupts
+
+        pid = fork_holding_interrupts()
         if pid == 0:  # the child: run the segment, leave without the parent's exit handlers
             code = 0
             try:

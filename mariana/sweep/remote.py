@@ -343,7 +343,9 @@ class _Zygote:
             stream.flush()
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        pid = os.fork()
+        from ..cluster.forking import fork_holding_interrupts
+
+        pid = fork_holding_interrupts()
         if pid == 0:  # the zygote: never returns
             code = 0
             try:

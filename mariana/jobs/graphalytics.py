@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import StorageError, UsageError
 from ..storage import read_text, write_text
 from .edgelist import EdgeList, load_edges
+from .graphload import OUTPUT_ROWS, decode_keys
 from .registry import Key
 
 __all__ = ["GRAPHALYTICS_KEYS", "read_vertices", "with_vertices", "load_graph", "output_format",
@@ -154,20 +155,21 @@ def value_format(config: dict[str, Any], kind: str) -> Callable[[Any], str]:
     return str
 
 
-def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str], numeric: bool,
-                      decode: Callable[[np.ndarray], np.ndarray], piece: int) -> tuple[Callable[[int, int], str], str]:
+def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
+                      numeric: bool) -> tuple[Callable[[int, int], str], str]:
     """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
-    rows lo..hi (``keys`` in string order, made ids by ``decode`` a ``piece`` at a time) ordered by
-    number when every id of the graph is an integer (``numeric``); and that order, the key of the
-    parts' merge (``storage.parts.LINE_KEYS``)."""
+    rows lo..hi (``keys`` in string order, decoded to ids a piece at a time) ordered by number
+    when every id of the graph is an integer (``numeric``); and that order, the key of the parts'
+    merge (``storage.parts.LINE_KEYS``)."""
     if numeric and len(keys):
-        number = np.concatenate([decode(keys[lo:lo + piece]).astype(np.int64) for lo in range(0, len(keys), piece)])
+        number = np.concatenate([decode_keys(keys[lo:lo + OUTPUT_ROWS]).astype(np.int64)
+                                 for lo in range(0, len(keys), OUTPUT_ROWS)])
         by_number = np.argsort(number, kind="stable")
         del number
         keys, values = keys[by_number], values[by_number]
 
     def lines(lo: int, hi: int) -> str:
-        return "".join(map("{} {}\n".format, decode(keys[lo:hi]).tolist(), map(fmt, values[lo:hi].tolist())))
+        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(), map(fmt, values[lo:hi].tolist())))
 
     return lines, "numeric" if numeric else "graphalytics"
 

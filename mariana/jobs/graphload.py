@@ -117,9 +117,6 @@ class Ids:
     def __init__(self, keys: np.ndarray) -> None:
         self.keys = keys
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
     def of(self, rows: np.ndarray) -> list[str]:
         return [str(x) for x in decode_keys(self.keys[rows]).tolist()]
 
@@ -509,10 +506,8 @@ class GraphLoader:
                     continue
                 shares: list[tuple[int, np.ndarray | None]] = [(0, None)]  # one worker: every edge
                 if self.workers > 1:  # each block's edges, in file order
-                    osrc = owner[a]
-                    order = np.argsort(osrc, kind="stable")
-                    bounds = np.cumsum(np.bincount(osrc, minlength=self.workers)).tolist()
-                    shares = [(blk, order[start:stop]) for blk, (start, stop) in enumerate(zip([0, *bounds], bounds))]
+                    bounds, order = group_by(owner[a], self.workers)
+                    shares = [(blk, order[bounds[blk]:bounds[blk + 1]]) for blk in range(self.workers)]
                 for blk, sel in shares:
                     if sel is not None and not sel.size:
                         continue
@@ -679,7 +674,7 @@ class GraphLoader:
         if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
             from .graphalytics import graphalytics_part
 
-            lines, order = graphalytics_part(own, vals, self.fmt, own.dtype.kind != "S", decode_keys, OUTPUT_ROWS)
+            lines, order = graphalytics_part(own, vals, self.fmt, own.dtype.kind != "S")
         elif vals.dtype.kind == "f":
             def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float
                 return "".join(map("{}\t{!r}\n".format, decode_keys(own[lo:hi]).tolist(), vals[lo:hi].tolist()))

@@ -97,16 +97,18 @@ def stable_argsort(a: np.ndarray) -> np.ndarray:
     return low[np.argsort((a[low] >> 16).astype(np.uint16), kind="stable")]
 
 
-def group_by(keys: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
+def group_by(keys: np.ndarray, nkeys: int, values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A stable counting sort of int ``keys`` in [0, nkeys): ``(indptr, order)``, key ``j``'s
-    positions being ``order[indptr[j]:indptr[j + 1]]``, ascending. scipy: one ``tocsc`` of a
-    one-row matrix (the positions as its data), ~3x faster than the radix argsort below."""
+    positions being ``order[indptr[j]:indptr[j + 1]]``, ascending; with ``values``, those values
+    in that order instead of the positions. scipy: one ``tocsc`` of a one-row matrix (the
+    positions or values as its data), ~3x faster than the radix argsort of the numpy form."""
     n = len(keys)
     if have_scipy() and max(n, nkeys) < 2 ** 31:
-        t = _csr_matrix((np.arange(n, dtype=np.int32), keys.astype(np.int32, copy=False), np.array([0, n], np.int32)),
-                        shape=(1, nkeys)).tocsc()
+        data = np.arange(n, dtype=np.int32) if values is None else values
+        t = _csr_matrix((data, keys.astype(np.int32, copy=False), np.array([0, n], np.int32)), shape=(1, nkeys)).tocsc()
         return t.indptr, t.data
-    return np.concatenate(([0], np.cumsum(np.bincount(keys, minlength=nkeys)))), stable_argsort(keys)
+    order = stable_argsort(keys)
+    return np.concatenate(([0], np.cumsum(np.bincount(keys, minlength=nkeys)))), order if values is None else values[order]
 
 
 #: ``components`` of a symmetric graph with at least this many entries per row on average
@@ -178,18 +180,12 @@ def _sampled_labels(k: int, indptr: np.ndarray, indices: np.ndarray, cols: np.nd
 def _labels_of(k: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """scipy's component labels of the undirected graph of the edges (src, dst)."""
     src, dst = src.astype(np.int32, copy=False), dst.astype(np.int32, copy=False)
-    ptr, idx = _grouped(src, dst, k)
-    t_ptr, t_idx = _grouped(dst, src, k)  # the transpose
+    ptr, idx = group_by(src, k, dst)
+    t_ptr, t_idx = group_by(dst, k, src)  # the transpose
     labels = _undirected_labels(ptr, idx, t_ptr, t_idx)
     if labels is None:
         _, labels = _cc(_csr_matrix((np.ones(idx.size), idx, ptr), shape=(k, k)), directed=False)
     return labels
-
-
-def _grouped(rows: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(indptr, ``vals`` grouped by ``rows``): a counting sort (scipy's CSR-to-CSC of one row)."""
-    m = _csr_matrix((vals, rows, np.array([0, rows.size], dtype=np.int32)), shape=(1, k)).tocsc()
-    return m.indptr, m.data
 
 
 def _undirected_labels(indptr: np.ndarray, indices: np.ndarray, t_indptr: np.ndarray | None = None,

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import _csr_matrix, have_scipy, stable_argsort
+from .block_kernels import _csr_matrix, group_by, have_scipy
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys
 from .graphalytics_loaded import _by_sender, _integer_ids
 
@@ -311,12 +311,9 @@ def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def group_by_row(rows: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, ``vals`` grouped by ``rows`` in [0, n), in their order inside each row): a stable
-    counting sort, by scipy's CSR-to-CSC conversion (C); numpy: a stable argsort; the same result."""
-    if have_scipy() and rows.size and rows.size < 2 ** 31 and n < 2 ** 31:
-        m = _csr_matrix((vals, rows.astype(np.int32), np.array([0, rows.size], np.int32)), shape=(1, n)).tocsc()
-        return m.indptr.astype(np.int64), m.data.astype(vals.dtype, copy=False)
-    order = stable_argsort(rows)
-    return np.searchsorted(rows[order], np.arange(n + 1)).astype(np.int64), vals[order]
+    counting sort (``block_kernels.group_by``)."""
+    ptr, grouped = group_by(rows, n, vals)
+    return ptr.astype(np.int64), grouped.astype(vals.dtype, copy=False)
 
 
 def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
-from .block_kernels import csr_sum, relax, transpose
+from .block_kernels import csr_sum, group_by, relax, transpose
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
@@ -302,8 +302,7 @@ def _in_edges_by_block(g: LocalGraph) -> tuple[np.ndarray, np.ndarray, np.ndarra
     keys grouped by block (key order inside a group), block ``b``'s being
     ``targets[bounds[b]:bounds[b + 1]]``, and column ``c``'s source rows
     ``rows[indptr[c]:indptr[c + 1]]`` (ascending). The edge arrays of ``g`` are let go."""
-    by_block = np.argsort(g.target_block, kind="stable")
-    bounds = np.searchsorted(g.target_block[by_block], np.arange(len(g.blocks) + 1))
+    bounds, by_block = group_by(g.target_block, len(g.blocks))
     column = np.empty(len(by_block), dtype=np.int32 if len(by_block) < 2 ** 31 else np.int64)
     column[by_block] = np.arange(len(by_block))
     cols = column[g.slot]

@@ -15,7 +15,7 @@ jobs behave as before.
 
 Block mode reads every job's graph in parts with all of these conventions (``jobs/graphload.py``:
 ``directed=false`` routes each edge to both ends, the owner of each vertex checks it against the
-``.v`` file, each worker writes its part with ``graphalytics_part`` and the parts are merged in
+``.v`` file, each worker writes its part with ``graphload.graphalytics_part`` and the parts are merged in
 the same order); vertex mode reads the whole graph in every process (``load_graph``) and writes
 with ``write_result``. Both give the same bytes.
 """
@@ -30,11 +30,10 @@ import numpy as np
 from ..errors import StorageError, UsageError
 from ..storage import read_text, write_text
 from .edgelist import EdgeList, load_edges
-from .graphload import OUTPUT_ROWS, decode_keys
 from .registry import Key
 
 __all__ = ["GRAPHALYTICS_KEYS", "read_vertices", "with_vertices", "load_graph", "output_format",
-           "id_order", "label_ranks", "write_result", "value_format", "graphalytics_part"]
+           "id_order", "label_ranks", "write_result", "value_format"]
 
 GRAPHALYTICS_KEYS = (
     Key("vertices", None, "str", "Graphalytics .v file: every vertex id, one per line (isolated vertices "
@@ -153,25 +152,6 @@ def value_format(config: dict[str, Any], kind: str) -> Callable[[Any], str]:
 
         return str if graphalytics else (lambda d: "inf" if d == UNREACHABLE else str(d))
     return str
-
-
-def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
-                      numeric: bool) -> tuple[Callable[[int, int], str], str]:
-    """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
-    rows lo..hi (``keys`` in string order, decoded to ids a piece at a time) ordered by number
-    when every id of the graph is an integer (``numeric``); and that order, the key of the parts'
-    merge (``storage.parts.LINE_KEYS``)."""
-    if numeric and len(keys):
-        number = np.concatenate([decode_keys(keys[lo:lo + OUTPUT_ROWS]).astype(np.int64)
-                                 for lo in range(0, len(keys), OUTPUT_ROWS)])
-        by_number = np.argsort(number, kind="stable")
-        del number
-        keys, values = keys[by_number], values[by_number]
-
-    def lines(lo: int, hi: int) -> str:
-        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(), map(fmt, values[lo:hi].tolist())))
-
-    return lines, "numeric" if numeric else "graphalytics"
 
 
 def write_result(config: dict[str, Any], rows: list[tuple[str, Any]], kind: str) -> None:

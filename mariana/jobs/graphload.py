@@ -37,7 +37,7 @@ from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
 from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges
 from ..storage.parts import part_url
 
-__all__ = ["GraphLoader", "LoadSpec", "Ids", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
+__all__ = ["GraphLoader", "LoadSpec", "Ids", "graphalytics_part", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
 PIECE = 4 << 20
@@ -283,6 +283,25 @@ def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
         raise UsageError(f"{split.url}: vertex ids must be integers of at most 63 bits, found {a[row].item()!r} "
                          f"({a.dtype}) in row {first + row}")
     return a.astype(np.int64)
+
+
+def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
+                      numeric: bool) -> tuple[Callable[[int, int], str], str]:
+    """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
+    rows lo..hi (``keys`` in string order, decoded to ids a piece at a time) ordered by number
+    when every id of the graph is an integer (``numeric``); and that order, the key of the parts'
+    merge (``storage.parts.LINE_KEYS``)."""
+    if numeric and len(keys):
+        number = np.concatenate([decode_keys(keys[lo:lo + OUTPUT_ROWS]).astype(np.int64)
+                                 for lo in range(0, len(keys), OUTPUT_ROWS)])
+        by_number = np.argsort(number, kind="stable")
+        del number
+        keys, values = keys[by_number], values[by_number]
+
+    def lines(lo: int, hi: int) -> str:
+        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(), map(fmt, values[lo:hi].tolist())))
+
+    return lines, "numeric" if numeric else "graphalytics"
 
 
 class GraphLoader:
@@ -672,8 +691,6 @@ class GraphLoader:
         order = "string"
         lines: Callable[[int, int], str]
         if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
-            from .graphalytics import graphalytics_part
-
             lines, order = graphalytics_part(own, vals, self.fmt, own.dtype.kind != "S")
         elif vals.dtype.kind == "f":
             def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float

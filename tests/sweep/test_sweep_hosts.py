@@ -180,7 +180,12 @@ def test_a_host_killed_mid_segment_loses_only_that_segment(tmp_path, capsys):
     assert len(lost) == 1, lost
     assert sum(t["lost"] for t in remote["trials"]) == 1
     assert codes == [0]
-    assert "dropped (1 host(s) left)" in err
+    # Two watchers notice the death, both after --worker-timeout of silence: the segment's master
+    # (its worker stopped answering) and the sweep's queue (the host stopped beating). Whichever is
+    # first loses the segment; the queue's drop is printed only if the sweep was still running
+    # when its host's silence passed the timeout (a rerun that ends at once at a rung can finish first).
+    assert "segment lost" in err, err
+    assert "dropped (1 host(s) left)" in err or "stopped answering" in lost[0]["error"], (lost, err)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.local import blas_threads_of
 from ..engine.state import load_vertex_state
 from ..engine.tracing import capture_path
 from ..engine.vertex import Context, Message
@@ -92,30 +93,31 @@ def replay(run: str, vertex: str, superstep: int, pdb: bool = False) -> dict[str
         raise UsageError(f"no valid checkpoint at or before superstep {superstep} in {run} "
                          "(run with --set checkpoint_every=N, or capture from superstep 0)")
     replayed, result = [], {}
-    for t in range(start, superstep + 1):
-        rel = capture_path(vertex, t)
-        if not run_dir.exists(rel):
-            if t == superstep:
-                raise UsageError(f"no capture of {vertex!r} at superstep {superstep} in {run} (did it compute "
-                                 f"then, and was the run started with --capture matching it?)")
-            continue  # it did not compute at t (halted, no messages)
-        rec = unpack(run_dir.read_bytes(rel))
-        recorder = _Recorder(v)
-        ctx = Context(recorder, len(graph), worker, prev["workers"])
-        ctx.begin(t, rec["aggregates"], rec["broadcasts"])
-        ctx.bind(vertex, placement.device_of(vertex))
-        inbox = [Message(src, vertex, tag, payload) for src, tag, payload in rec["inbox"]]
-        if t == superstep and pdb:
-            import pdb as debugger
+    with blas_threads_of(prev["workers"]):  # as the run's workers: OpenBLAS sums in an order set by its threads
+        for t in range(start, superstep + 1):
+            rel = capture_path(vertex, t)
+            if not run_dir.exists(rel):
+                if t == superstep:
+                    raise UsageError(f"no capture of {vertex!r} at superstep {superstep} in {run} (did it compute "
+                                     f"then, and was the run started with --capture matching it?)")
+                continue  # it did not compute at t (halted, no messages)
+            rec = unpack(run_dir.read_bytes(rel))
+            recorder = _Recorder(v)
+            ctx = Context(recorder, len(graph), worker, prev["workers"])
+            ctx.begin(t, rec["aggregates"], rec["broadcasts"])
+            ctx.bind(vertex, placement.device_of(vertex))
+            inbox = [Message(src, vertex, tag, payload) for src, tag, payload in rec["inbox"]]
+            if t == superstep and pdb:
+                import pdb as debugger
 
-            print(f"replaying {vertex} at superstep {t}: step into compute with 's'", flush=True)
-            debugger.runcall(v.compute, ctx, inbox)
-        else:
-            v.compute(ctx, inbox)
-        matches = same(recorder.sent, rec["outbox"])
-        replayed.append({"superstep": t, "inbox": len(inbox), "sent": len(recorder.sent), "matches": matches})
-        result = {"sent": recorder.sent, "original": rec["outbox"], "aggregated": recorder.aggregated,
-                  "halted": recorder.halted, "matches": matches}
+                print(f"replaying {vertex} at superstep {t}: step into compute with 's'", flush=True)
+                debugger.runcall(v.compute, ctx, inbox)
+            else:
+                v.compute(ctx, inbox)
+            matches = same(recorder.sent, rec["outbox"])
+            replayed.append({"superstep": t, "inbox": len(inbox), "sent": len(recorder.sent), "matches": matches})
+            result = {"sent": recorder.sent, "original": rec["outbox"], "aggregated": recorder.aggregated,
+                      "halted": recorder.halted, "matches": matches}
     return {"vertex": vertex, "superstep": superstep, "checkpoint": start, "from_checkpoint": bool(starts),
             "worker": worker, "replayed": replayed, **result}
 

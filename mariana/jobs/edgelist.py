@@ -108,15 +108,10 @@ def decimal_len(v: np.ndarray) -> np.ndarray:
     return digits + (v < 0)
 
 
-def numeric_edges(text: str | bytes) -> NumericEdges | None:
-    """The fast path of the edge parser: (the distinct ids as int64, in no particular order;
-    edges as (m, 2) indices into them, int32 where they fit; weights; line numbers), or None where
-    the line parser must decide (anything but 2 or 3 numeric fields per line, an id that is not
-    the canonical decimal of its number). ``text``: str, or bytes (ASCII is checked first, so a
-    caller need not decode). No id string is made: a worker that loads a part of a large graph
-    holds 8 bytes per distinct id, not a string. A few passes over the bytes, and where every line
-    has the same 2 or 3 fields no search for line numbers: ~37 ms per 4 MB piece of a scale-19
-    R-MAT file, where decoding it and twice as many passes took ~55."""
+def _tokens(text: str | bytes) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The fast parsers' first pass: (the bytes without comments, where each whitespace-separated
+    token starts and stops, where each line break is), or None where ``str.split`` and
+    ``splitlines`` could see other tokens or lines (not ASCII, a lone \\r, other control characters)."""
     if not text.isascii():
         return None
     raw = text if isinstance(text, bytes) else text.encode()
@@ -140,7 +135,46 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
     if solid[-1]:
         flips = np.append(flips, len(b))
     del solid, b
-    first, stop = flips[0::2], flips[1::2]
+    return raw, flips[0::2], flips[1::2], newlines
+
+
+def numeric_ids(text: str | bytes) -> np.ndarray | None:
+    """The fast path of the ``vertices=`` parser: every id of a one-id-per-line text as int64, in
+    file order, or None where the line parser must decide (a line of several fields, an id that
+    is not the canonical decimal of its number, anything ``numeric_edges`` leaves to it)."""
+    tokens = _tokens(text)
+    if tokens is None:
+        return None
+    raw, first, stop, newlines = tokens
+    if not first.size:
+        return np.empty(0, np.int64)
+    line = np.searchsorted(newlines, first)  # each token's line
+    if bool((line[1:] == line[:-1]).any()):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            values = np.fromstring(raw, dtype=np.int64, sep=" ")
+    except ValueError:
+        return None
+    if values.size != first.size or values.max() == _INT64.max or values.min() == _INT64.min:
+        return None  # (overflow saturates)
+    return values if np.array_equal(decimal_len(values), stop - first) else None
+
+
+def numeric_edges(text: str | bytes) -> NumericEdges | None:
+    """The fast path of the edge parser: (the distinct ids as int64, in no particular order;
+    edges as (m, 2) indices into them, int32 where they fit; weights; line numbers), or None where
+    the line parser must decide (anything but 2 or 3 numeric fields per line, an id that is not
+    the canonical decimal of its number). ``text``: str, or bytes (ASCII is checked first, so a
+    caller need not decode). No id string is made: a worker that loads a part of a large graph
+    holds 8 bytes per distinct id, not a string. A few passes over the bytes, and where every line
+    has the same 2 or 3 fields no search for line numbers: ~37 ms per 4 MB piece of a scale-19
+    R-MAT file, where decoding it and twice as many passes took ~55."""
+    tokens = _tokens(text)
+    if tokens is None:
+        return None
+    raw, first, stop, newlines = tokens
     k = 2 if len(first) == 2 * len(newlines) else 3
     rows = len(first) // k
     if len(first) % k == 0 and len(newlines) == rows and rows and bool((stop[k - 1::k] <= newlines).all()) \

@@ -34,7 +34,7 @@ from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lin
                               read_table_split, read_text_split)
 from ..vertices.block_kernels import group_by
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
-from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges
+from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
 from ..storage.parts import part_url
 
 __all__ = ["GraphLoader", "LoadSpec", "Ids", "graphalytics_part", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
@@ -450,7 +450,13 @@ class GraphLoader:
         return _int_ids(split, a, first).astype(str)
 
     def _parse_vertices(self, split: Split) -> _Chunk:
-        text = read_text_split(split).decode("utf-8", errors="strict")
+        raw = read_text_split(split)
+        ints = numeric_ids(raw)  # integer ids, one a line, none twice: numpy (~40x the line parser)
+        if ints is not None:
+            values = np.unique(ints)
+            if values.size == ints.size:
+                return _Chunk(split, None, values, np.empty((0, 2), np.int64), None, listed=True)
+        text = raw.decode("utf-8", errors="strict")
         tokens = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         for i, t in enumerate(tokens):  # Graphalytics .v: one id per line
             if len(t.split()) > 1:

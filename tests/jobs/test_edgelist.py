@@ -11,7 +11,7 @@ import pytest
 
 from mariana.errors import UsageError
 from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, example_graph_url,
-                                   load_edges, numeric_edges, parse_edges)
+                                   load_edges, numeric_edges, numeric_ids, parse_edges)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -301,3 +301,23 @@ def test_anything_unusual_goes_to_the_line_parser(text):
     """Ids that are not canonical integers, uneven lines, bad or exotic input: the fast path
     declines, so results (and error messages naming the line) are the line parser's."""
     assert _parse_numeric(text, URL) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_vertex_file_fast_path_reads_what_the_lines_say(seed):
+    """One integer id a line, with blank lines, comments, tabs and CRLF: every id in file order,
+    as ``int(line.split('#')[0])`` reads it; several fields or a non-canonical id: declined."""
+    rng = random.Random(seed)
+    lines, want = [], []
+    for _ in range(rng.randrange(1, 800)):
+        if rng.random() < 0.05:
+            lines.append(rng.choice(["", "  ", "# a comment", "\t"]))
+            continue
+        v = rng.randrange(-50, 10 ** rng.randrange(1, 19))
+        want.append(v)
+        lines.append(rng.choice(["", " ", "\t"]) + str(v) + rng.choice(["", " ", "  # note"]))
+    text = rng.choice(["\n", "\r\n"]).join(lines) + rng.choice(["", "\n"])
+    got = numeric_ids(text.encode())
+    assert got is not None and got.tolist() == want
+    for bad in ("1 2\n", "007\n", "+1\n", "1.0\n", "-0\n", "x\n", "9223372036854775808\n", "1\r2\n", "\u00fc\n"):
+        assert numeric_ids((text + "\n" + bad).encode()) is None, bad

@@ -166,13 +166,14 @@ class CDLPLoaded(LoadedBlock):
         if not far.size and not msgs and have_scipy() and len(dst) < 2 ** 31 and n < 2 ** 31:
             # one block: the out-entries are grouped by row already; only the in-entries need the
             # counting sort (the transpose), then each row is its out-entries and its in-entries
-            self.ptr, self.nb = _with_transpose(g.indptr, dst.astype(it), n)
+            self.ptr, self.nb, transpose = _with_transpose(g.indptr, dst.astype(it), n)
+            self._simple = _no_repeats(g.indptr, dst, n, transpose)
+            del transpose
         else:
             rows = np.concatenate([src.astype(it), dst[near].astype(it), *[r.astype(it) for r in in_rows]])
             nbs = np.concatenate([dst.astype(it), src[near].astype(it), *[x.astype(it) for x in in_nbs]])
             self.ptr, self.nb = group_by_row(rows, nbs, n)
             del rows, nbs
-        self._simple = not far.size and not msgs and _no_repeats(g.indptr, dst, n)
         self.rk = np.concatenate(keys) if at > n else None
         for blk in sorted(by_block):
             r = _distinct(np.concatenate(by_block[blk]), n)
@@ -241,11 +242,18 @@ class CDLPLoaded(LoadedBlock):
         if base is not None:
             rows = base[rows]
         new = best + self.lo if uniq is None else uniq[best]
-        change = np.flatnonzero(label[rows] != new)
+        if rows.size == n:  # every row (ascending, distinct): no gathers, a copy
+            change = np.flatnonzero(label != new)
+            if change.size:
+                np.copyto(label, new)
+            self.moved = change
+        else:
+            change = np.flatnonzero(label[rows] != new)
+            if change.size:
+                label[rows[change]] = new[change]
+            self.moved = rows[change]
         if change.size:
             ctx.aggregate("updated", int(change.size))
-            label[rows[change]] = new[change]
-        self.moved = rows[change]
 
     def result(self) -> dict[str, Any]:
         g = self.g
@@ -254,40 +262,43 @@ class CDLPLoaded(LoadedBlock):
         return self.out.result(g.own, self.value, labels=self.value.dtype.kind == "S")
 
 
-def _with_transpose(indptr: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _transpose(indptr: np.ndarray, dst: np.ndarray, n: int) -> Any:
+    """The transpose of the CSR (rows ``indptr``, columns ``dst``, n x n) as a CSR with sorted
+    rows: one counting sort (scipy's ``tocsc``)."""
+    t = _csr_matrix((np.ones(len(dst), np.int8), dst.astype(np.int32, copy=False), indptr.astype(np.int32)),
+                    shape=(n, n)).tocsc()
+    return _csr_matrix((t.data, t.indices, t.indptr), shape=(n, n))
+
+
+def _with_transpose(indptr: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, Any]:
     """``group_by_row`` of the entries of a CSR (rows ``indptr``, columns ``dst``, all rows) and
     of its transpose: each row's own entries, then its in-entries in source order (the same
-    layout), with one counting sort of half the entries (scipy's ``tocsc``)."""
+    layout), with one counting sort of half the entries; and that transpose (``_transpose``)."""
     m = len(dst)
-    t = _csr_matrix((np.ones(m, np.int8), dst.astype(np.int32, copy=False), indptr.astype(np.int32)),
-                    shape=(n, n)).tocsc()  # in-entries by row, sources ascending
+    t = _transpose(indptr, dst, n)  # in-entries by row, sources ascending
     out_ptr, in_ptr = indptr.astype(np.int64), t.indptr.astype(np.int64)
     ptr = out_ptr + in_ptr
     nb = np.empty(2 * m, dtype=dst.dtype)
     nb[np.arange(m, dtype=np.int64) + np.repeat(in_ptr[:-1], np.diff(out_ptr))] = dst
     nb[np.arange(m, dtype=np.int64) + np.repeat(out_ptr[1:], np.diff(in_ptr))] = t.indices
-    return ptr, nb
+    return ptr, nb, t
 
 
-def _no_repeats(indptr: np.ndarray, dst: np.ndarray, n: int) -> bool:
+def _no_repeats(indptr: np.ndarray, dst: np.ndarray, n: int, transpose: Any = None) -> bool:
     """Whether one block's out-edges (CSR over its rows, every target a row) give no row a
-    neighbour twice: no self-loop, and the pairs (smaller, larger end) all distinct (no repeated
-    edge, none listed both ways), found by two counting sorts (scipy's CSR-to-CSC of one row:
-    linear) and a look for repeats in the sorted rows; without scipy: False (rounds as usual)."""
+    neighbour twice: no self-loop, no repeated edge, none listed both ways. With A the edges and
+    A^T their ``transpose`` (made here if not given): the transpose of A^T is A with sorted rows
+    (a second counting sort), canonical unless an edge repeats; no loop is an empty diagonal, and
+    no edge both ways an empty elementwise product of A and A^T (a merge of sorted rows): linear
+    passes, no sort. Without scipy: False (rounds as usual)."""
     if not have_scipy() or not len(dst) or len(dst) >= 2 ** 31 or n >= 2 ** 31:
         return False
-    src = np.repeat(np.arange(n, dtype=np.int32), np.diff(indptr))
-    dst = dst.astype(np.int32, copy=False)
-    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-    del src
-    if bool((lo == hi).any()):
+    at = transpose if transpose is not None else _transpose(indptr, dst, n)
+    t = at.tocsc()
+    a = _csr_matrix((t.data, t.indices, t.indptr), shape=(n, n))  # A, rows sorted
+    if not a.has_canonical_format or bool(a.diagonal().any()):
         return False
-    one = np.array([0, len(lo)], dtype=np.int32)
-    by_hi = _csr_matrix((lo, hi, one), shape=(1, n)).tocsc()  # lo by hi: the minor key first
-    hi_sorted = np.repeat(np.arange(n, dtype=np.int32), np.diff(by_hi.indptr))
-    by_lo = _csr_matrix((hi_sorted, by_hi.data, one), shape=(1, n)).tocsc()  # then by lo, stably
-    pairs = _csr_matrix((np.ones(len(lo), np.int8), by_lo.data, by_lo.indptr), shape=(n, n))
-    return bool(pairs.has_canonical_format)  # rows sorted: canonical = no repeated pair
+    return int(a.multiply(at).nnz) == 0
 
 
 def _distinct(idx: np.ndarray, n: int) -> np.ndarray:
@@ -366,8 +377,9 @@ ELL_MAX = 8
 
 def ell_layout(ptr: np.ndarray, nb: np.ndarray) -> tuple[np.ndarray, ...] | None:
     """Every row's entries as columns (ELLPACK) when no row has more than ``ELL_MAX``: (the rows
-    with entries, a (columns, rows) array of ``nb`` values, the flat places without an entry and
-    their column numbers); None else."""
+    with entries, a (columns, rows) array of ``nb`` values as intp, the flat places without an
+    entry and their column numbers); None else. (intp: numpy gathers with int32 indices by casting
+    them on the way, ~3x the time of the gather itself on a grid's near-sequential rows.)"""
     k = len(ptr) - 1
     cnt = np.diff(ptr)
     top = int(cnt.max(initial=0))
@@ -375,29 +387,44 @@ def ell_layout(ptr: np.ndarray, nb: np.ndarray) -> tuple[np.ndarray, ...] | None
         return None
     at = ptr[:-1] + np.arange(top)[:, None]  # (top, k): entry j of every row
     has = np.arange(top)[:, None] < cnt
-    cols = nb[np.where(has, at, 0)]
+    cols = nb[np.where(has, at, 0)].astype(np.intp, copy=False)
     pad = np.flatnonzero(~has)
-    return np.flatnonzero(cnt), cols, pad, (pad // max(k, 1)).astype(cols.dtype)
+    return np.flatnonzero(cnt), cols, pad, (pad // max(k, 1)).astype(np.int32)
 
 
 def ell_modes(layout: tuple[np.ndarray, ...], code: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
-    """``row_modes`` over ``ell_layout``'s columns (values ``code[column]``; u + ELL_MAX < 2^31):
-    every pair of columns compared at once, no sort; the result of ``row_modes`` (where a row
-    lacks column j it holds u + j: distinct, above every value, so never picked while it has one)."""
+    """``row_modes`` over ``ell_layout``'s columns (values ``code[column]``, int32; u + ELL_MAX < 2^31):
+    the result of ``row_modes`` without a sort (where a row lacks column j it holds u + j: distinct,
+    above every value, so never picked while it has one). A row whose values are all distinct
+    takes the smallest; only the rows where some pair of columns is equal (few, while labels
+    still spread) are counted, every pair of their columns compared at once."""
     full, cols, pad, pad_col = layout
     lab = code[cols]
     lab.reshape(-1)[pad] = pad_col + u
+    top = lab.shape[0]
+    rep = np.zeros(lab.shape[1], dtype=bool)
+    for i in range(top):
+        for j in range(i + 1, top):
+            rep |= lab[i] == lab[j]
+    best = lab.min(0)
+    some = np.flatnonzero(rep)
+    if some.size:
+        best[some] = _ell_counted(lab[:, some], u)
+    return full, (best if full.size == best.size else best[full]).astype(np.int64)
+
+
+def _ell_counted(lab: np.ndarray, u: int) -> np.ndarray:
+    """Per column of ``lab`` (rows of values), the most frequent value, the smallest of a tie."""
     count = (lab[:, None, :] == lab[None, :, :]).sum(1, dtype=np.int8)  # each value's occurrences in its row
     if u + ELL_MAX < 2 ** 27:  # (count, -value) in int32: count * 2^27 - value (count <= 8); half the bytes
         score = count.astype(np.int32)
         score <<= 27
         score -= lab
-        return full, ((-score.max(0)[full]) & (2 ** 27 - 1)).astype(np.int64)
-    score = count.astype(np.int64)  # (count, -value): the most frequent, the smallest of a tie
-    score <<= 32
-    score += 0x7FFFFFFF - lab
-    best = score.max(0)[full]
-    return full, 0x7FFFFFFF - (best & 0xFFFFFFFF)
+        return (-score.max(0)) & (2 ** 27 - 1)
+    wide = count.astype(np.int64)  # (count, -value): the most frequent, the smallest of a tie
+    wide <<= 32
+    wide += 0x7FFFFFFF - lab
+    return 0x7FFFFFFF - (wide.max(0) & 0xFFFFFFFF)
 
 
 def _best(starts: np.ndarray, code: np.ndarray, cnt: np.ndarray, u: int) -> np.ndarray:

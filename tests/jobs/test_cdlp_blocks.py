@@ -96,7 +96,7 @@ def test_one_blocks_layout_by_its_transpose_is_group_by_rows():
         src = np.sort(rng.integers(0, n, m)).astype(np.int32)
         dst = rng.integers(0, n, m).astype(np.int32)
         indptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n))))
-        ptr, nb = _with_transpose(indptr, dst, n)
+        ptr, nb, _ = _with_transpose(indptr, dst, n)
         want_ptr, want_nb = group_by_row(np.concatenate([src, dst]), np.concatenate([dst, src]), n)
         assert np.array_equal(ptr, want_ptr) and np.array_equal(nb, want_nb)
 

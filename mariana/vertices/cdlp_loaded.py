@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import _csr_matrix, group_by, have_scipy
+from .block_kernels import _csr_matrix, group_by, have_scipy, row_ids
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys
 from .graphalytics_loaded import _by_sender, _integer_ids
 
@@ -196,7 +196,7 @@ class CDLPLoaded(LoadedBlock):
         if farm.size:
             if self.tptr is None or self.trow is None:  # once: which rows list each remote neighbour
                 sel = np.flatnonzero(self.nb >= n)
-                row = np.repeat(np.arange(n, dtype=self.nb.dtype), np.diff(self.ptr))[sel]
+                row = row_ids(self.ptr, self.nb.dtype)[sel]
                 self.tptr, self.trow = group_by_row(self.nb[sel] - n, row, len(far))
             rows = np.concatenate([rows, self.trow[_ranges(self.tptr, farm)]])
         dirty = _distinct(rows, n)

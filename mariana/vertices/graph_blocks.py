@@ -23,7 +23,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
-from .block_kernels import csr_sum, group_by, relax, transpose
+from .block_kernels import csr_sum, group_by, relax, row_ids, transpose
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
@@ -58,7 +58,7 @@ class LocalGraph:
 
     def src_rows(self) -> np.ndarray:
         """The local row of every edge (int32)."""
-        return np.repeat(np.arange(len(self.own), dtype=np.int32), np.diff(self.indptr))
+        return row_ids(self.indptr)
 
     def edges_of(self, rows: np.ndarray) -> np.ndarray:
         """Indices into ``dst`` of the out-edges of local rows ``rows``."""

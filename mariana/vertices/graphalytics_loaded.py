@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import components
+from .block_kernels import components, row_ids
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, _Split, pack_keys
 from .graphalytics import UNREACHABLE
 
@@ -136,7 +136,7 @@ class WCCComponentsLoaded(LoadedBlock):
         else:
             sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
             self.comp = components(sp.indptr, sp.indices, symmetric=True)
-            self.boundary_rows = np.repeat(np.arange(len(g.own), dtype=np.int32), np.diff(sp.b_indptr))
+            self.boundary_rows = row_ids(sp.b_indptr)
             self.boundary_slots = sp.b_slot
         # the boundary is all that is needed from here (empty copies: a [:0] view keeps the whole array)
         g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import have_scipy, oriented_triangles, triangle_credits
+from .block_kernels import have_scipy, oriented_triangles, row_ids, triangle_credits
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, _concat, pack_keys
 from .graphalytics_loaded import _announce_in_edges, _neighbour_entries, _send_by_block
 
@@ -218,7 +218,7 @@ class LCCLoaded(LoadedBlock):
         nb_deg = _concat(messages, "deg", np.int64)[at].astype(np.int64)
         nb_slot = _concat(messages, "slot", np.int64)[at].astype(np.int64)
         deg = np.diff(self.nb_indptr)
-        row = np.repeat(np.arange(rows_n, dtype=np.int64), deg)
+        row = row_ids(self.nb_indptr, np.int64)
         own_rank = (deg << 32) | (np.arange(rows_n, dtype=np.int64) * w_n + me)
         nb_rank = (nb_deg << 32) | nb_slot
         higher = np.flatnonzero(nb_rank > own_rank[row])

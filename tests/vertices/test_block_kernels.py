@@ -205,6 +205,18 @@ def test_group_by_is_a_stable_counting_sort(form, n, nkeys):
     np.testing.assert_array_equal(np.diff(indptr), np.bincount(keys, minlength=nkeys))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int16])
+@pytest.mark.parametrize("counts", [[3, 0, 2, 0, 0, 1], [], [0, 0], [5]])
+def test_row_ids_repeat_each_row_by_its_count(form, dtype, counts):
+    """The row of every entry, in the dtype asked for (a CSR's row pointers as int32 or int64);
+    a pointer array that does not start at 0 is counted from its start, as np.repeat does."""
+    indptr = np.concatenate(([0], np.cumsum(np.asarray(counts, dtype=np.int64)))).astype(np.int64)
+    for ptr in (indptr, indptr.astype(np.int32), indptr + 4):
+        got = bk.row_ids(ptr, dtype)
+        assert got.dtype == np.dtype(dtype)
+        assert got.tolist() == [r for r, c in enumerate(counts) for _ in range(c)]
+
+
 def test_levels_give_tree_depths_in_any_order_where_parents_come_first():
     """``_levels`` takes the breadth-first fast path in queue order and pointer jumping otherwise
     (a depth-first order here): both give each node's depth in its predecessor tree."""

@@ -43,6 +43,7 @@ class LaunchEnv:
     world_size: int
     master_addr: str
     master_port: int
+    local_size: int = 1  # tasks of the job on this host: they share its cores (BLAS threads)
 
     @property
     def master_endpoint(self) -> str:
@@ -122,6 +123,29 @@ def first_host(nodelist: str) -> str:
     return host
 
 
+def _local_size(source: str, env: Mapping[str, str]) -> int:
+    """Tasks of the job on this host (1 where the manager does not say): Slurm's
+    ``SLURM_NTASKS_PER_NODE``, else this node's entry of ``SLURM_TASKS_PER_NODE`` (``2(x3),1``:
+    2 on each of the first three nodes, then 1; ``SLURM_NODEID`` picks one); torchrun's ``LOCAL_WORLD_SIZE``."""
+    try:
+        if source == "torchrun":
+            return max(1, int(env.get("LOCAL_WORLD_SIZE", "1")))
+        if env.get("SLURM_NTASKS_PER_NODE", "").strip():
+            return max(1, int(env["SLURM_NTASKS_PER_NODE"]))
+        counts: list[int] = []
+        for part in env.get("SLURM_TASKS_PER_NODE", "").split(","):
+            if part.strip():
+                m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+                if m is None:
+                    raise ValueError(part)
+                counts += [int(m.group(1))] * int(m.group(2) or 1)
+        node = int(env.get("SLURM_NODEID", "0") or 0)
+        return max(1, counts[node]) if 0 <= node < len(counts) else 1
+    except ValueError:
+        log.warning("--from-env %s: cannot read the tasks on this host; BLAS threads as for one", source)
+        return 1
+
+
 def _int(env: Mapping[str, str], name: str, source: str, hint: str) -> int:
     raw = env.get(name)
     if raw is None or not raw.strip():
@@ -174,6 +198,6 @@ def from_env(source: str, env: Mapping[str, str] | None = None) -> LaunchEnv:
         raise UsageError(f"--from-env {source}: MASTER_PORT={port} is not a TCP port")
     if not re.fullmatch(r"[A-Za-z0-9_.:-]+", addr):
         raise UsageError(f"--from-env {source}: the master's host {addr!r} is not a host name or address")
-    launch = LaunchEnv(source, rank, size, addr, port)
+    launch = LaunchEnv(source, rank, size, addr, port, _local_size(source, env))
     log.info("--from-env %s: %s", source, launch.describe())
     return launch

@@ -258,6 +258,10 @@ def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: 
     from ..cluster.entry import WorkerSpec, run_worker
     from ..jobs.launch import build_graph
 
+    from ..cluster.forking import apply_thread_vars
+    from ..engine.threads import thread_vars
+
+    apply_thread_vars(thread_vars(launch.local_size))  # as a spawned worker beside local_size - 1 others
     keys = getattr(args, "keys", None)
     spec = WorkerSpec(master or launch.master_endpoint, getattr(args, "host", None) or launch.local_address(),
                       args.connect_timeout, args.max_message_mb, job=job,
@@ -284,7 +288,7 @@ def _spawn_rank0_worker(args: argparse.Namespace, endpoint: str, security: Any) 
                       max_message_mb=args.max_message_mb, job=args.job,
                       server_key=os.path.join(args.keys, "master.key") if secure else None,
                       key=_worker_key(args, 0) if secure else None)
-    return spawn_workers(spec)
+    return spawn_workers(spec, sharing=args.launch.local_size)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

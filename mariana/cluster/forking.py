@@ -30,7 +30,8 @@ from .worker import GraphBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "fork_holding_interrupts", "set_pdeathsig", "NO_FORK_VAR"]
+__all__ = ["ForkedWorker", "fork_workers", "fork_is_safe", "fork_holding_interrupts", "set_pdeathsig", "apply_thread_vars",
+           "NO_FORK_VAR"]
 
 #: Set to 1 to always start local workers as fresh interpreters (as ``--no-fork`` does).
 NO_FORK_VAR = "MARIANA_NO_FORK"
@@ -183,7 +184,7 @@ def _child(pipe: int, thread_vars: dict[str, str], build: GraphBuilder) -> NoRet
             code = 0
         else:
             spec = WorkerSpec.from_json(line)
-            _limit_threads(thread_vars)
+            apply_thread_vars(thread_vars)
             root = logging.getLogger()
             for handler in list(root.handlers):  # logging afresh, as in a new process
                 root.removeHandler(handler)
@@ -249,7 +250,7 @@ _VAR_OF = {"openblas": "OPENBLAS_NUM_THREADS", "mkl": "MKL_NUM_THREADS", "blis":
            "openmp": "OMP_NUM_THREADS"}
 
 
-def _limit_threads(thread_vars: dict[str, str]) -> None:
+def apply_thread_vars(thread_vars: dict[str, str]) -> None:
     """Thread pools as a fresh worker with ``thread_vars`` in its environment sizes them: the
     libraries read their variable once, at load, which in a forked child was the parent's."""
     os.environ.update(thread_vars)

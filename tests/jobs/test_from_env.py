@@ -80,6 +80,21 @@ def test_slurm_variables():
     assert (e.world_size, e.master_addr, e.master_port) == (3, "a", DEFAULT_PORT)
 
 
+def test_tasks_on_this_host_size_the_blas_threads():
+    """Each task's workers share their host's cores with its other tasks (DESIGN: BLAS threads are
+    part of the placement), so the launcher says how many tasks run here; 1 where it does not."""
+    base = {"SLURM_PROCID": "0", "SLURM_NTASKS": "7", "SLURM_JOB_NODELIST": "n[1-4]"}
+    assert from_env("slurm", base).local_size == 1
+    assert from_env("slurm", {**base, "SLURM_TASKS_PER_NODE": "2"}).local_size == 2
+    assert from_env("slurm", {**base, "SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "2"}).local_size == 2
+    assert from_env("slurm", {**base, "SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3"}).local_size == 1
+    assert from_env("slurm", {**base, "SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NTASKS_PER_NODE": "4"}).local_size == 4
+    assert from_env("slurm", {**base, "SLURM_TASKS_PER_NODE": "two"}).local_size == 1  # unreadable: as for one
+    tr = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1"}
+    assert from_env("torchrun", tr).local_size == 1
+    assert from_env("torchrun", {**tr, "LOCAL_WORLD_SIZE": "2"}).local_size == 2
+
+
 def test_torchrun_and_kubernetes_indexed_job_variables():
     env = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "trainer-0.trainer", "MASTER_PORT": "29400"}
     e = from_env("torchrun", env)

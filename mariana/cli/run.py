@@ -256,10 +256,9 @@ def cmd_master_from_env(args: argparse.Namespace) -> int:
 def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: str | None) -> int:
     """Run a worker joining the master named by the environment (``--keys DIR``: CURVE with DIR/master.key)."""
     from ..cluster.entry import WorkerSpec, run_worker
-    from ..jobs.launch import build_graph
-
     from ..cluster.forking import apply_thread_vars
     from ..engine.threads import thread_vars
+    from ..jobs.launch import build_graph
 
     apply_thread_vars(thread_vars(launch.local_size))  # as a spawned worker beside local_size - 1 others
     keys = getattr(args, "keys", None)

@@ -26,7 +26,9 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     check_range(config, "iterations", 0)
     it = config["iterations"]
     if config["mode"] == "block":  # in- plus out-neighbours whatever `directed` says: see both_ways
-        g = build_loaded_graph("cdlp", config, bctx, lambda bid, io: CDLPLoaded(bid, io, it), summarize=_summarize)
+        symmetric = not config["directed"]  # loaded both ways: the out-edges are the neighbours
+        g = build_loaded_graph("cdlp", config, bctx, lambda bid, io: CDLPLoaded(bid, io, it, symmetric),
+                               undirected=symmetric, summarize=_summarize)
     else:
         edges = both_ways(load_graph(config))
         rank = label_ranks(edges.ids)

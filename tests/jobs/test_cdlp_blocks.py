@@ -148,19 +148,19 @@ def _communities(tmp_path: Path, text_ids: bool) -> Path:
 
 
 @pytest.mark.parametrize("no_scipy", ("0", "1"))
-@pytest.mark.parametrize("text_ids", (False, True))
-def test_partial_rounds_give_vertex_mode_labels(monkeypatch, capsys, tmp_path, text_ids, no_scipy):
+@pytest.mark.parametrize("text_ids,directed", ((False, "true"), (True, "true"), (False, "false")))
+def test_partial_rounds_give_vertex_mode_labels(monkeypatch, capsys, tmp_path, text_ids, directed, no_scipy):
+    """directed=false: loaded both ways, the out-edges are the entries (no in-edges announced)."""
     monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
     path = _communities(tmp_path, text_ids)
-    want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", "iterations=10")[0]
+    sets = ("iterations=10", f"directed={directed}")
+    want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", *sets)[0]
     for workers in (1, 3):
-        got = cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "iterations=10", "split_mb=0.002",
-                      workers=workers)[0]
+        got = cli_run(capsys, tmp_path, "cdlp", path, "mode=block", *sets, "split_mb=0.002", workers=workers)[0]
         assert got == want, workers
     # the same run, its blocks looked at: some rounds were partial, across blocks too
     job = get_job("cdlp")
-    g = job.build(resolve_config(job, None, [f"graph={path}", "iterations=10", "split_mb=0.002"]),
-                  BuildContext(workers=3))
+    g = job.build(resolve_config(job, None, [f"graph={path}", *sets, "split_mb=0.002"]), BuildContext(workers=3))
     LocalRuntime(g, 3).run()
     blocks = [g.instantiate(vid) for vid in g.vertex_ids()]
     assert all(isinstance(b, CDLPLoaded) for b in blocks)
@@ -179,5 +179,19 @@ def test_loops_duplicates_and_more_workers_than_vertices_give_vertex_mode_labels
     path.write_text("".join(lines))
     sets = (f"directed={directed}", "iterations=10")
     want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", *sets)[0]
-    for workers in (2, 40):
+    for workers in (1, 2, 40):
         assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "split_mb=0.0002", *sets, workers=workers)[0] == want
+
+
+@pytest.mark.parametrize("no_scipy", ("0", "1"))
+def test_an_undirected_edge_listed_twice_counts_twice_in_the_first_round(monkeypatch, capsys, tmp_path, no_scipy):
+    """One block, no self-loop, one edge listed both ways: vertex 1's first round sees 2, 3, 3 and
+    takes 3, not its smallest neighbour (the row repeats a neighbour, so no min-only round); the
+    same graph without the repeat takes 2."""
+    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+    for text, want in (("1 2\n1 3\n3 1\n", "1\t3\n2\t1\n3\t1\n"), ("1 2\n1 3\n", "1\t2\n2\t1\n3\t1\n")):
+        path = tmp_path / "g.e"
+        path.write_text(text)
+        for mode in ("vertex", "block"):
+            got = cli_run(capsys, tmp_path, "cdlp", path, f"mode={mode}", "directed=false", "iterations=1")[0]
+            assert got == want, (text, mode)

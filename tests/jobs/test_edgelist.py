@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mariana.errors import UsageError
-from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, example_graph_url,
-                                   load_edges, numeric_edges, numeric_ids, parse_edges)
+from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, canonical_ints, example_graph_url,
+                                   load_edges, numeric_edges, numeric_ids, parse_edges, plain_decimals)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -294,13 +294,78 @@ def test_plain_lines_take_the_quick_line_check_and_bytes_parse_as_text(seed, fie
 
 @pytest.mark.parametrize("text", [
     "007 1\n", "+1 2\n", "1.0 2 3\n", "1e3 2\n", "-0 1\n", "a b\n", "1 2\n3 4 5\n", "1 2\n3\n", "1 2 nan\n",
-    "1 2 1_000\n", "99999999999999999999 1\n", "9223372036854775808 1\n", "9007199254740993 1 1.5\n",
+    "1 2 1_000\n", "99999999999999999999 1\n", "9223372036854775808 1\n", "9007199254740993 1 1e400\n",
     "1 2\r3 4\n", "1\x0b2\n", "1 2\x0c\n", "z\u00fcrich 1\n", "", "\n\n", "# only\n",
 ])
 def test_anything_unusual_goes_to_the_line_parser(text):
     """Ids that are not canonical integers, uneven lines, bad or exotic input: the fast path
     declines, so results (and error messages naming the line) are the line parser's."""
     assert _parse_numeric(text, URL) is None
+
+
+def test_weighted_lines_keep_ids_past_2_to_the_53():
+    """Ids of a weighted file are read as integers, not through floats: 2^53 + 1 stays itself."""
+    text = "9007199254740993 1 1.5\n1 9007199254740993 2e-3\n"
+    fast = _parse_numeric(text, URL)
+    assert fast is not None and _same(fast, _parse_lines(text, URL))
+
+
+def _tokens_of(words: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    raw = " ".join(words).encode()
+    first = np.cumsum([0] + [len(w) + 1 for w in words[:-1]])
+    return np.frombuffer(raw, np.uint8), first, first + np.array([len(w) for w in words])
+
+
+def _random_number(rng: random.Random) -> str:
+    digits = "0123456789"
+    kind = rng.random()
+    if kind < 0.3:
+        return repr(rng.random() * 10 ** rng.randint(-8, 8))
+    if kind < 0.5:
+        return "%.*g" % (rng.randint(1, 17), rng.uniform(-1e6, 1e6))
+    if kind < 0.65:
+        return "".join(rng.choice(digits) for _ in range(rng.randint(1, 19)))
+    if kind < 0.85:
+        parts = [rng.choice(["", "-", "+"]), "".join(rng.choice(digits) for _ in range(rng.randint(0, 8))),
+                 rng.choice(["", "."]), "".join(rng.choice(digits) for _ in range(rng.randint(0, 8))),
+                 rng.choice(["", "e", "E-", "e+"]), "".join(rng.choice(digits) for _ in range(rng.randint(0, 3)))]
+        return "".join(parts) or "0"
+    return "".join(rng.choice("0123456789.eE+-_x") for _ in range(rng.randint(1, 6)))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_plain_decimals_are_float_to_the_bit_or_declined(seed):
+    """Every token ``plain_decimals`` takes reads as ``float()`` reads it, to the bit (random
+    reprs, %g forms, long digit strings, signs and exponents, junk); what it declines is either
+    not a number for ``float()`` or outside its exact range; a batch with one such token: None."""
+    rng = random.Random(seed)
+    words = ["0", "-0.0", "+1.5", ".5", "5.", "1e5", "1E+05", "6.5e-05", "1e22", "1e-22", "9007199254740991"]
+    words += [_random_number(rng) for _ in range(2000)]
+    taken = 0
+    for w in words:
+        got = plain_decimals(*_tokens_of([w]))
+        try:
+            want: float | None = float(w)
+        except ValueError:
+            want = None
+        if got is not None:
+            assert want is not None and np.float64(want).tobytes() == got[0].tobytes(), w
+            taken += 1
+    assert taken > 1000
+    for w in ["inf", "nan", "1_0", "0x10", "1e400", "1e23", "9007199254740993", ".", "e5", "1e", "1.2.3", "--1",
+              "1e+-5", "-", "+", "1.5e", "5+"]:
+        assert plain_decimals(*_tokens_of(["1.5", w, "2"])) is None, w
+    batch = [w for w in words if plain_decimals(*_tokens_of([w])) is not None]
+    got = plain_decimals(*_tokens_of(batch))
+    assert got is not None and got.tolist() == [float(w) for w in batch]
+
+
+def test_canonical_ints_take_only_canonical_decimals():
+    words = ["0", "7", "10", "123456789012345678"]
+    got = canonical_ints(*_tokens_of(words))
+    assert got is not None and got.tolist() == [int(w) for w in words]
+    for bad in ["007", "-1", "+1", "1.0", "1e3", "1234567890123456789", "1a"]:
+        assert canonical_ints(*_tokens_of(["5", bad])) is None, bad
 
 
 @pytest.mark.parametrize("seed", range(4))

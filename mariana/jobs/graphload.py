@@ -290,7 +290,7 @@ def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any],
     """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
     rows lo..hi (``keys`` in string order, decoded to ids a piece at a time) ordered by number
     when every id of the graph is an integer (``numeric``); and that order, the key of the parts'
-    merge (``storage.parts.LINE_KEYS``)."""
+    merge (``storage.parts.LINE_ORDERS``)."""
     if numeric and len(keys):
         number = np.concatenate([decode_keys(keys[lo:lo + OUTPUT_ROWS]).astype(np.int64)
                                  for lo in range(0, len(keys), OUTPUT_ROWS)])

@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from mariana.errors import StorageError
 from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
 from mariana.jobs.graphload import decode_keys, intkeys, strkeys
@@ -201,19 +202,38 @@ def test_output_directory_gets_one_sorted_part_per_worker(capsys, tmp_path):
     assert not list(tmp_path.glob("*.tmp-parts"))
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 5, 1000])
-def test_merge_sorted_reads_a_bounded_number_of_lines(chunk):
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize("order", ["string", "graphalytics", "numeric"])
+def test_merge_sorted_reads_a_bounded_number_of_bytes(chunk, order):
+    """Parts of lines sorted by id (as strings, tab or space after the id; or as numbers, negative
+    ones too), read ``chunk`` bytes at a time (1: a byte; 7: lines cut across reads): the merge is
+    every line once, sorted, byte for byte; ids long enough for the wide-key and long-line paths; a part with no
+    last newline; an empty part; one part alone."""
     rnd = random.Random(chunk)
-    ids = sorted({f"{rnd.choice('abc')}{rnd.randint(0, 500)}" for _ in range(400)})
+    if order == "numeric":
+        ids = sorted({rnd.randint(-500, 10 ** 6) for _ in range(400)})
+        names = [str(v) for v in ids]
+    else:
+        names = sorted({f"{rnd.choice('abc')}{rnd.randint(0, 500)}" for _ in range(400)} | {"x" * 70, "x" * 70 + "1", "y" * 300})
+    sep = "\t" if order == "string" else " "
     parts: list[list[str]] = [[] for _ in range(4)]
-    for v in ids:
-        parts[rnd.randrange(4)].append(f"{v}\t{rnd.random()!r}\n")
-    parts.append([])  # an empty part
+    for v in names:
+        parts[rnd.randrange(4)].append(f"{v}{sep}{rnd.random()!r}\n")
+    texts = ["".join(p) for p in parts] + [""]  # an empty part
+    texts[0] = texts[0][:-1]  # no last newline
     out = io.BytesIO()
-    readers = [io.StringIO("".join(p)) for p in parts]
-    n = merge_sorted(readers, out, chunk_lines=chunk)
+    n = merge_sorted([io.BytesIO(t.encode()) for t in texts], out, chunk_bytes=chunk, order=order)
     got = out.getvalue().decode().splitlines()
-    assert n == len(ids) and [line.split("\t")[0] for line in got] == ids
+    assert n == len(names) and [line.split(sep)[0] + sep for line in got] == [f"{v}{sep}" for v in names]
+    assert sorted(got) == sorted("".join(t + "\n" if t and not t.endswith("\n") else t for t in texts).splitlines())
+    one = io.BytesIO()  # the merged file is itself one sorted part
+    assert merge_sorted([io.BytesIO(out.getvalue())], one, chunk_bytes=chunk, order=order) == len(names)
+    assert one.getvalue() == out.getvalue()
+
+
+def test_merge_sorted_names_a_line_without_its_separator():
+    with pytest.raises(StorageError, match="no tab after its id"):
+        merge_sorted([io.BytesIO(b"a\t1\nb 2\n"), io.BytesIO(b"c\t3\n")], io.BytesIO())
 
 
 def test_pagerank_to_one_file_merges_parts_sorted_by_id(capsys, tmp_path):

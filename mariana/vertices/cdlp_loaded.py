@@ -9,8 +9,8 @@ the numerically smallest id, Graphalytics' order), else the ids' UTF-8 bytes (st
 - Step 0: each block sends every other block the out-edges into it (distinct keys once, int32
   indices per edge); edges inside a block need no message. An undirected graph (``directed=false``)
   is loaded both ways, as the other jobs load it, so its out-edges are the neighbour multiset
-  already (a self-loop is given its second entry): no message, and no transpose in step 1 (on
-  R-MAT-18 the step-1 layout was ~590 of CDLP's ~1750 ms of processing).
+  already (a self-loop is given its second entry): no message, and no transpose in step 1
+  (R-MAT-18's step-1 layout ~610 -> ~320 ms, of ~1.8 -> ~1.5 s of processing).
 - Step 1: the neighbour multiset of every row, fixed for the run, is laid out once in row order
   (``ptr``, ``nb``: a stable counting sort): an edge inside the block gives both ends an entry,
   an edge from or to another block one. A neighbour is a local row, or (another block's vertex)
@@ -189,9 +189,9 @@ class CDLPLoaded(LoadedBlock):
         """``_entries`` of a block loaded both ways: its out-edges hold every neighbour already (a
         remote one as ``n`` + its place among the remote targets), with a second entry per
         self-loop (a loop counts in and out, as when the in-entries join a one-way load). Each
-        row's entries are sorted (scipy: in C, half the time of a transpose; the rounds then
-        gather labels in order), so one block is ``_simple`` when the rows are canonical and no
-        loop was found."""
+        row's entries are sorted (scipy, in C: half the time of the transpose that would show a
+        repeat otherwise), so one block is ``_simple`` when its rows are canonical and hold no
+        loop."""
         me, n = g.blocks.index(self.id), len(g.own)
         src = g.src_rows()
         far_t = np.flatnonzero(g.target_block != me)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +14,13 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS / "engine"))
 # tests import helpers from each other's modules (test_cluster, test_shm): importable in any order
 sys.path[1:1] = [str(TESTS / "cluster"), str(TESTS / "comm")]
+
+# Ctrl-C tests send SIGINT to the processes they start, which inherit this process's SIGINT: a
+# suite started in the background (`nohup ... &`, a non-interactive shell's `&`) has it ignored,
+# the mariana CLI rightly keeps an ignored SIGINT ignored, and those tests would wait out their
+# timeouts. The suite takes SIGINT as Python does by default, so every child it starts does too.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: The real S3 server fixtures (SeaweedFS on loopback): s3_server, s3_url; the report tests' runs
 #: and headless Chromium: dnn_run, cluster_run, browser.

@@ -107,12 +107,21 @@ def _gather_lines(pieces: list[np.ndarray], starts: np.ndarray, lengths: np.ndar
     every line as a row of the widest line's bytes (one gather of strided windows), then the
     bytes past each line's end dropped (one compress). (Per-byte indices cost ~3x that.)"""
     width = int(lengths.max(initial=0))
-    data = np.concatenate([*pieces, np.zeros(width, np.uint8)])
     if width > 4 * _WIDE_KEY:  # a few long lines: per-byte indices
+        data = np.concatenate(pieces)
         total = int(lengths.sum())
         return data[np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)]
-    rows = as_strided(data, shape=(len(data) - width, width), strides=(1, 1))[starts]
-    return rows[np.arange(width) < lengths[:, None]]
+    rows, inside = _padded_rows(np.concatenate(pieces), starts, lengths, width)
+    return rows[inside]
+
+
+def _padded_rows(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``data[starts[i]:starts[i] + width]`` as the rows of a fresh (n, width) array (one gather of
+    strided windows; past the end of ``data``: zeros), and the mask of the bytes inside each
+    ``lengths[i]``."""
+    padded = np.concatenate([data, np.zeros(width, np.uint8)])
+    rows = as_strided(padded, shape=(len(data), width), strides=(1, 1))[starts]
+    return rows, np.arange(width) < lengths[:, None]
 
 
 class _Run:
@@ -177,9 +186,8 @@ def _line_keys(b: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int, nu
     if width > _WIDE_KEY or bool((b == 0).any()):
         keys = np.array([b[s:e].tobytes() for s, e in zip(starts.tolist(), key_end.tolist())], dtype=object)
         return np.array([int(k) for k in keys], np.int64) if numeric else keys
-    windows = as_strided(np.concatenate([b, np.zeros(width, np.uint8)]), shape=(len(b), width), strides=(1, 1))
-    mat = windows[starts]
-    mat[np.arange(width) >= lengths[:, None]] = 0
+    mat, inside = _padded_rows(b, starts, lengths, width)
+    mat[~inside] = 0
     keys = mat.view(f"S{width}").reshape(-1)
     return keys.astype(np.int64) if numeric else keys
 

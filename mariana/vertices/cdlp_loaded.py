@@ -147,23 +147,12 @@ class CDLPLoaded(LoadedBlock):
         if self.symmetric:
             self._symmetric_entries(g)
             return
-        me, n = g.blocks.index(self.id), len(g.own)
+        n = len(g.own)
         index = {b: i for i, b in enumerate(g.blocks)}
         msgs = [m for m in _by_sender(messages) if "ti" in m.payload]
-        src = g.src_rows()
-        far_t = np.flatnonzero(g.target_block != me)
-        tmap = np.full(len(g.targets), -1, dtype=np.int64)  # a local target's row, a remote one's place in rk
-        near_t = np.flatnonzero(g.target_block == me)
-        tmap[near_t] = g.local(g.targets[near_t])
-        tmap[far_t] = n + np.arange(far_t.size)
-        dst = tmap[g.slot]
-        far = np.flatnonzero(dst >= n)
+        src, dst, far_t, by_block = self._out_entries(g)
         near = np.flatnonzero(dst < n)
         keys, in_rows, in_nbs = [g.targets[far_t]], [], []
-        by_block: dict[int, list[np.ndarray]] = {}
-        fb = g.target_block[g.slot[far]]
-        for b in np.unique(fb).tolist():
-            by_block.setdefault(b, []).append(src[far[fb == b]])
         at = n + far_t.size
         for m in msgs:
             tk, sk = unpack_keys(m.payload["tk"]), unpack_keys(m.payload["sk"])
@@ -174,7 +163,7 @@ class CDLPLoaded(LoadedBlock):
             at += len(sk)
             by_block.setdefault(index[m.src], []).append(rows_m)
         it = np.int32 if at < 2 ** 31 and len(src) + len(near) + sum(len(r) for r in in_rows) < 2 ** 31 else np.int64
-        if not far.size and not msgs and have_scipy() and len(dst) < 2 ** 31 and n < 2 ** 31:
+        if not far_t.size and not msgs and have_scipy() and len(dst) < 2 ** 31 and n < 2 ** 31:
             # one block: the out-entries are grouped by row already; only the in-entries need the
             # counting sort (the transpose), then each row is its out-entries and its in-entries
             self.ptr, self.nb, transpose = _with_transpose(g.indptr, dst.astype(it), n)
@@ -195,22 +184,10 @@ class CDLPLoaded(LoadedBlock):
         row's entries are sorted (scipy, in C: half the time of the transpose that would show a
         repeat otherwise), so one block is ``_simple`` when its rows are canonical and hold no
         loop."""
-        me, n = g.blocks.index(self.id), len(g.own)
-        src = g.src_rows()
-        far_t = np.flatnonzero(g.target_block != me)
-        it = np.int32 if n + far_t.size < 2 ** 31 and len(g.slot) < 2 ** 31 else np.int64
-        tmap = np.empty(len(g.targets), dtype=it)  # a local target's row, a remote one's n + its place
-        near_t = np.flatnonzero(g.target_block == me)
-        tmap[near_t] = g.local(g.targets[near_t])
-        tmap[far_t] = n + np.arange(far_t.size)
-        dst = tmap[g.slot]
-        del tmap
-        by_block: dict[int, list[np.ndarray]] = {}  # (before the sort below: the entries' order is g.slot's)
+        n = len(g.own)
+        src, dst, far_t, by_block = self._out_entries(g)  # (before the sort below, which reorders dst)
+        it = dst.dtype.type if len(g.slot) < 2 ** 31 else np.int64
         if far_t.size:
-            far = np.flatnonzero(dst >= n)
-            fb = g.target_block[g.slot[far]]
-            for b in np.unique(fb).tolist():
-                by_block[b] = [src[far[fb == b]]]
             self.rk = g.targets[far_t]
         loops = np.flatnonzero(dst == src)
         if loops.size:
@@ -225,6 +202,26 @@ class CDLPLoaded(LoadedBlock):
                 self.nb = a.indices
                 self._simple = not far_t.size and bool(a.has_canonical_format)
         self._route(g, by_block)
+
+    def _out_entries(self, g: LocalGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, list[np.ndarray]]]:
+        """The out-edges as entries: (each one's row, its neighbour: a local row or ``n`` + the
+        target's place among the remote ``far_t``, int32 where that fits; ``far_t``; per other
+        block, the rows with an out-edge into it)."""
+        me, n = g.blocks.index(self.id), len(g.own)
+        src = g.src_rows()
+        far_t = np.flatnonzero(g.target_block != me)
+        tmap = np.empty(len(g.targets), dtype=np.int32 if n + far_t.size < 2 ** 31 else np.int64)
+        near_t = np.flatnonzero(g.target_block == me)
+        tmap[near_t] = g.local(g.targets[near_t])
+        tmap[far_t] = n + np.arange(far_t.size)
+        dst = tmap[g.slot]
+        by_block: dict[int, list[np.ndarray]] = {}
+        if far_t.size:
+            far = np.flatnonzero(dst >= n)
+            fb = g.target_block[g.slot[far]]
+            for b in np.unique(fb).tolist():
+                by_block[b] = [src[far[fb == b]]]
+        return src, dst, far_t, by_block
 
     def _route(self, g: LocalGraph, by_block: dict[int, list[np.ndarray]]) -> None:
         """Each neighbouring block's routes: the rows whose labels it needs (``by_block``), sent

@@ -157,16 +157,17 @@ class LCCLoaded(LoadedBlock):
         assert g is not None
         # the targets are own vertices (one block): every one of them when there are as many
         cols = g.slot if len(g.targets) == len(g.own) else g.local(g.targets)[g.slot]
-        deg, tri = triangle_credits(g.indptr, cols, self.symmetric)
+        deg, self.tri = triangle_credits(g.indptr, cols, self.symmetric)
         g.drop_edges()
-        self.nb_indptr = np.concatenate(([0], np.cumsum(deg)))
-        self.tri = tri
-        self._coefficient(ctx)
+        self._coefficient(ctx, deg)  # (N(v) itself is not needed: nb_indptr stays empty)
 
-    def _coefficient(self, ctx: Context) -> None:
-        deg = np.diff(self.nb_indptr)
+    def _coefficient(self, ctx: Context, deg: np.ndarray | None = None) -> None:
+        """lcc(v) = tri / (|N(v)| (|N(v)| - 1)), 0.0 where |N(v)| < 2 (tri is 0 there: no pairs)."""
+        if deg is None:
+            deg = np.diff(self.nb_indptr)
         denom = deg * (deg - 1)
-        self.value = np.where(deg > 1, self.tri / np.maximum(denom, 1), 0.0)
+        np.maximum(denom, 1, out=denom)
+        self.value = np.true_divide(self.tri, denom)
         ctx.vote_to_halt()
 
     def _neighbours(self, ctx: Context, messages: list[Message]) -> None:

@@ -488,6 +488,8 @@ class _Split:
 
     def boundary(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source row, index into ``b_slot``) of the boundary edges of ``rows``."""
+        if not self.b_slot.size:  # (one block: none at all)
+            return rows[:0], np.empty(0, dtype=np.int64)
         starts = self.b_indptr[rows]
         counts = self.b_indptr[rows + 1] - starts
         total = int(counts.sum())
@@ -548,7 +550,8 @@ class SSSPLoaded(LoadedBlock):
         else:
             rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "d", np.float64), dist)
         down = self._relax(dist, rows)
-        if down.size:  # the union, by a mask (np.union1d sorts)
+        if down.size and (s > 0 or sp.b_slot.size):  # the union, by a mask (np.union1d sorts); unused
+            # by a first step with no boundary edges (one block)
             changed = np.zeros(len(dist), dtype=bool)
             changed[rows] = True
             changed[down] = True

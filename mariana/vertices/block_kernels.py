@@ -33,9 +33,6 @@ import numpy as np
 
 try:  # optional: the numpy forms below give the same bits
     from scipy.sparse import csr_matrix as _csr_matrix
-    from scipy.sparse.csgraph import connected_components as _cc
-    from scipy.sparse.csgraph import breadth_first_order as _bfo
-    from scipy.sparse.csgraph import dijkstra as _dijkstra
 except ImportError:  # pragma: no cover - scipy is a dependency; this is the fallback
     _csr_matrix = None
 try:  # scipy's C lookup of given (row, column) entries of a CSR; private: LCC's wedge form needs it
@@ -47,7 +44,23 @@ try:  # scipy's C expansion of a CSR's row pointers into row ids (what tocoo use
 except ImportError:  # pragma: no cover - other scipy versions: np.repeat
     _expandptr = None
 
-__all__ = ["have_scipy", "row_ids", "csr_sum", "transpose", "group_by", "stable_argsort", "components", "relax", "triangle_credits"]
+__all__ = ["have_scipy", "import_traversals", "row_ids", "csr_sum", "transpose", "group_by", "stable_argsort", "components",
+           "relax", "triangle_credits"]
+
+
+def _csgraph() -> Any:
+    """``scipy.sparse.csgraph``, imported by the jobs that use it (``import_traversals``): ~12 MB
+    of every process, and its linear-algebra imports' start-up, that PageRank, CDLP and LCC never use."""
+    import scipy.sparse.csgraph as csgraph
+
+    return csgraph
+
+
+def import_traversals() -> None:
+    """Import scipy's graph traversals now: WCC, BFS and SSSP call this as their blocks are made,
+    so that the first processing superstep does not pay the import (~0.1-0.2 s)."""
+    if have_scipy():
+        _csgraph()
 
 
 def have_scipy() -> bool:
@@ -153,7 +166,7 @@ def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False,
         if labels is None:
             m = _csr_matrix((np.ones(indices.size), indices, indptr), shape=(k, k))  # float64: no copy
             # (connection="strong" would skip the transpose, but takes minutes on a grid)
-            _, labels = _cc(m, directed=True, connection="weak")
+            _, labels = _csgraph().connected_components(m, directed=True, connection="weak")
         first = np.full(int(labels.max()) + 1, k, dtype=np.int64)
         np.minimum.at(first, labels, np.arange(k))
         return first[labels]
@@ -201,7 +214,7 @@ def _labels_of(k: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     t_ptr, t_idx = group_by(dst, k, src)  # the transpose
     labels = _undirected_labels(ptr, idx, t_ptr, t_idx)
     if labels is None:
-        _, labels = _cc(_csr_matrix((np.ones(idx.size), idx, ptr), shape=(k, k)), directed=False)
+        _, labels = _csgraph().connected_components(_csr_matrix((np.ones(idx.size), idx, ptr), shape=(k, k)), directed=False)
     return labels
 
 
@@ -288,13 +301,13 @@ class Relaxer:
         k = self.k
         start = dist[seeds]
         if not start.any():  # every seed at 0.0: 0.0 + w == w, plain multi-source Dijkstra
-            return _dijkstra(self._matrix(), directed=True, indices=seeds, min_only=True)
+            return _csgraph().dijkstra(self._matrix(), directed=True, indices=seeds, min_only=True)
         # a super-source (row k) with an edge of weight d0 to each seed: 0.0 + d0 == d0 exactly
         n = len(self.indices)
         indptr = np.append(self.indptr, n + seeds.size)
         m = _csr_matrix((np.concatenate((self.weight, start)), np.concatenate((self.indices, seeds)), indptr),
                         shape=(k + 1, k + 1))
-        return _dijkstra(m, directed=True, indices=k, min_only=True)[:k]
+        return _csgraph().dijkstra(m, directed=True, indices=k, min_only=True)[:k]
 
     def _bfs(self, dist: np.ndarray, seeds: np.ndarray, d0: float) -> np.ndarray:
         """Unit weights, every seed at depth ``d0``: one breadth-first traversal (from a
@@ -307,7 +320,7 @@ class Relaxer:
             m = _csr_matrix((np.ones(len(self.indices) + seeds.size), np.concatenate((self.indices, seeds)), indptr),
                             shape=(k + 1, k + 1))
             root, base = k, d0 - 1.0
-        order, pred = _bfo(m, root, directed=True, return_predecessors=True)
+        order, pred = _csgraph().breadth_first_order(m, root, directed=True, return_predecessors=True)
         hops = _levels(order, pred)
         cand = np.full(k, np.inf)
         if seeds.size == 1:  # (no super-source: every node of the order is a row)

@@ -23,7 +23,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..errors import UsageError
-from .block_kernels import csr_sum, group_by, relax, row_ids, transpose
+from .block_kernels import csr_sum, group_by, import_traversals, relax, row_ids, transpose
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
@@ -514,6 +514,7 @@ class SSSPLoaded(LoadedBlock):
     def __init__(self, id: str, io: GraphIO, source_name: str) -> None:
         super().__init__(id, io)
         self.source_name = source_name
+        import_traversals()
         self._split: _Split | None = None
         self._relax: Any = None
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import components, row_ids
+from .block_kernels import components, import_traversals, row_ids
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, _Split, pack_keys
 from .graphalytics import UNREACHABLE
 
@@ -118,6 +118,7 @@ class WCCComponentsLoaded(LoadedBlock):
     def __init__(self, id: str, io: GraphIO, numeric: bool = False) -> None:
         super().__init__(id, io)
         self.numeric = numeric
+        import_traversals()
 
     def loaded(self, ctx: Context) -> None:
         g = self.g

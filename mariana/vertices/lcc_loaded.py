@@ -8,7 +8,9 @@ bit (integer triangle counts divided once, as there).
   and triangle credits, 4 the coefficient (``directed=false``: no step 0, every edge is loaded
   both ways, so the out-edges are N(v) already). With one block (one worker) every neighbour is local:
   step 0 does it all with ``block_kernels.triangle_credits`` (the same ranking, as two masked
-  sparse products over the rank-oriented adjacency; numpy form without scipy) and sends nothing.
+  sparse products over the rank-oriented adjacency; on a bounded-degree graph, a grid, wedges
+  oriented by row number and checked one by one; numpy form without scipy; the same integers
+  whichever runs) and sends nothing.
   With several blocks (and scipy), step 2 does the same products for the wedges whose lower end
   x is in v's block (``oriented_triangles``: both lower corners here, w anywhere; w's credits
   join step 3's), and only the wedges whose x lives in another block travel.

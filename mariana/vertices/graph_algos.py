@@ -147,15 +147,22 @@ def pagerank_update(ctx: Context, incoming: np.ndarray, value: np.ndarray, dampi
     ascending source order: the order every PageRank form shares, so their results are
     bit-identical)."""
     dangling = ctx.aggregated("dangling", 0.0)
-    new = (1.0 - damping) / n + damping * (incoming + dangling / n)
+    # (1 - d) / n + d * (incoming + dangling / n), in place in ``incoming`` (the same bits: the
+    # same operations, each commutative)
+    new = incoming
+    new += dangling / n
+    new *= damping
+    new += (1.0 - damping) / n
     if track_l1:
         ctx.aggregate("l1", np.abs(new - value))
     return new
 
 
-def pagerank_shares(ctx: Context, value: np.ndarray, outdeg: np.ndarray) -> np.ndarray:
-    """What each vertex sends along each out-edge; the rank of dangling vertices goes to the aggregate."""
-    dangling_mask = outdeg == 0
-    if dangling_mask.any():
-        ctx.aggregate("dangling", value[dangling_mask])
+def pagerank_shares(ctx: Context, value: np.ndarray, outdeg: np.ndarray, dangling: np.ndarray | None = None) -> np.ndarray:
+    """What each vertex sends along each out-edge; the rank of dangling vertices goes to the
+    aggregate. ``outdeg`` may be given as floats already (the same quotients), ``dangling`` as
+    the rows without out-edges (else found from ``outdeg``)."""
+    rows = np.flatnonzero(outdeg == 0) if dangling is None else dangling
+    if rows.size:
+        ctx.aggregate("dangling", value[rows])
     return value / np.maximum(outdeg, 1)

@@ -337,6 +337,10 @@ class PageRankLoaded(LoadedBlock):
         self.in_indptr: np.ndarray | None = None
         self.in_cols: np.ndarray | None = None
         self._gather: Any = None
+        # derived, not saved: the shares sent last step, the divisor and the dangling rows
+        self._shares: tuple[np.ndarray, np.ndarray] | None = None
+        self._divisor: np.ndarray | None = None
+        self._dangling: np.ndarray | None = None
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -441,14 +445,19 @@ class PageRankLoaded(LoadedBlock):
             assert self.in_cols is not None and self.in_indptr is not None
             if self._gather is None:
                 self._gather = csr_sum(self.in_indptr, self.in_cols)
-            shares = self.value / np.maximum(self.outdeg, 1)  # what this block sent itself last step
+            sent = self._shares  # what this block sent itself last step, from the value it has now
+            shares = sent[1] if sent is not None and sent[0] is self.value else self.value / np.maximum(self.outdeg, 1)
             vals = [m.payload["val"] for m in messages]
             x = np.concatenate((shares, *vals)) if vals else shares
             self.value = pagerank_update(ctx, self._gather(x), self.value, self.damping, self.track_l1, n)
         if s >= self.iterations:
             ctx.vote_to_halt()
             return
-        share = pagerank_shares(ctx, self.value, self.outdeg)
+        if self._divisor is None:  # fixed for the run: max(out-degree, 1) as floats, the rows without out-edges
+            self._divisor = np.maximum(self.outdeg, 1).astype(np.float64)
+            self._dangling = np.flatnonzero(self.outdeg == 0)
+        share = pagerank_shares(ctx, self.value, self._divisor, self._dangling)
+        self._shares = (self.value, share)
         for i, (block, senders, structure) in enumerate(self.routes):
             payload: dict[str, Any] = {"val": share[senders]}
             if structure is not None:

@@ -485,7 +485,7 @@ def _few_symmetric(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[np.
     where it does not apply: larger degrees, indices past 32 bits, more than ``WEDGE_FACTOR``
     wedges an entry of U, or a repeated entry (then the general path sums repeats). A repeat
     shows as a wedge whose two ends are one vertex, in the row of its lower end, as the matrix is
-    symmetric. Grid-18 as the LCC job loads it: 19-20 -> 13-14 ms."""
+    symmetric. Grid-18 as the LCC job loads it: ~0.75x the general path's time."""
     n = len(indices)
     if not n or n >= 2 ** 31 or k >= 2 ** 31:
         return None

@@ -459,9 +459,9 @@ def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric:
         return deg.astype(np.int64), np.zeros(k, dtype=np.int64)
     out_u = np.diff(uptr).astype(np.int64)
     wedges = int(np.dot(out_u, out_u - 1)) // 2
-    if _sample is not None and rank is not None and wedges <= WEDGE_FACTOR * ucol.size:
+    if _sample is not None and wedges <= WEDGE_FACTOR * ucol.size:
         tri = _wedge_triangles(k, uptr, ucol, umult, rank, out_u, wedges)
-        assert tri is not None  # (ranked: U is canonical)
+        assert tri is not None  # (ranked: U is canonical, no repeats)
         return deg.astype(np.int64), tri
     del rank, out_u
     low, high, mid = oriented_triangles(k, k, uptr, ucol, umult, None)
@@ -512,29 +512,23 @@ def _few_symmetric(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[np.
 
 
 def _orient_symmetric(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[Any, ...] | None:
-    """A symmetric CSR's (deg, rank, uptr, ucol) without sorting it (rank None: where no degree
-    exceeds ``_FEW``, by row alone, as any order keeps the wedges few): the entries going *down* in
-    rank are compacted in place (scipy's ``eliminate_zeros``), and their transpose (a counting sort,
-    ``tocsc``) is U with sorted rows, since A is its own transpose; self-loops go neither way and
-    |N(v)| = out_U(v) + out_D(v). None when there are repeated entries (then U has them too) or
-    the indices do not fit 32 bits: the general path (which sorts) runs."""
+    """A symmetric CSR's (deg, rank, uptr, ucol) without sorting it (bounded degrees take
+    ``_few_symmetric`` first): the entries going *down* in rank are compacted in place (scipy's
+    ``eliminate_zeros``), and their transpose (a counting sort, ``tocsc``) is U with sorted rows,
+    since A is its own transpose; self-loops go neither way and |N(v)| = out_U(v) + out_D(v).
+    None when there are repeated entries (then U has them too) or the indices do not fit 32 bits:
+    the general path (which sorts) runs."""
     if len(indices) >= 2 ** 31 or k >= 2 ** 31 or not len(indices):
         return None
     ip = indptr.astype(np.int32)  # (a copy: compacted in place below)
     raw = np.diff(ip)
-    rank: np.ndarray | None = None
-    if int(raw.max()) <= _FEW:  # degrees this small: any order keeps the wedges few; by row, no ranks
-        col = indices.astype(np.int32)  # a copy, compacted in place below
-        down = np.less(col, row_ids(ip))
-    else:
-        rank = _rank(k, raw)
-        col = rank[indices]  # each entry's column's rank: a fresh array, compacted in place below
-        down = np.less(col, np.repeat(rank, raw))
+    rank = _rank(k, raw)
+    col = rank[indices]  # each entry's column's rank: a fresh array, compacted in place below
+    down = np.less(col, np.repeat(rank, raw))
     d = _csr_matrix((down, col, ip), shape=(k, k))
     del down, raw
     d.eliminate_zeros()  # (compacts col)
-    if rank is not None:
-        np.remainder(d.indices, col.dtype.type(k), out=d.indices)  # rank -> column
+    np.remainder(d.indices, col.dtype.type(k), out=d.indices)  # rank -> column
     u = d.tocsc()  # D^T = U, rows sorted
     if not u.has_canonical_format:  # repeated entries
         return None

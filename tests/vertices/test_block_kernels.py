@@ -171,11 +171,14 @@ def test_components_label_each_row_with_its_components_smallest_row(form):
     assert not bk.components(indptr, indices, symmetric=True).any()
 
 
-def test_csr_sum_adds_in_stored_order(form):
+@pytest.mark.parametrize("piece", [1 << 18, 64, 1])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_csr_sum_adds_in_stored_order(form, monkeypatch, piece, dtype):
+    monkeypatch.setattr(bk, "SUM_PIECE", piece)  # rows summed in pieces: one, many, a row longer than one
     rng = np.random.default_rng(5)
     k, m = 50, 2000
-    rows = np.sort(rng.integers(0, k, m))
-    cols = rng.integers(0, 3 * m, m)
+    rows = np.sort(np.concatenate((rng.integers(0, k, m - 300), np.full(300, 7))))  # row 7: > 64 entries
+    cols = rng.integers(0, 3 * m, m).astype(dtype)
     x = rng.random(3 * m) * 10.0 ** rng.integers(-8, 8, 3 * m)  # magnitudes that make the order matter
     indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=k))))
     got = bk.csr_sum(indptr, cols)(x)
@@ -183,6 +186,9 @@ def test_csr_sum_adds_in_stored_order(form):
     for r, c in zip(rows.tolist(), cols.tolist()):
         want[r] += x[c]  # sequential, from 0.0
     np.testing.assert_array_equal(got, want)
+    assert not got[np.diff(indptr) == 0].any()
+    empty = bk.csr_sum(np.zeros(4, np.int64), np.empty(0, dtype))(x)  # rows without entries
+    np.testing.assert_array_equal(empty, np.zeros(3))
 
 
 

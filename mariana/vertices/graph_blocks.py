@@ -32,7 +32,7 @@ __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoa
 #: Supersteps spent loading: parse the splits, route edges to their owners, build the blocks.
 LOAD_STEPS = 3
 #: PageRank's summation order is fixed this many in-edges at a time (bounds its temporaries)
-ORDER_PIECE = 1 << 20
+ORDER_PIECE = 1 << 18
 BLOCK_TAG = "block"
 INF = float("inf")
 

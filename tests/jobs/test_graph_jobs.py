@@ -364,6 +364,22 @@ def test_outputs_byte_identical_for_every_placement_worker_count_and_mode(capsys
     assert not differing, f"{job}: output differs from hash/1/vertex for {differing}"
 
 
+def test_pagerank_blocks_in_small_pieces_give_the_same_bytes(capsys, tmp_path, monkeypatch):
+    """The summation order fixed and the sums taken a few in-edges at a time: the same bytes."""
+    import mariana.vertices.block_kernels as bk
+    import mariana.vertices.graph_blocks as gb
+
+    rg = RandomGraph(8, 300, 3)
+    path = rg.write(tmp_path)
+    sets = ("tol=0", "iterations=15")
+    want, _ = cli_run(capsys, tmp_path, "pagerank", path, "mode=vertex", *sets, workers=1)
+    monkeypatch.setattr(gb, "ORDER_PIECE", 7)
+    monkeypatch.setattr(bk, "SUM_PIECE", 5)
+    for workers in (1, 3):
+        got, _ = cli_run(capsys, tmp_path, "pagerank", path, "mode=block", *sets, workers=workers)
+        assert got == want, workers
+
+
 def test_more_workers_than_vertices(capsys, tmp_path):
     path = tmp_path / "g.e"
     path.write_text("b a 2\na c\n")

@@ -9,6 +9,7 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
   sequentially from 0.0: scipy's ``csr_matvec`` with unit data (``1.0 * x`` is exact) and
   ``np.bincount`` with weights both add in that order, so PageRank keeps its ascending-source
   summation (bit-identical to ``PageRankVertex``); the matvec is ~5x faster than gather+bincount.
+  It runs over row pieces that share one small array of ones (no unit data per entry).
 - ``transpose``: a CSR's entries by column, rows ascending within a column (duplicates kept):
   scipy's ``tocsc``, one counting sort in C, where a stable argsort of the columns took ~5x longer.
 - ``group_by``: the stable order of values by key (a counting sort), the same way.

@@ -499,6 +499,8 @@ class GraphLoader:
 
     def _owners(self, c: _Chunk, keys: np.ndarray, lo: int, hi: int) -> np.ndarray:
         w = self.workers
+        if w == 1:
+            return np.zeros(len(keys), np.int16)
         if self.spec.placement == "range" and self.numeric and c.values is not None:
             span = max(hi - lo + 1, 1)
             return np.minimum(((c.values - lo) / span * w).astype(np.int64), w - 1).astype(np.int16)
@@ -541,8 +543,10 @@ class GraphLoader:
                     box.setdefault(kind + "d", []).append(b if sel is None else b[sel])
                     if wt is not None:
                         box.setdefault(kind + "w", []).append(wt if sel is None else wt[sel])
-            for blk in np.unique(owner).tolist():  # every id seen exists at its owner
-                out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(keys[owner == blk])
+            seen = np.flatnonzero(np.bincount(owner, minlength=self.workers))  # (a sort of the owners took ~4 %)
+            for blk in seen.tolist():  # every id seen exists at its owner
+                out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(
+                    keys if len(seen) == 1 else keys[owner == blk])
             del c, ends, weight
             # each piece leaves in its own messages: no concatenation of the whole share (that
             # held two copies of the largest column for a moment)

@@ -12,6 +12,7 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
+from mariana.vertices import cdlp_loaded
 from mariana.vertices.cdlp_loaded import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
                                           group_by_row, row_modes)
 from test_graph_jobs import cli_run
@@ -29,14 +30,19 @@ def _modes_by_hand(ptr: np.ndarray, lab: np.ndarray) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("no_scipy", ("0", "1"))
-@pytest.mark.parametrize("u", (17, 200000))
-def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u):
-    """u = 17: many repeats and ties in every row; 200000: a value repeats in a few rows only."""
+@pytest.mark.parametrize("u", (17, 200000, 2 ** 33))
+@pytest.mark.parametrize("piece", (1 << 20, 50))
+def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u, piece):
+    """u = 17: many repeats and ties in every row; 200000: a value repeats in a few rows only (16
+    rows' keys fit 32 bits at a time: pieces); 2^33: 64-bit keys. ``piece``: entries sorted at once."""
     monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+    monkeypatch.setattr(cdlp_loaded, "MODE_PIECE", piece)
     rng = np.random.default_rng(5)
     n = 300
     rows = rng.integers(0, n, 4000).astype(np.int32)
-    vals = rng.integers(0, u, rows.size).astype(np.int32)
+    vals = rng.integers(0, u, rows.size).astype(np.int32 if u < 2 ** 31 else np.int64)
+    if u > 2 ** 32:  # values near the top of the range, some repeating
+        vals[::7] = u - 1 - vals[::7] % 3
     ptr, grouped = group_by_row(rows, vals, n)
     order = np.argsort(rows, kind="stable")
     assert np.array_equal(ptr, np.searchsorted(rows[order], np.arange(n + 1)))
@@ -44,7 +50,7 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     got_rows, best = row_modes(ptr, grouped.copy(), u)  # (it overwrites its values)
     want = _modes_by_hand(ptr, grouped)
     repeats = sum(len(set(grouped[ptr[r]:ptr[r + 1]].tolist())) < ptr[r + 1] - ptr[r] for r in range(n))
-    assert (repeats > n // 2) if u == 17 else (0 < repeats < n // 8)
+    assert (repeats > n // 2) if u == 17 else (0 < repeats < n // 8) if u < 2 ** 32 else repeats > n // 8
     assert got_rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
     empty_rows, empty_best = row_modes(np.zeros(4, np.int64), np.empty(0, np.int32), u)
     assert empty_rows.size == 0 and empty_best.size == 0

@@ -27,7 +27,7 @@ the numerically smallest id, Graphalytics' order), else the ids' UTF-8 bytes (st
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -181,9 +181,9 @@ class CDLPLoaded(LoadedBlock):
         """``_entries`` of a block loaded both ways: its out-edges hold every neighbour already (a
         remote one as ``n`` + its place among the remote targets), with a second entry per
         self-loop (a loop counts in and out, as when the in-entries join a one-way load). Each
-        row's entries are sorted (scipy, in C: half the time of the transpose that would show a
-        repeat otherwise), so one block is ``_simple`` when its rows are canonical and hold no
-        loop."""
+        row's entries are sorted (``sort_rows``, cheaper than the transpose that would show a
+        repeat otherwise), so one block is ``_simple`` when no row repeats a neighbour and none
+        holds a loop."""
         n = len(g.own)
         src, dst, far_t, by_block = self._out_entries(g)  # (before the sort below, which reorders dst)
         it = dst.dtype.type if len(g.slot) < 2 ** 31 else np.int64
@@ -194,13 +194,9 @@ class CDLPLoaded(LoadedBlock):
             self.ptr, self.nb = group_by_row(np.concatenate([src.astype(it), src[loops].astype(it)]),
                                              np.concatenate([dst, dst[loops]]), n)
         else:
-            self.ptr, self.nb = g.indptr.astype(np.int64), dst
-            if have_scipy() and it is np.int32 and 0 < len(dst):
-                a = _csr_matrix((np.ones(len(dst), np.int8), dst, g.indptr.astype(np.int32)),
-                                shape=(n, n + far_t.size))
-                a.sort_indices()  # (in place)
-                self.nb = a.indices
-                self._simple = not far_t.size and bool(a.has_canonical_format)
+            self.ptr = g.indptr.astype(np.int64)
+            self.nb, distinct = sort_rows(self.ptr, dst, n + far_t.size)
+            self._simple = not far_t.size and distinct and 0 < len(dst)
         self._route(g, by_block)
 
     def _out_entries(self, g: LocalGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, list[np.ndarray]]]:
@@ -378,47 +374,106 @@ def group_by_row(rows: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray
     return ptr.astype(np.int64), grouped.astype(vals.dtype, copy=False)
 
 
-#: ``row_modes`` sorts the (row, value) keys of at most this many entries at a time (a longer row alone)
+#: ``row_modes`` and ``sort_rows`` sort the (row, value) keys of at most this many entries at a
+#: time (a longer row alone)
 MODE_PIECE = 1 << 20
 
 
-def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows with entries, for each the smallest of the most frequent values among
-    ``lab[ptr[r]:ptr[r + 1]]``); values in [0, u).
-
-    Sorted (row, value) keys counted in runs, rows in pieces whose keys fit 32 bits (and at most
-    ``MODE_PIECE`` entries): numpy sorts 32-bit keys with SIMD, and a piece stays in cache.
-    R-MAT-18's second round, 7.6M entries: 176-207 ms, where scipy's per-row sort
-    (``sum_duplicates``) took 400-520 and one sort of 64-bit keys 535-545."""
+def _sorted_row_keys(ptr: np.ndarray, vals: np.ndarray, width: int) -> Iterator[tuple[int, int, int, np.ndarray, np.ndarray]]:
+    """Pieces of rows as sorted keys ``(row - r0) * width + value`` (values in [0, width)): yields
+    ``(r0, e0, e1, base, key)``, ``base`` each entry's ``(row - r0) * width``, in row order as
+    before the sort (sorting keeps every row's entries in their row's place), ``key`` sorted. A
+    piece has at most ``MODE_PIECE`` entries and few enough rows that its keys fit 32 bits
+    (64 when ``width`` does not): numpy sorts 32-bit keys with SIMD, and a piece stays in cache."""
     k = len(ptr) - 1
-    if not lab.size:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    kt: Any = np.uint32 if u < 2 ** 32 else np.uint64
-    rows_per = (2 ** (8 * np.dtype(kt).itemsize) - 1) // max(u, 1)  # (row, value) keys of this many rows fit kt
-    rows_out: list[np.ndarray] = []
-    best_out: list[np.ndarray] = []
+    kt: Any = np.uint32 if width < 2 ** 32 else np.uint64
+    rows_per = (2 ** (8 * np.dtype(kt).itemsize) - 1) // max(width, 1)
     r0 = 0
     while r0 < k:
         r1 = min(k, r0 + rows_per, int(np.searchsorted(ptr, ptr[r0] + MODE_PIECE, side="right")) - 1)
         r1 = max(r1, r0 + 1)
         e0, e1 = int(ptr[r0]), int(ptr[r1])
         if e1 > e0:
-            key = np.repeat(np.arange(r1 - r0, dtype=kt), np.diff(ptr[r0:r1 + 1]))
-            key *= kt(u)
-            key += lab[e0:e1].astype(kt, copy=False)
+            base = np.repeat(np.arange(0, (r1 - r0) * width, width, dtype=kt), np.diff(ptr[r0:r1 + 1]))
+            key = base + vals[e0:e1].astype(kt, copy=False)
             key.sort()
-            starts = np.flatnonzero(_runs(key))
-            cnt = np.diff(np.append(starts, key.size))
-            key = key[starts]
-            row = key // kt(u)
-            code = (key - row * kt(u)).astype(np.int64)
-            first = np.flatnonzero(_runs(row))
-            rows_out.append(row[first].astype(np.int64) + r0)
-            best_out.append(_best(first, code, cnt, u))
+            yield r0, e0, e1, base, key
         r0 = r1
+
+
+#: rows of fewer entries than this on average are sorted by scipy, row by row in C, where short
+#: rows cost less than the keys (rows of 1-4 entries: a mode 14 vs 35 ms, a sort 11 vs 12 ms a
+#: 655k entries; of 1-32: 150 vs 146 ms and 115 vs 63 ms a 4.3M)
+SHORT_ROWS = 16
+
+
+def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows with entries, for each the smallest of the most frequent values among
+    ``lab[ptr[r]:ptr[r + 1]]``); values in [0, u); ``lab`` may be overwritten.
+
+    Each row's values sorted and counted: short rows by scipy (``sum_duplicates``), longer ones as
+    sorted (row, value) keys counted in runs (``_sorted_row_keys``); the same result. R-MAT-18's
+    second round, 7.6M entries: 176-211 ms as keys, 370-520 ms by scipy, and one sort of 64-bit
+    keys 535-545."""
+    k = len(ptr) - 1
+    if not lab.size:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if have_scipy() and u < 2 ** 31 and lab.size < min(2 ** 31, SHORT_ROWS * k):
+        # sum_duplicates rewrites its arrays in place: ptr as a copy, lab as it is
+        m = _csr_matrix((np.ones(lab.size, np.int32), lab.astype(np.int32, copy=False), ptr.astype(np.int32)),
+                        shape=(k, u))
+        m.sum_duplicates()
+        return _counted_modes(m.indptr, m.indices, m.data, u)
+    rows_out: list[np.ndarray] = []
+    best_out: list[np.ndarray] = []
+    for r0, _, _, base, key in _sorted_row_keys(ptr, lab, u):
+        starts = np.flatnonzero(_runs(key))  # each (row, value) once, with its count
+        cnt = np.diff(np.append(starts, key.size))
+        base = base[starts]
+        code = (key[starts] - base).astype(np.int64)
+        first = np.flatnonzero(_runs(base))  # each row's first value
+        rows_out.append((base[first] // base.dtype.type(u)).astype(np.int64) + r0)
+        best_out.append(_best(first, code, cnt, u))
     if not rows_out:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     return np.concatenate(rows_out), np.concatenate(best_out)
+
+
+def _counted_modes(ip: np.ndarray, code: np.ndarray, cnt: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
+    """``row_modes`` from each row's distinct values ascending (``code``) with their counts."""
+    full = np.flatnonzero(ip[1:] > ip[:-1])
+    # where no value repeats, the first wins
+    rep = np.flatnonzero(cnt > 1)
+    if rep.size * 8 >= len(full):
+        return full, _best(ip[full], code, cnt, u)
+    best = code[ip[full]].astype(np.int64)
+    if rep.size:
+        rows = np.searchsorted(ip, rep, side="right") - 1
+        keep = np.ones(rows.size, dtype=bool)
+        keep[1:] = rows[1:] != rows[:-1]
+        rows = rows[keep]
+        idx = _ranges(ip, rows)
+        starts = np.concatenate(([0], np.cumsum(ip[rows + 1] - ip[rows])[:-1]))
+        best[np.searchsorted(full, rows)] = _best(starts, code[idx], cnt[idx], u)
+    return full, best
+
+
+def sort_rows(ptr: np.ndarray, vals: np.ndarray, width: int) -> tuple[np.ndarray, bool]:
+    """Each row's values (in [0, width)) in ascending order, and whether no row repeats a value:
+    short rows by scipy (``sort_indices``), longer ones as keys (``_sorted_row_keys``). R-MAT-18's
+    7.6M neighbour entries: 118-126 ms as keys, 215-270 by scipy."""
+    k = len(ptr) - 1
+    if have_scipy() and len(vals) < min(2 ** 31, SHORT_ROWS * k) and width < 2 ** 31:
+        a = _csr_matrix((np.ones(len(vals), np.int8), vals.astype(np.int32), ptr.astype(np.int32)), shape=(k, width))
+        a.sort_indices()  # (in place; a no-op when the rows are sorted already)
+        return a.indices.astype(vals.dtype, copy=False), bool(a.has_canonical_format)
+    out = np.empty_like(vals)
+    distinct = True
+    for _, e0, e1, base, key in _sorted_row_keys(ptr, vals, width):
+        if distinct:
+            distinct = bool((key[1:] != key[:-1]).all())
+        np.subtract(key, base, out=out[e0:e1], casting="unsafe")
+    return out, distinct
 
 
 def _runs(a: np.ndarray) -> np.ndarray:

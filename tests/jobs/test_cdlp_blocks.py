@@ -14,7 +14,7 @@ from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
 from mariana.vertices import cdlp_loaded
 from mariana.vertices.cdlp_loaded import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
-                                          group_by_row, row_modes)
+                                          group_by_row, row_modes, sort_rows)
 from test_graph_jobs import cli_run
 
 pytestmark = pytest.mark.timeout(120)
@@ -54,6 +54,34 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     assert got_rows.tolist() == sorted(want) and best.tolist() == [want[r] for r in sorted(want)]
     empty_rows, empty_best = row_modes(np.zeros(4, np.int64), np.empty(0, np.int32), u)
     assert empty_rows.size == 0 and empty_best.size == 0
+
+
+@pytest.mark.parametrize("no_scipy", ("0", "1"))
+@pytest.mark.parametrize("width", (50, 300, 2 ** 32 + 5))
+@pytest.mark.parametrize("piece", (1 << 20, 40))
+def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, no_scipy, width, piece):
+    """Rows sorted by scipy (short rows) or as keys in pieces (no scipy; of 40 entries; width 300:
+    14 million rows' keys fit 32 bits, 2^32 + 5: 64-bit keys), empty rows anywhere; a single
+    repeated value in one row is found."""
+    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+    monkeypatch.setattr(cdlp_loaded, "MODE_PIECE", piece)
+    rng = np.random.default_rng(7)
+    n = 200
+    counts = rng.integers(0, 9, n)
+    counts[[0, 17, n - 1]] = 0
+    counts[5] = 45  # a row longer than a piece
+    ptr = np.concatenate(([0], np.cumsum(counts)))
+    spread = max(width // 10 ** 6, 1)  # values up to near the top of a wide range
+    vals = np.concatenate([rng.choice(min(width, 10 ** 6), c, replace=False) * spread for c in counts])
+    got, distinct = sort_rows(ptr, vals, width)
+    want = np.concatenate([np.sort(vals[ptr[r]:ptr[r + 1]]) for r in range(n)])
+    assert np.array_equal(got, want) and got.dtype == vals.dtype
+    assert distinct is True
+    twice = vals.copy()
+    twice[ptr[5] + 1] = twice[ptr[5] + 30]  # one value twice in row 5
+    got, distinct = sort_rows(ptr, twice, width)
+    assert distinct is False
+    assert np.array_equal(got[ptr[5]:ptr[6]], np.sort(twice[ptr[5]:ptr[6]]))
 
 
 @pytest.mark.parametrize("u", (3, 17, 2 ** 27 - ELL_MAX - 1, 2 ** 27 - ELL_MAX, 2 ** 31 - ELL_MAX - 1))  # int32 scores up to 2^27

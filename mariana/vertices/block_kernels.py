@@ -621,7 +621,8 @@ def _wedge_triangles(k: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarr
         total = i.size
         a, b = np.take(ucol, i), np.take(ucol, j)  # (take: a third less time than ucol[i] with int32 indices)
         if rank is None:  # ordered by row number
-            x, w = np.minimum(a, b), np.maximum(a, b)
+            w = np.maximum(a, b)
+            x = np.minimum(a, b, out=a)  # (fresh pages are a good part of the time)
             if np.equal(x, w).any():  # a repeated entry
                 return None
             swap = None
@@ -656,12 +657,15 @@ def _wedge_pairs(k: int, uptr: np.ndarray, out_u: np.ndarray, wedges: int, it: A
         return
     top = int(out_u.max())
     if top <= _FEW and wedges <= TRIANGLE_CHUNK:
-        ii, jj = [], []
+        i, j = np.empty(wedges, it), np.empty(wedges, it)  # (filled in place: no concatenation)
+        e = 0
         for q in range(1, top):
-            at = uptr[:-1][out_u > q]  # rows with an entry at position q
-            ii.append(at if q == 1 else (at[:, None] + np.arange(q, dtype=it)).reshape(-1))
-            jj.append(at + 1 if q == 1 else np.repeat(at + q, q))
-        yield (ii[0], jj[0]) if top == 2 else (np.concatenate(ii), np.concatenate(jj))  # (a grid: top 2)
+            at = uptr[:-1][out_u > q][:, None]  # rows with an entry at position q: pairs (p, q), p < q
+            f = e + q * len(at)
+            np.add(at, np.arange(q, dtype=it), out=i[e:f].reshape(-1, q))
+            np.add(at, it(q), out=j[e:f].reshape(-1, q))
+            e = f
+        yield i, j
         return
     for lo, hi in _row_chunks(out_u * (out_u - 1) // 2) if wedges > TRIANGLE_CHUNK else [(0, k)]:
         e0, e1 = int(uptr[lo]), int(uptr[hi])

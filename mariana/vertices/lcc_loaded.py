@@ -7,7 +7,7 @@ bit (integer triangle counts divided once, as there).
   1 ``N(v)`` with direction codes and degrees to neighbouring blocks, 2 wedges, 3 closing checks
   and triangle credits, 4 the coefficient (``directed=false``: no step 0, every edge is loaded
   both ways, so the out-edges are N(v) already). With one block (one worker) every neighbour is local:
-  step 0 does it all with ``block_kernels.triangle_credits`` (the same ranking, as two masked
+  step 0 does it all with ``triangles.triangle_credits`` (the same ranking, as two masked
   sparse products over the rank-oriented adjacency; on a bounded-degree graph, a grid, wedges
   oriented by row number and checked one by one; numpy form without scipy; the same integers
   whichever runs) and sends nothing.
@@ -42,7 +42,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import have_scipy, oriented_triangles, row_ids, triangle_credits
+from .block_kernels import have_scipy, row_ids
+from .triangles import oriented_triangles, triangle_credits
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, _concat, pack_keys
 from .graphalytics_loaded import _announce_in_edges, _neighbour_entries, _send_by_block
 
@@ -260,7 +261,7 @@ class LCCLoaded(LoadedBlock):
     def _local_triangles(self, hrow: np.ndarray, hslot: np.ndarray, hmult: np.ndarray, row_start: np.ndarray,
                          local: np.ndarray) -> None:
         """The triangles v < x < w whose two lower corners are this block's (w anywhere) by the
-        kernel's masked products (``block_kernels.oriented_triangles``) instead of wedge
+        kernel's masked products (``triangles.oriented_triangles``) instead of wedge
         messages: v's and x's credits summed here, w's kept for step 3 (own rows summed here)."""
         g = self.g
         assert g is not None

@@ -296,14 +296,14 @@ def test_output_at_a_memory_url(capsys, tmp_path):
 def test_lcc_wedges_in_many_chunks(capsys, tmp_path, monkeypatch):
     """Superstep 2 cuts the wedges into messages of at most WEDGE_CHUNK (one block: the kernel's
     rows into chunks of about TRIANGLE_CHUNK terms): the result is the same."""
-    import mariana.vertices.block_kernels as bk
     import mariana.vertices.lcc_loaded as ga
+    import mariana.vertices.triangles as tr
 
     rg = RandomGraph(9, 150, 2, density=4.0)
     path = rg.write(tmp_path)
     whole = cli_run(capsys, tmp_path, "lcc", path, workers=2)[0]
     monkeypatch.setattr(ga, "WEDGE_CHUNK", 3)
-    monkeypatch.setattr(bk, "TRIANGLE_CHUNK", 3)
+    monkeypatch.setattr(tr, "TRIANGLE_CHUNK", 3)
     for workers in (1, 3):
         assert cli_run(capsys, tmp_path, "lcc", path, workers=workers)[0] == whole
     assert dict(parse_tsv(whole)) == ref_lcc(rg, True)

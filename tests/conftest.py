@@ -35,3 +35,18 @@ RUNTIMES = ["local", "cluster", "inproc"]
 def runtime(request) -> str:
     """Each test that takes ``runtime`` runs once per runtime."""
     return request.param
+
+
+@pytest.fixture(params=["scipy", "numpy"])
+def form(request, monkeypatch) -> str:
+    """The vertex kernels (``vertices.block_kernels``, ``vertices.triangles``) in their scipy form
+    and their numpy form (``MARIANA_NO_SCIPY=1``): each test that takes ``form`` runs in both."""
+    from mariana.vertices.block_kernels import have_scipy
+
+    if request.param == "numpy":
+        monkeypatch.setenv("MARIANA_NO_SCIPY", "1")
+    else:
+        monkeypatch.delenv("MARIANA_NO_SCIPY", raising=False)
+        if not have_scipy():
+            pytest.skip("scipy is not installed")
+    return request.param

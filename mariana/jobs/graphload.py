@@ -32,7 +32,7 @@ from ..storage import write_lines
 from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
                               read_table_split, read_text_split)
-from ..vertices.block_kernels import group_by
+from ..vertices.block_kernels import first_of_runs, group_by
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
 from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
 from ..storage.parts import part_url
@@ -195,13 +195,6 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _first_of_runs(a: np.ndarray) -> np.ndarray:
-    """The mask of each run's first element in sorted ``a`` (its distinct values)."""
-    keep = np.ones(a.size, dtype=bool)
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return keep
-
-
 class _Distinct:
     """The distinct values of parts, merged as they come: the parts of every message never exist
     at once. Each part is sorted, so a merge is a stable sort of a few sorted runs (a merge of
@@ -222,7 +215,7 @@ class _Distinct:
         keys = np.concatenate([self.keys, *self.parts])
         self.parts, self.held = [], 0
         keys.sort(kind="stable")
-        self.keys = keys[_first_of_runs(keys)]
+        self.keys = keys[first_of_runs(keys)]
 
     def result(self) -> np.ndarray:
         """The distinct keys, sorted."""

@@ -44,8 +44,8 @@ try:  # scipy's C CSR matvec (what ``csr_matrix @ x`` calls); private: ``csr_sum
 except ImportError:  # pragma: no cover - other scipy versions: a csr_matrix with unit data
     _matvec = None
 
-__all__ = ["have_scipy", "import_traversals", "row_ids", "csr_sum", "transpose", "group_by", "stable_argsort", "components",
-           "relax"]
+__all__ = ["have_scipy", "import_traversals", "row_ids", "row_pieces", "first_of_runs", "csr_sum", "transpose", "group_by",
+           "stable_argsort", "components", "relax"]
 
 
 def _csgraph() -> Any:
@@ -81,6 +81,31 @@ def row_ids(indptr: np.ndarray, dtype: Any = np.int32) -> np.ndarray:
     return np.repeat(np.arange(max(k, 0), dtype=it), np.diff(indptr))
 
 
+def row_pieces(ptr: np.ndarray, size: int, max_rows: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive row ranges ``(r0, r1)`` of a CSR's row pointers ``ptr`` holding at most ``size``
+    entries each (a longer row is a range of its own), and at most ``max_rows`` rows: the pieces
+    that bound a kernel's temporaries whatever the degrees."""
+    k = len(ptr) - 1
+    top = np.iinfo(ptr.dtype).max
+    out, r0 = [], 0
+    while r0 < k:  # (the bound in ptr's own type: searchsorted would copy ptr to a wider one)
+        r1 = int(np.searchsorted(ptr, ptr.dtype.type(min(int(ptr[r0]) + size, top)), side="right")) - 1
+        if max_rows is not None:
+            r1 = min(r1, r0 + max_rows)
+        r1 = min(max(r1, r0 + 1), k)
+        out.append((r0, r1))
+        r0 = r1
+    return out
+
+
+def first_of_runs(a: np.ndarray) -> np.ndarray:
+    """The mask of the first element of each run of equal values in ``a`` (sorted ``a``: its distinct values)."""
+    first = np.empty(a.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(a[1:], a[:-1], out=first[1:])
+    return first
+
+
 #: ``csr_sum`` sums its rows in pieces of about this many entries, so that the unit data its matvec
 #: reads is one small array (2 MB) for every piece, not 8 bytes an entry for the job's life
 SUM_PIECE = 1 << 18
@@ -100,25 +125,22 @@ class CSRSum:
         self._m: Any = None
 
     def _cut(self) -> None:
-        """Row pieces of about ``SUM_PIECE`` entries (a longer row is a piece of its own)."""
-        indptr, k = self.indptr, len(self.indptr) - 1
-        at = np.arange(SUM_PIECE, int(indptr[-1]), SUM_PIECE, dtype=indptr.dtype)
-        cuts = np.unique(np.concatenate(([0], np.searchsorted(indptr, at, side="right") - 1, [k]))).tolist()
+        """Row pieces of at most ``SUM_PIECE`` entries (a longer row is a piece of its own)."""
+        indptr = self.indptr
         self._pieces = []
-        for r0, r1 in zip(cuts[:-1], cuts[1:]):
+        for r0, r1 in row_pieces(indptr, SUM_PIECE):
             e0, e1 = int(indptr[r0]), int(indptr[r1])
-            if r1 > r0:
-                self._pieces.append((r0, r1, (indptr[r0:r1 + 1] - e0).astype(np.int32), self.indices[e0:e1]))
+            self._pieces.append((r0, r1, (indptr[r0:r1 + 1] - e0).astype(np.int32), self.indices[e0:e1]))
         self._ones = np.ones(max((len(p[3]) for p in self._pieces), default=0))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         rows = len(self.indptr) - 1
         if have_scipy():
-            y = np.zeros(rows)
             if _matvec is not None and len(x) < 2 ** 31 and self.indices.dtype == np.int32:
                 if self._pieces is None:
                     self._cut()
                 x = np.ascontiguousarray(x, dtype=np.float64)
+                y = np.zeros(rows)
                 for r0, r1, ptr, cols in self._pieces:  # type: ignore[union-attr]
                     _matvec(r1 - r0, len(x), ptr, cols, self._ones, x, y[r0:r1])
                 return y

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import _csr_matrix, group_by, have_scipy, row_ids
+from .block_kernels import _csr_matrix, first_of_runs, group_by, have_scipy, row_ids, row_pieces
 from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys
 from .graphalytics_loaded import _by_sender, _integer_ids
 
@@ -385,20 +385,15 @@ def _sorted_row_keys(ptr: np.ndarray, vals: np.ndarray, width: int) -> Iterator[
     before the sort (sorting keeps every row's entries in their row's place), ``key`` sorted. A
     piece has at most ``MODE_PIECE`` entries and few enough rows that its keys fit 32 bits
     (64 when ``width`` does not): numpy sorts 32-bit keys with SIMD, and a piece stays in cache."""
-    k = len(ptr) - 1
     kt: Any = np.uint32 if width < 2 ** 32 else np.uint64
     rows_per = (2 ** (8 * np.dtype(kt).itemsize) - 1) // max(width, 1)
-    r0 = 0
-    while r0 < k:
-        r1 = min(k, r0 + rows_per, int(np.searchsorted(ptr, ptr[r0] + MODE_PIECE, side="right")) - 1)
-        r1 = max(r1, r0 + 1)
+    for r0, r1 in row_pieces(ptr, MODE_PIECE, rows_per):
         e0, e1 = int(ptr[r0]), int(ptr[r1])
         if e1 > e0:
             base = np.repeat(np.arange(0, (r1 - r0) * width, width, dtype=kt), np.diff(ptr[r0:r1 + 1]))
             key = base + vals[e0:e1].astype(kt, copy=False)
             key.sort()
             yield r0, e0, e1, base, key
-        r0 = r1
 
 
 #: rows of fewer entries than this on average are sorted by scipy, row by row in C, where short
@@ -427,16 +422,14 @@ def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.
     rows_out: list[np.ndarray] = []
     best_out: list[np.ndarray] = []
     for r0, _, _, base, key in _sorted_row_keys(ptr, lab, u):
-        starts = np.flatnonzero(_runs(key))  # each (row, value) once, with its count
+        starts = np.flatnonzero(first_of_runs(key))  # each (row, value) once, with its count
         cnt = np.diff(np.append(starts, key.size))
         base = base[starts]
         code = (key[starts] - base).astype(np.int64)
-        first = np.flatnonzero(_runs(base))  # each row's first value
+        first = np.flatnonzero(first_of_runs(base))  # each row's first value
         rows_out.append((base[first] // base.dtype.type(u)).astype(np.int64) + r0)
         best_out.append(_best(first, code, cnt, u))
-    if not rows_out:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    return np.concatenate(rows_out), np.concatenate(best_out)
+    return np.concatenate(rows_out), np.concatenate(best_out)  # (some piece has the entries)
 
 
 def _counted_modes(ip: np.ndarray, code: np.ndarray, cnt: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
@@ -471,17 +464,9 @@ def sort_rows(ptr: np.ndarray, vals: np.ndarray, width: int) -> tuple[np.ndarray
     distinct = True
     for _, e0, e1, base, key in _sorted_row_keys(ptr, vals, width):
         if distinct:
-            distinct = bool((key[1:] != key[:-1]).all())
+            distinct = bool(first_of_runs(key).all())
         np.subtract(key, base, out=out[e0:e1], casting="unsafe")
     return out, distinct
-
-
-def _runs(a: np.ndarray) -> np.ndarray:
-    """The mask of the first element of each run of equal values in ``a``."""
-    first = np.empty(a.size, dtype=bool)
-    first[:1] = True
-    np.not_equal(a[1:], a[:-1], out=first[1:])
-    return first
 
 
 #: rows of at most this many entries (every row: a grid's 4) take ``ell_modes``

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .block_kernels import _csr_matrix, have_scipy, row_ids
+from .block_kernels import _csr_matrix, have_scipy, row_ids, row_pieces
 
 try:  # scipy's C lookup of given (row, column) entries of a CSR; private: the wedge form needs it
     from scipy.sparse._sparsetools import csr_sample_values as _sample
@@ -65,17 +65,7 @@ def _rank_up(k: int, deg: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.
 
 def _row_chunks(work: np.ndarray) -> list[tuple[int, int]]:
     """Consecutive row ranges of about ``TRIANGLE_CHUNK`` work each (at least one row)."""
-    k = len(work)
-    if not k or int(work.sum()) <= TRIANGLE_CHUNK:
-        return [(0, k)] if k else []
-    cum = np.cumsum(work)
-    out, lo = [], 0
-    while lo < k:
-        base = int(cum[lo - 1]) if lo else 0
-        hi = max(int(np.searchsorted(cum, base + TRIANGLE_CHUNK, side="right")), lo + 1)
-        out.append((lo, min(hi, k)))
-        lo = hi
-    return out
+    return row_pieces(np.concatenate(([0], np.cumsum(work, dtype=np.int64))), TRIANGLE_CHUNK)
 
 
 #: the packing of two sums in one int64 product term: (a * _PACK + 1) * (_PACK + b)

@@ -395,16 +395,19 @@ class Master:
         deadline = None if timeout is None else now + timeout
         hang_at = None if hang_after is None else now + hang_after
         st = self.state
+        wait_ms = int(min(self.heartbeat_interval, 0.2) * 1000)
         while not condition():
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and now > deadline:
                 raise MarianaError(f"timed out after {timeout:.0f}s waiting for {what} "
                                    f"({len(st.joined)} of {self.workers} workers present)")
-            if hang_at is not None and time.monotonic() > hang_at:
+            if hang_at is not None and now > hang_at:
                 self._hang(hang_after)
-            if self.poll.poll(int(min(self.heartbeat_interval, 0.2) * 1000)):
+            if self.poll.poll(wait_ms):
                 self._receive()
             now = time.monotonic()
-            if not condition() or now >= self._liveness_due:  # not on every barrier's path (latency)
+            # liveness at most every 50 ms (the poll wakes at least every 200): not on each
+            # DONE's path, which is the whole of an empty superstep (bench/superstep_latency.py)
+            if now >= self._liveness_due:
                 self._liveness_due = now + 0.05
                 self._kill_stuck(now)
                 for child in self.children:

@@ -33,6 +33,10 @@ __all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "recv", "drain"
            "HEARTBEAT_PREFIX", "heartbeat_of"]
 
 Again = zmq.Again
+# plain ints: zmq's IntFlag members build a new enum object on every ``|`` and ``&`` (and
+# ``Socket.get`` one per call), a dozen a superstep on the barrier's path (bench/superstep_latency.py)
+_SNDMORE, _NOBLOCK = int(zmq.SNDMORE), int(zmq.NOBLOCK)
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _ENDPOINT = re.compile(r"^tcp://(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d+|\*)$")
 _INPROC = re.compile(r"^inproc://(?P<name>[A-Za-z0-9_.*/-]+)$")
 
@@ -228,12 +232,14 @@ def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None
 
 
 def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None) -> int:
-    """Send already encoded frames with ``copy=False``; returns bytes sent."""
+    """Send already encoded frames with ``copy=False``; returns bytes sent. (``send_multipart``
+    frame by frame, without its per-call checks and enum flags: this is every message's path.)"""
+    last = len(frames) - 1
     try:
         if identity is not None:
-            sock.send_multipart([identity, *frames], copy=False)
-        else:
-            sock.send_multipart(frames, copy=False)
+            sock.send(identity, _SNDMORE)
+        for i, frame in enumerate(frames):
+            sock.send(frame, _SNDMORE if i < last else 0, copy=False)
     except zmq.ZMQError as exc:
         if exc.errno == zmq.EHOSTUNREACH:
             raise Unreachable(identity) from None
@@ -253,15 +259,19 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
     ``resolve``, a message with an empty buffer frame (the codec never makes one) has its frames
     resolved first: shared-memory frames of a same-host peer. ``bytes`` counts them too.
     """
-    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+    frame = sock.recv(_NOBLOCK, copy=False)  # recv_multipart, minus a getsockopt(RCVMORE) per frame
+    frames = [frame]
+    while frame.more:
+        frame = sock.recv(_NOBLOCK, copy=False)
+        frames.append(frame)
     identity = None
     if router:
         identity = frames[0].bytes
         frames = frames[1:]
     try:
-        if resolve is not None and any(len(f) == 0 for f in frames[1:]):
+        if resolve is not None and len(frames) > 1 and any(len(f) == 0 for f in frames[1:]):
             frames = resolve(identity, frames)
-        size = sum(len(f) for f in frames)
+        size = sum(map(len, frames)) if len(frames) > 1 else len(frames[0]) if frames else 0
         header = codec.decode(frames, limits=limits)
     except ProtocolError as exc:
         exc.identity = identity  # who sent it: peers that keep sending garbage get banned
@@ -277,7 +287,7 @@ def drain(sock: zmq.Socket, router: bool, drops: Any,
     """Every message waiting on ``sock`` now, decoded: (identity, header, bytes). Malformed ones
     are counted in ``drops`` (a ``DropCounter``) and messages of banned peers dropped there."""
     while True:
-        if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:  # cheaper than a recv that raises Again
+        if not int(sock.get(_EVENTS)) & _POLLIN:  # cheaper than a recv that raises Again
             return
         try:
             identity, header, size = recv(sock, router, resolve=resolve)

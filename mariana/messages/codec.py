@@ -64,7 +64,14 @@ class Limits:
     max_ext_len: int | None = None
 
     def unpack_kwargs(self) -> dict[str, int]:
-        """The explicit size limits handed to ``msgpack.unpackb``."""
+        """The explicit size limits handed to ``msgpack.unpackb`` (worked out once: every decode asks)."""
+        kwargs = self.__dict__.get("_unpack_kwargs")
+        if kwargs is None:
+            kwargs = self._limits()
+            object.__setattr__(self, "_unpack_kwargs", kwargs)  # a cache, not a field: frozen stays frozen
+        return kwargs
+
+    def _limits(self) -> dict[str, int]:
         h = self.max_header_bytes
         return {
             "max_str_len": h if self.max_str_len is None else self.max_str_len,
@@ -158,7 +165,7 @@ def _buffer(frame: Any, index: int) -> memoryview:
 
 def nbytes(frames: Sequence) -> int:
     """Total number of bytes in a frame list (header plus buffers), for counters."""
-    return sum(_buffer(f, i).nbytes for i, f in enumerate(frames))
+    return sum(len(f) if type(f) is bytes else _buffer(f, i).nbytes for i, f in enumerate(frames))
 
 
 def _is_int(x: Any) -> bool:

@@ -31,13 +31,18 @@ class Wire:
     """Base of the wire records: ``KIND`` and the conversions to and from a header dict."""
 
     KIND: ClassVar[Kind]
-    _checks: ClassVar[list[tuple[str, Any, bool]]]
+    _names: ClassVar[tuple[int, tuple[str, ...]]]
+    _checks: ClassVar[list[tuple[str, Any, bool, frozenset[type] | None]]]
 
     def to_wire(self, job: str = "") -> dict[str, Any]:
         """The header dict (shallow: arrays inside stay the caller's, for zero-copy frames)."""
-        header = {"kind": int(self.KIND), "job": job}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            header[f.name] = getattr(self, f.name)
+        cls = type(self)
+        names = cls.__dict__.get("_names")
+        if names is None:  # once per record type: dataclasses.fields() is slow on every message's path
+            names = cls._names = (int(cls.KIND), tuple(f.name for f in dataclasses.fields(cls)))  # type: ignore[arg-type]
+        header = {"kind": names[0], "job": job}
+        for name in names[1]:
+            header[name] = getattr(self, name)
         return header
 
     @classmethod
@@ -47,25 +52,41 @@ class Wire:
         if checks is None:
             checks = cls._checks = _checks_of(cls)
         values = {}
-        for name, check, required in checks:
+        for name, check, required, exact in checks:
             if name not in header:
                 if required:
                     raise ProtocolError("header", f"{cls.KIND.name} without {name!r}")
                 continue
             value = header[name]
-            if not check(value):
+            if exact is not None and type(value) not in exact and not check(value):
                 raise ProtocolError("header", f"{cls.KIND.name} with a bad {name!r}: {type(value).__name__}")
             values[name] = value
         return cls(**values)
 
 
-def _checks_of(cls: type) -> list[tuple[str, Any, bool]]:
+def _checks_of(cls: type) -> list[tuple[str, Any, bool, frozenset[type] | None]]:
+    """Per field: name, predicate, required, and the exact types that pass without calling the
+    predicate (what msgpack decodes to; None: any value passes)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        out.append((f.name, _check(hints[f.name]), required))
+        out.append((f.name, _check(hints[f.name]), required, _exact(hints[f.name])))
     return out
+
+
+def _exact(tp: Any) -> frozenset[type] | None:
+    """The types whose values certainly pass ``_check(tp)`` (a set lookup instead of its
+    predicate on each message); None for ``Any``."""
+    if tp is Any:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        parts = [_exact(a) for a in typing.get_args(tp)]
+        return None if any(p is None for p in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
+    if tp is float:
+        return frozenset({float, int})
+    return frozenset({origin or tp})
 
 
 def _check(tp: Any) -> Any:

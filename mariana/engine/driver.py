@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any, Callable, Protocol
 
+from ..errors import StorageError
 from ..storage import RunDir
 from .result import RunResult
 from .state import detached
@@ -66,7 +67,14 @@ class Driver:
     ``checkpoints`` False: never); ``background`` False waits for each one before the next
     superstep. ``run_dir`` receives one ``metrics.jsonl`` line per superstep, ``tracer`` the
     trace records, ``on_superstep`` every metrics line.
+
+    Metrics lines are written in batches, at most ``METRICS_FLUSH_S`` apart (the first at once):
+    one append per superstep was ~0.1 ms of every superstep, the whole cost of an empty one on a
+    fast machine. They are written before a checkpoint is taken (a resume finds every line before
+    it), when the job ends, fails or rolls back; a killed process loses at most that interval.
     """
+
+    METRICS_FLUSH_S = 0.2
 
     def __init__(self, backend: Backend, coordinator: Coordinator, *, run_dir: RunDir | None = None,
                  on_superstep: Callable[[dict[str, Any]], None] | None = None, tracer: TraceWriter | None = None,
@@ -76,10 +84,35 @@ class Driver:
         self.run_dir, self.on_superstep, self.tracer = run_dir, on_superstep, tracer
         self.checkpoints, self.checkpoint_every, self.background = checkpoints, checkpoint_every, background
         self.metrics: list[dict[str, Any]] = []
+        self._unwritten: list[dict[str, Any]] = []  # metrics lines not in metrics.jsonl yet
+        self._write_due = 0.0
         self.started = time.perf_counter() if started is None else started  # RunResult.wall_s counts from here
 
     def run(self) -> None:
-        """Run supersteps until the job ends (whatever the backend raises propagates)."""
+        """Run supersteps until the job ends (whatever the backend raises propagates, after the
+        metrics lines so far are written)."""
+        try:
+            self._run()
+        except BaseException:
+            self.write_metrics(quiet=True)
+            raise
+        self.write_metrics()
+
+    def write_metrics(self, quiet: bool = False) -> None:
+        """Append the metrics lines not written yet to ``metrics.jsonl`` (``quiet``: a storage
+        error is logged, not raised: the job is failing already)."""
+        self._write_due = time.monotonic() + self.METRICS_FLUSH_S
+        if self.run_dir is None or not self._unwritten:
+            return
+        lines, self._unwritten = self._unwritten, []
+        try:
+            self.run_dir.append_jsonl("metrics.jsonl", lines)
+        except StorageError as exc:
+            if not quiet:
+                raise
+            log.warning("%d metrics lines not written: %s", len(lines), exc)
+
+    def _run(self) -> None:
         coord, backend = self.coord, self.backend
         while (begin := coord.next_begin()) is not None:
             t0, wall0 = time.perf_counter(), time.time()
@@ -88,21 +121,28 @@ class Driver:
             if self.tracer is not None:
                 self._trace(begin.superstep, wall0, dones)
             backend.annotate(record)
+            checkpoint = False
             if self.checkpoints:
                 backend.settle_checkpoint(record, wait=False)
                 if coord.checkpoint_due(self.checkpoint_every):
+                    checkpoint = True
+                    self.write_metrics()  # every line before the checkpoint is stored before it can commit
                     backend.settle_checkpoint(record, wait=True)  # one at a time: its buffers are free again
                     backend.start_checkpoint(coord.superstep, detached(coord.snapshot()))
                     if not self.background:
                         backend.settle_checkpoint(record, wait=True)  # written before the state changes
             self.metrics.append(record)
             if self.run_dir is not None:
-                self.run_dir.append_jsonl("metrics.jsonl", [record])
+                self._unwritten.append(record)
+                if checkpoint or time.monotonic() >= self._write_due:
+                    self.write_metrics()
             if self.on_superstep is not None:
                 self.on_superstep(record)
 
     def rewind(self, superstep: int) -> None:
-        """Forget the metrics of ``superstep`` and later (a rollback replays them)."""
+        """Forget the metrics of ``superstep`` and later (a rollback replays them); the lines
+        before it are written first (the caller then truncates metrics.jsonl at ``superstep``)."""
+        self.write_metrics()
         del self.metrics[superstep:]
 
     def finish(self, placement: Any, name: str = "") -> RunResult:

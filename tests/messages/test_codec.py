@@ -393,6 +393,11 @@ def zctx():
         yield ctx
     finally:
         ctx.term()
+        # a zero-copy send of a large frame starts pyzmq's garbage-collector thread; stopped, so
+        # that later tests in this process may still fork workers (cluster/forking.fork_is_safe)
+        from zmq.utils.garbage import gc
+
+        gc.stop()
 
 
 def pair(ctx: zmq.Context, transport: str) -> tuple[zmq.Socket, zmq.Socket]:

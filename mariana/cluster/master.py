@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
-from ..comm import HEARTBEAT_PREFIX, Unreachable, drain, heartbeat_of, poller, send, transport_for
+from ..comm import HEARTBEAT_PREFIX, Unreachable, drain, heartbeat_of, poller, send, send_frames, transport_for
 from ..engine.checkpointing import commit, report
 from ..engine.driver import Driver
 from ..engine.options import RunOptions
@@ -30,7 +30,7 @@ from ..engine.result import RunResult
 from ..engine.superstep import Begin, Coordinator, Done
 from ..engine.tracing import TraceWriter, rewind
 from ..errors import MarianaError, StorageError
-from ..messages import wire
+from ..messages import codec, wire
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from ..storage.retry import keepalive
@@ -362,12 +362,17 @@ class Master:
 
     # -- the I/O loop -------------------------------------------------------------------------
     def _do(self, instructions: Sequence[Instruction]) -> None:
-        """Carry out the state machine's instructions: sends, or the error that ends the wait."""
+        """Carry out the state machine's instructions: sends, or the error that ends the wait. A
+        message sent to many workers (BEGIN) is encoded once."""
+        encoded: dict[int, list] = {}
         for ins in instructions:
             if isinstance(ins, Fail):
                 raise ins.error
+            frames = encoded.get(id(ins.msg))
+            if frames is None:
+                frames = encoded[id(ins.msg)] = codec.encode(ins.msg.to_wire(self.job_id))
             try:
-                send(self.sock, ins.msg.to_wire(self.job_id), ins.identity)
+                send_frames(self.sock, frames, ins.identity)
             except Unreachable:
                 w = ins.to
                 if w is None:

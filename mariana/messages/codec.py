@@ -153,6 +153,8 @@ def encode(header: dict, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list:
 
 def _buffer(frame: Any, index: int) -> memoryview:
     """A flat byte memoryview of one frame (bytes, bytearray, memoryview or zmq.Frame)."""
+    if type(frame) is bytes:
+        return memoryview(frame)
     obj = frame.buffer if hasattr(frame, "buffer") else frame
     try:
         mv = memoryview(obj)
@@ -303,8 +305,10 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> dict:
         raise ProtocolError("header", f"header is not valid msgpack: {exc!r:.200}") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("header", f"header top level is {type(obj).__name__}, not a dict")
-    _check_version(obj.get("v"))
-    if not all(builder.used):
+    v = obj.get("v")
+    if type(v) is not int or v != PROTOCOL_VERSION:
+        _check_version(v)
+    if n > 1 and not all(builder.used):
         unused = [i for i, u in enumerate(builder.used) if not u]
         raise ProtocolError("frame_count", f"{len(unused)} frames unused by any array (first {unused[0]})")
     return obj

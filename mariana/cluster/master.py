@@ -158,7 +158,7 @@ class Master:
             # wall_s counts the supersteps, as LocalRuntime's does
             driver = Driver(self, coord, run_dir=self.run_dir, on_superstep=o.on_superstep, tracer=self.tracer,
                             checkpoints=self.checkpoints is not None, checkpoint_every=o.checkpoint_every,
-                            background=o.checkpoint_background)
+                            background=o.checkpoint_background, metrics_every_s=o.metrics_every_s)
             with keepalive(self._keepalive):  # a storage outage being retried does not lose the workers
                 while True:  # a worker lost while the last checkpoint or the results are collected too
                     try:

@@ -92,7 +92,7 @@ class LocalRuntime:
             checkpoints: Checkpoints | None = None, checkpoint_every: int | None = None,
             resume: CheckpointInfo | None = None, tracer: TraceWriter | None = None,
             capture: Capture | None = None, checkpoint_background: bool = True,
-            run_dir: RunDir | None = None) -> RunResult:
+            run_dir: RunDir | None = None, metrics_every_s: float = 0.2) -> RunResult:
         """Run to the end; ``on_superstep(metrics_line)`` is called after every barrier.
 
         With ``checkpoints``, a checkpoint is written every ``checkpoint_every`` supersteps and
@@ -119,7 +119,7 @@ class LocalRuntime:
         backend = LocalBackend(partitions, checkpoints, tracer, checkpoint_background)
         driver = Driver(backend, coord, run_dir=run_dir, on_superstep=on_superstep, tracer=tracer,
                         checkpoints=checkpoints is not None, checkpoint_every=checkpoint_every,
-                        background=checkpoint_background, started=started)
+                        background=checkpoint_background, started=started, metrics_every_s=metrics_every_s)
         try:
             with blas_threads_of(pl.num_workers):
                 driver.run()

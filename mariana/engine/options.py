@@ -40,6 +40,9 @@ class RunOptions:
     resume: bool = False  # continue from the newest valid checkpoint of run_dir
     # traces
     trace: bool = True
+    #: metrics.jsonl lines are written at most this many seconds apart (0: each at once, as a
+    #: sweep needs: its scheduler reads the running trials' lines; engine/driver.py)
+    metrics_every_s: float = 0.2
     capture: str | None = None  # vertex glob whose messages are stored for `trace replay`
     capture_limit_mb: int = 64
     # cluster

@@ -56,7 +56,7 @@ def run_local(graph: Graph, options: RunOptions) -> RunResult:
            if options.capture and run_dir is not None else None)
     return LocalRuntime(graph, options.workers, options.placement).run(
         options.max_supersteps, options.on_superstep, checkpoints, options.checkpoint_every, start, tracer, spy,
-        options.checkpoint_background, run_dir)
+        options.checkpoint_background, run_dir, options.metrics_every_s)
 
 
 def resume_point(run_dir: RunDir | None, keep: int = 3, load: bool = False) -> CheckpointInfo:

@@ -124,7 +124,8 @@ def run_segment(spec: dict[str, Any], ask: Callable[[int], bool],
 
         wrapped = Job(job.name, job.description, job.keys, build, job.finish, job.progress_metric, job.export)
         options = RunOptions.from_config(config, workers=spec.get("workers", 1), run_dir=run_dir, resume=resume,
-                                         trace=spec.get("trace", True), **_remote_options(spec.get("remote"), announce))
+                                         trace=spec.get("trace", True), metrics_every_s=0.0,  # the scheduler reads them live
+                                         **_remote_options(spec.get("remote"), announce))
         result = launch(wrapped, config, options, name=spec["job"], finish=True).result
         paused = bool(stopper) and stopper[0].paused
         return {"status": "paused" if paused else "completed", "halt_reason": result.halt_reason,

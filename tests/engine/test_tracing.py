@@ -13,6 +13,7 @@ import pytest
 from mariana import trace
 from mariana.cluster.master import SuperstepTimeout
 from mariana.cli import main
+from mariana.errors import MarianaError
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from test_cluster import alive
@@ -140,3 +141,34 @@ def test_nonfinite_finds_nan_and_inf_without_false_alarms_or_warnings(dtype, rec
     sampled[2 * SCAN_LIMIT] = np.nan
     assert nonfinite(sampled) == ("nan", "payload")
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def _lines(run_dir: RunDir) -> list[int]:
+    return [r["superstep"] for r in run_dir.read_jsonl("metrics.jsonl")] if run_dir.exists("metrics.jsonl") else []
+
+
+def test_metrics_lines_are_written_in_batches_and_all_of_them_at_the_end(tmp_path, runtime):
+    """metrics_every_s apart (the first at once); before a checkpoint; every line when the job ends."""
+    run_dir = RunDir(str(tmp_path / runtime))
+    seen: list[list[int]] = []
+    result = run_job("contract_jobs:forever", sets=["max_supersteps=12", "checkpoint_every=6"], workers=2,
+                     runtime=runtime, run_dir=run_dir, metrics_every_s=3600.0,
+                     on_superstep=lambda record: seen.append(_lines(run_dir)))
+    assert result.supersteps == 12
+    assert seen[0] == [0]  # the first line at once
+    assert seen[4] == [0]  # then nothing for an hour ...
+    assert seen[5] == list(range(6))  # ... but every line before the checkpoint of superstep 6
+    assert seen[10] == list(range(6))
+    assert _lines(run_dir) == list(range(12))  # and all of them at the end
+
+
+def test_each_metrics_line_at_once_when_asked_and_the_lines_so_far_when_a_job_fails(tmp_path, runtime):
+    run_dir = RunDir(str(tmp_path / runtime))
+    seen: list[list[int]] = []
+    run_job("contract_jobs:forever", sets=["max_supersteps=4"], workers=2, runtime=runtime, run_dir=run_dir,
+            metrics_every_s=0.0, on_superstep=lambda record: seen.append(_lines(run_dir)))
+    assert seen == [list(range(s + 1)) for s in range(4)]  # what a sweep's scheduler reads live
+    failed = RunDir(str(tmp_path / f"{runtime}-faulty"))
+    with pytest.raises(MarianaError, match="deliberate"):
+        run_job("contract_jobs:faulty", workers=2, runtime=runtime, run_dir=failed, metrics_every_s=3600.0)
+    assert _lines(failed) == [0, 1]  # superstep 2 raised: the two lines before it are stored

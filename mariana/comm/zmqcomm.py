@@ -269,9 +269,9 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
         identity = frames[0].bytes
         frames = frames[1:]
     try:
-        if resolve is not None and len(frames) > 1 and any(len(f) == 0 for f in frames[1:]):
+        if resolve is not None and any(len(f) == 0 for f in frames[1:]):
             frames = resolve(identity, frames)
-        size = sum(map(len, frames)) if len(frames) > 1 else len(frames[0]) if frames else 0
+        size = sum(map(len, frames))
         header = codec.decode(frames, limits=limits)
     except ProtocolError as exc:
         exc.identity = identity  # who sent it: peers that keep sending garbage get banned

@@ -25,6 +25,7 @@ Caller-visible decisions:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -63,15 +64,9 @@ class Limits:
     max_map_len: int | None = None
     max_ext_len: int | None = None
 
+    @functools.cached_property
     def unpack_kwargs(self) -> dict[str, int]:
         """The explicit size limits handed to ``msgpack.unpackb`` (worked out once: every decode asks)."""
-        kwargs = self.__dict__.get("_unpack_kwargs")
-        if kwargs is None:
-            kwargs = self._limits()
-            object.__setattr__(self, "_unpack_kwargs", kwargs)  # a cache, not a field: frozen stays frozen
-        return kwargs
-
-    def _limits(self) -> dict[str, int]:
         h = self.max_header_bytes
         return {
             "max_str_len": h if self.max_str_len is None else self.max_str_len,
@@ -167,7 +162,7 @@ def _buffer(frame: Any, index: int) -> memoryview:
 
 def nbytes(frames: Sequence) -> int:
     """Total number of bytes in a frame list (header plus buffers), for counters."""
-    return sum(len(f) if type(f) is bytes else _buffer(f, i).nbytes for i, f in enumerate(frames))
+    return sum(_buffer(f, i).nbytes for i, f in enumerate(frames))
 
 
 def _is_int(x: Any) -> bool:
@@ -264,7 +259,7 @@ def peek(head: Any, key: str, limits: Limits = DEFAULT_LIMITS) -> Any:
     """
     try:
         obj = msgpack.unpackb(_buffer(head, 0), raw=False, strict_map_key=True, use_list=True,
-                              ext_hook=_ignore_ext, **limits.unpack_kwargs())
+                              ext_hook=_ignore_ext, **limits.unpack_kwargs)
     except Exception as exc:
         raise ProtocolError("header", f"header is not valid msgpack: {exc!r:.200}") from exc
     if not isinstance(obj, dict):
@@ -289,7 +284,7 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> dict:
     head = builder.buf(0)
     if head.nbytes > limits.max_header_bytes:
         raise ProtocolError("header", f"header of {head.nbytes} bytes > max_header_bytes {limits.max_header_bytes}")
-    kwargs = limits.unpack_kwargs()
+    kwargs = limits.unpack_kwargs
     try:
         obj = msgpack.unpackb(
             head, raw=False, strict_map_key=True, use_list=True, ext_hook=builder, **kwargs

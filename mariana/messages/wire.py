@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -31,7 +32,7 @@ class Wire:
     """Base of the wire records: ``KIND`` and the conversions to and from a header dict."""
 
     KIND: ClassVar[Kind]
-    _names: ClassVar[tuple[int, tuple[str, ...]]]
+    _names: ClassVar[tuple[str, ...]]
     _checks: ClassVar[list[tuple[str, Any, bool, frozenset[type] | None]]]
 
     def to_wire(self, job: str = "") -> dict[str, Any]:
@@ -39,9 +40,9 @@ class Wire:
         cls = type(self)
         names = cls.__dict__.get("_names")
         if names is None:  # once per record type: dataclasses.fields() is slow on every message's path
-            names = cls._names = (int(cls.KIND), tuple(f.name for f in dataclasses.fields(cls)))  # type: ignore[arg-type]
-        header = {"kind": names[0], "job": job}
-        for name in names[1]:
+            names = cls._names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        header = {"kind": int(cls.KIND), "job": job}
+        for name in names:
             header[name] = getattr(self, name)
         return header
 
@@ -64,6 +65,10 @@ class Wire:
         return cls(**values)
 
 
+#: the origins of ``X | Y`` and ``Optional[X]`` annotations
+_UNIONS = (typing.Union, types.UnionType)
+
+
 def _checks_of(cls: type) -> list[tuple[str, Any, bool, frozenset[type] | None]]:
     """Per field: name, predicate, required, and the exact types that pass without calling the
     predicate (what msgpack decodes to; None: any value passes)."""
@@ -81,7 +86,7 @@ def _exact(tp: Any) -> frozenset[type] | None:
     if tp is Any:
         return None
     origin = typing.get_origin(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in _UNIONS:
         parts = [_exact(a) for a in typing.get_args(tp)]
         return None if any(p is None for p in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
     if tp is float:
@@ -94,7 +99,7 @@ def _check(tp: Any) -> Any:
     if tp is Any:
         return lambda v: True
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in _UNIONS:
         checks = [_check(a) for a in args]
         return lambda v: any(c(v) for c in checks)
     if tp is type(None):

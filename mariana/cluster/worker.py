@@ -55,7 +55,7 @@ from ..comm.shm import Shm
 from ..engine.graph import Graph
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
-from ..comm import Again, HandshakeWatch, drain, poller, recv, send, send_frames, transport_for, writable
+from ..comm import Again, HandshakeWatch, drain, poller, recv, send, send_frames, transport_for
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +204,11 @@ class Worker:
         wait, refused = 0.1, None
         while time.monotonic() < deadline and not self._stop.is_set():
             # never block in send: a DEALER whose handshakes keep failing has no peer to queue for
-            if writable(self.ctl):
-                send(self.ctl, hello)
+            # (a check for POLLOUT first raced with the peer going away: the send then hung)
+            try:
+                send(self.ctl, hello, nowait=True)
+            except Again:
+                pass
             if watch is not None and (why := watch.failed()) is not None:
                 if why.startswith("the master refused"):  # its allow-list is fixed: retrying cannot help
                     log.error("%s at %s", why, self.master)

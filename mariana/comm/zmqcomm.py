@@ -194,11 +194,6 @@ class Transport:
             self.ctx.term()
 
 
-def writable(sock: zmq.Socket) -> bool:
-    """Whether a send on ``sock`` would not block now (a DEALER with no connected peer blocks)."""
-    return bool(sock.poll(0, zmq.POLLOUT))
-
-
 class HandshakeWatch:
     """Watches a CURVE client socket for handshake failures (the server refused our key, or
     speaks another security mechanism), so a worker can say so instead of waiting in silence."""
@@ -226,20 +221,22 @@ class HandshakeWatch:
         self.mon.close(linger=0)
 
 
-def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None) -> int:
-    """Encode ``header`` (arrays become zero-copy frames) and send it; returns bytes sent."""
-    return send_frames(sock, codec.encode(header), identity)
+def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None, nowait: bool = False) -> int:
+    """Encode ``header`` (arrays become zero-copy frames) and send it; returns bytes sent.
+    ``nowait``: raise ``Again`` instead of blocking when the message cannot be queued now (a
+    DEALER with no connected peer blocks)."""
+    return send_frames(sock, codec.encode(header), identity, nowait)
 
 
-def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None) -> int:
+def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None, nowait: bool = False) -> int:
     """Send already encoded frames with ``copy=False``; returns bytes sent. (``send_multipart``
     frame by frame, without its per-call checks and enum flags: this is every message's path.)"""
-    last = len(frames) - 1
+    last, flags = len(frames) - 1, _NOBLOCK if nowait else 0
     try:
         if identity is not None:
-            sock.send(identity, _SNDMORE)
+            sock.send(identity, _SNDMORE | flags)
         for i, frame in enumerate(frames):
-            sock.send(frame, _SNDMORE if i < last else 0, copy=False)
+            sock.send(frame, (_SNDMORE if i < last else 0) | flags, copy=False)
     except zmq.ZMQError as exc:
         if exc.errno == zmq.EHOSTUNREACH:
             raise Unreachable(identity) from None

@@ -481,7 +481,8 @@ class Worker:
         n = self.partition.num_workers if self.partition is not None else 0
         if not (isinstance(sent_to, list) and len(sent_to) == n and all(isinstance(t, list) for t in sent_to)):
             return sorted(self.peers)
-        return sorted(p for p in self.peers if self.index in sent_to[p])
+        me = self.index
+        return [p for p in sorted(self.peers) if me in sent_to[p]]
 
     def _waiting_state(self) -> None:
         """The heartbeat state while the pending superstep's batches are awaited: ``waiting``
@@ -507,9 +508,19 @@ class Worker:
         pending = self._pending
         if pending is None:
             return
-        s, clock = pending.ss, time.perf_counter
+        s = pending.ss
         if pending.senders is None:
             pending.senders = sorted(self.peers)
+        if pending.senders:  # (none when no peer sent a batch: an empty one is not sent)
+            self._await(pending)
+        inbound, _ = self.inbox.take(s)
+        self._pending = None
+        self.partition.deliver([pending.own if w == self.index else inbound.get(w, [])
+                                for w in range(self.partition.num_workers)])
+
+    def _await(self, pending: _Pending) -> None:
+        """Until every batch of ``pending.senders`` is in: take data, queue control messages."""
+        s, clock = pending.ss, time.perf_counter
         t_wait = clock()
         poll = self._wait_poll
         while self.inbox.missing(s, pending.senders):
@@ -534,10 +545,6 @@ class Worker:
                         raise _Interrupt(intr)
         self._wait_s += clock() - t_wait
         self._waiting_state()  # no longer waiting
-        inbound, _ = self.inbox.take(s)
-        self._pending = None
-        self.partition.deliver([pending.own if w == self.index else inbound.get(w, [])
-                                for w in range(self.partition.num_workers)])
 
     # -- data plane -------------------------------------------------------------------------
     def _stream(self, peer: int, msgs: list[Message]) -> None:

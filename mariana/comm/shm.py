@@ -284,9 +284,9 @@ class Pool:
 
     def offers(self, peer: int) -> list[list[Any]]:
         """Segments not yet offered to ``peer`` (still linked: a new process can map them)."""
-        if peer in self.refused:
-            return []
         k = self.offered.get(peer, 0)
+        if k == len(self.segs) or peer in self.refused:
+            return []
         out = [[s, seg.name, seg.size, seg.token] for s, seg in enumerate(self.segs[k:], k)]
         self.offered[peer] = len(self.segs)
         return out
@@ -522,32 +522,37 @@ class Shm:
             pool.reused += 1
         pool.last_sent[addr] = self.superstep
 
-    def notes(self, peer: int) -> ShmNotes:
-        """The notes for the next BATCH part to ``peer``: offers, acks, freed extents."""
-        notes = ShmNotes()
+    def notes(self, peer: int) -> ShmNotes | None:
+        """The notes for the next BATCH part to ``peer``: offers, acks, freed extents; None when
+        there is nothing to say (the common case, asked for every part: an empty batch is then
+        not sent at all, so the check builds nothing)."""
+        offer = ack = pool_offer = pool_ack = freed_note = None
         arena = self.arenas.get(peer)
         if arena is not None and arena.offers:
-            notes.offer = [arena.aid, self.host, arena.offers]
+            offer = [arena.aid, self.host, arena.offers]
             arena.offers = []
         acks = self.acks.pop(peer, None)
         mapped = self.mapped.get(peer)
         if acks and mapped is not None:
-            notes.ack = [mapped.aid, acks]
+            ack = [mapped.aid, acks]
         pool = self.pool
         if pool is not None:  # (a peer that refused our arena refuses this too, and the segments go)
             offers = pool.offers(peer)
             if offers:
-                notes.pool_offer = [pool.pid, self.host, offers]
+                pool_offer = [pool.pid, self.host, offers]
         packs = self.pool_acks.pop(peer, None)
         if packs and peer in self.pool_maps:
-            notes.pool_ack = [self.pool_maps[peer][0], packs]
-        with self._lock:
-            freed = self.freed.pop(peer, None)
-        if freed and mapped is not None:
-            regions = [[s, off] for aid, s, off in freed if aid == mapped.aid]
-            if regions:
-                notes.freed = [mapped.aid, regions]
-        return notes
+            pool_ack = [self.pool_maps[peer][0], packs]
+        if self.freed:  # (appended by the thread that releases extents: popped under the lock)
+            with self._lock:
+                freed = self.freed.pop(peer, None)
+            if freed and mapped is not None:
+                regions = [[s, off] for aid, s, off in freed if aid == mapped.aid]
+                if regions:
+                    freed_note = [mapped.aid, regions]
+        if offer is None and ack is None and pool_offer is None and pool_ack is None and freed_note is None:
+            return None
+        return ShmNotes(offer=offer, ack=ack, freed=freed_note, pool_offer=pool_offer, pool_ack=pool_ack)
 
     def _arena(self, peer: int, need: int, want: int) -> None:
         arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)

@@ -36,7 +36,9 @@ Again = zmq.Again
 # plain ints: zmq's IntFlag members build a new enum object on every ``|`` and ``&`` (and
 # ``Socket.get`` one per call), a dozen a superstep on the barrier's path (bench/superstep_latency.py)
 _SNDMORE, _NOBLOCK = int(zmq.SNDMORE), int(zmq.NOBLOCK)
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_POLLIN = int(zmq.POLLIN)
+_SMALL = 1 << 16  # a header frame up to this size is copied to bytes to be decoded
+_zmq_poll = zmq.zmq_poll
 _ENDPOINT = re.compile(r"^tcp://(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d+|\*)$")
 _INPROC = re.compile(r"^inproc://(?P<name>[A-Za-z0-9_.*/-]+)$")
 
@@ -257,7 +259,7 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
     resolved first: shared-memory frames of a same-host peer. ``bytes`` counts them too.
     """
     frame = sock.recv(_NOBLOCK, copy=False)  # recv_multipart, minus a getsockopt(RCVMORE) per frame
-    frames = [frame]
+    frames: list[Any] = [frame]
     while frame.more:
         frame = sock.recv(_NOBLOCK, copy=False)
         frames.append(frame)
@@ -265,6 +267,8 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
     if router:
         identity = frames[0].bytes
         frames = frames[1:]
+    if frames and len(frames[0]) <= _SMALL:  # msgpack reads bytes faster than a Frame's buffer
+        frames[0] = frames[0].bytes
     try:
         if resolve is not None and any(len(f) == 0 for f in frames[1:]):
             frames = resolve(identity, frames)
@@ -283,8 +287,11 @@ def drain(sock: zmq.Socket, router: bool, drops: Any,
           resolve: Resolver | None = None) -> Iterator[tuple[bytes | None, dict[str, Any], int]]:
     """Every message waiting on ``sock`` now, decoded: (identity, header, bytes). Malformed ones
     are counted in ``drops`` (a ``DropCounter``) and messages of banned peers dropped there."""
+    check = [(sock, _POLLIN)]
     while True:
-        if not int(sock.get(_EVENTS)) & _POLLIN:  # cheaper than a recv that raises Again
+        # a zero-timeout poll: cheaper than a recv that raises Again, and than getsockopt(EVENTS),
+        # whose result pyzmq turns into an enum on every call
+        if not _zmq_poll(check, 0):
             return
         try:
             identity, header, size = recv(sock, router, resolve=resolve)

@@ -103,6 +103,7 @@ class Partition:
         #: ``(size, dtype) -> array`` for ``Context.send_buffer``; a worker with shared memory sets it
         self.send_buffers: Any = None
         self._pending = [0] * self.num_workers  # array bytes queued per worker since its last part
+        self._flush_due = False  # some worker's queue holds stream_bytes: flush after this vertex
         self._streamed = [0] * self.num_workers  # messages handed over early, per worker (not kept)
         self._flags: list[dict[str, Any]] = []  # this superstep's NaN/Inf findings (``trace``)
         self._scanned: set[int] = set()
@@ -121,7 +122,9 @@ class Partition:
         if self._sends is not None:
             self._sends.append(m)
         if self.stream is not None and w != self.worker:
-            self._pending[w] += _array_bytes(payload)
+            pending = self._pending[w] = self._pending[w] + _array_bytes(payload)
+            if pending >= self.stream_bytes:
+                self._flush_due = True
 
     def send_buffer(self, size: int, dtype: Any) -> Any:
         if self.send_buffers is None:
@@ -209,7 +212,8 @@ class Partition:
                 hit = tracing.state_flags(vertices[vid], scanned)
                 if hit:
                     flags.append({"flag": hit[0], "vertex": vid, "where": "state", "key": hit[1]})
-            if self.stream is not None:  # after the state scan: a vertex flagged there is not again
+            if self._flush_due:  # after the state scan: a vertex flagged there is not again
+                self._flush_due = False
                 self.flush(self.stream_bytes)
             if captured:
                 capture.store(vid, s, msgs, self._sends, begin.aggregates, begin.broadcasts)
@@ -233,6 +237,7 @@ class Partition:
         if self.stream is not None:
             self._streamed = [0] * self.num_workers
             self._pending = [0] * self.num_workers
+            self._flush_due = False
         self._partials = {}
         self._sent = 0
         return batches, done

@@ -238,7 +238,7 @@ def _ignore_ext(code: int, data: bytes) -> None:
     return None
 
 
-def _version_of(head: memoryview, kwargs: dict[str, int]) -> Any:
+def _version_of(head: bytes | memoryview, kwargs: dict[str, int]) -> Any:
     """Best-effort ``header['v']`` ignoring arrays (used to prefer a ``version`` error)."""
     try:
         obj = msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=_ignore_ext, **kwargs)
@@ -281,9 +281,11 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> dict:
     if n > limits.max_frames:
         raise ProtocolError("frame_count", f"{n} frames > max_frames {limits.max_frames}")
     builder = _ArrayBuilder(frames, limits)
-    head = builder.buf(0)
-    if head.nbytes > limits.max_header_bytes:
-        raise ProtocolError("header", f"header of {head.nbytes} bytes > max_header_bytes {limits.max_header_bytes}")
+    head = frames[0]
+    if type(head) is not bytes:  # (arrays never refer to frame 0: the builder needs no view of it)
+        head = _buffer(head, 0)
+    if len(head) > limits.max_header_bytes:  # (a byte view: its length is its bytes)
+        raise ProtocolError("header", f"header of {len(head)} bytes > max_header_bytes {limits.max_header_bytes}")
     kwargs = limits.unpack_kwargs
     try:
         obj = msgpack.unpackb(

@@ -33,7 +33,7 @@ class Wire:
 
     KIND: ClassVar[Kind]
     _names: ClassVar[tuple[str, ...]]
-    _checks: ClassVar[list[tuple[str, Any, bool, frozenset[type] | None]]]
+    _spec: ClassVar[_Spec]
 
     def to_wire(self, job: str = "") -> dict[str, Any]:
         """The header dict (shallow: arrays inside stay the caller's, for zero-copy frames)."""
@@ -41,6 +41,9 @@ class Wire:
         names = cls.__dict__.get("_names")
         if names is None:  # once per record type: dataclasses.fields() is slow on every message's path
             names = cls._names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        fields = self.__dict__
+        if len(fields) == len(names):  # the fields alone, in their order (set by __init__): one copy
+            return {"kind": int(cls.KIND), "job": job, **fields}
         header = {"kind": int(cls.KIND), "job": job}
         for name in names:
             header[name] = getattr(self, name)
@@ -48,36 +51,65 @@ class Wire:
 
     @classmethod
     def from_wire(cls, header: dict[str, Any]) -> Any:
-        """The record of ``header`` (whose kind is ``cls.KIND``); ``ProtocolError`` if malformed."""
-        checks = cls.__dict__.get("_checks")
-        if checks is None:
-            checks = cls._checks = _checks_of(cls)
-        values = {}
-        for name, check, required, exact in checks:
-            if name not in header:
+        """The record of ``header`` (whose kind is ``cls.KIND``); ``ProtocolError`` if malformed.
+
+        Every field's check depends on its value's type alone (``_check``), so a header whose
+        field types (absent ones included) passed before passes again: that is one tuple
+        lookup, not a check per field, on every message's path."""
+        spec = cls.__dict__.get("_spec")
+        if spec is None:
+            spec = cls._spec = _Spec(cls)
+        values = tuple(map(header.get, spec.names, spec.absent))
+        types_ = tuple(map(type, values))
+        complete = spec.passed.get(types_)
+        if complete is None:
+            complete = spec.check(values, types_)
+        if complete:
+            return cls(*values)
+        return cls(**{name: v for name, v in zip(spec.names, values) if v is not _ABSENT})
+
+
+class _Absent:
+    """The value of a field a header lacks (its type marks the field absent in a signature)."""
+
+
+_ABSENT = _Absent()
+
+
+class _Spec:
+    """One record type's fields and checks, and the type signatures of headers that passed them."""
+
+    MAX_SIGNATURES = 64  # the field types actually seen are few; a peer cannot grow this further
+
+    def __init__(self, cls: type) -> None:
+        self.kind = cls.KIND.name  # type: ignore[attr-defined]
+        hints = typing.get_type_hints(cls)
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        self.names = tuple(f.name for f in fields)
+        self.absent = (_ABSENT,) * len(fields)
+        #: per field: predicate, required, the exact types that pass without calling the predicate
+        self.checks = [(_check(hints[f.name]),
+                        f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                        _exact(hints[f.name])) for f in fields]
+        self.passed: dict[tuple[type, ...], bool] = {}  # signature -> every field present
+
+    def check(self, values: tuple[Any, ...], types_: tuple[type, ...]) -> bool:
+        """Check each field of a header not seen before (``ProtocolError`` naming the first bad
+        one); remember its signature. Returns whether every field is present."""
+        for name, value, (check, required, exact) in zip(self.names, values, self.checks):
+            if value is _ABSENT:
                 if required:
-                    raise ProtocolError("header", f"{cls.KIND.name} without {name!r}")
-                continue
-            value = header[name]
-            if exact is not None and type(value) not in exact and not check(value):
-                raise ProtocolError("header", f"{cls.KIND.name} with a bad {name!r}: {type(value).__name__}")
-            values[name] = value
-        return cls(**values)
+                    raise ProtocolError("header", f"{self.kind} without {name!r}")
+            elif exact is not None and type(value) not in exact and not check(value):
+                raise ProtocolError("header", f"{self.kind} with a bad {name!r}: {type(value).__name__}")
+        complete = _Absent not in types_
+        if len(self.passed) < self.MAX_SIGNATURES:
+            self.passed[types_] = complete
+        return complete
 
 
 #: the origins of ``X | Y`` and ``Optional[X]`` annotations
 _UNIONS = (typing.Union, types.UnionType)
-
-
-def _checks_of(cls: type) -> list[tuple[str, Any, bool, frozenset[type] | None]]:
-    """Per field: name, predicate, required, and the exact types that pass without calling the
-    predicate (what msgpack decodes to; None: any value passes)."""
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        out.append((f.name, _check(hints[f.name]), required, _exact(hints[f.name])))
-    return out
 
 
 def _exact(tp: Any) -> frozenset[type] | None:
@@ -95,7 +127,8 @@ def _exact(tp: Any) -> frozenset[type] | None:
 
 
 def _check(tp: Any) -> Any:
-    """A predicate for values of the annotation ``tp`` (the few shapes the records use)."""
+    """A predicate for values of the annotation ``tp`` (the few shapes the records use). Each
+    depends on the value's type alone: ``Wire.from_wire`` relies on it."""
     if tp is Any:
         return lambda v: True
     origin, args = typing.get_origin(tp), typing.get_args(tp)

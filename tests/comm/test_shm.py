@@ -70,6 +70,21 @@ def test_segment_is_offered_acknowledged_then_unlinked(pair):
     assert b.mapped[0].maps  # the receiver's mapping keeps the memory
 
 
+def test_nothing_to_say_is_no_notes_at_all(pair):
+    """After the handshake neither side has anything to tell: notes() is None (an empty batch is
+    then not sent); a fresh pair's first arena is offered (``start``: notes, not None)."""
+    a, b = pair
+    assert a.notes(1) is None and b.notes(0) is None
+    c, d = Shm("e" * 32, 0, first_bytes=1 * MB), Shm("e" * 32, 1)
+    try:
+        c.encode(1, {"x": np.ones(64 * KB, np.uint8)})
+        notes = c.notes(1)
+        assert notes is not None and notes.offer is not None and d.notes(0) is None
+    finally:
+        c.close()
+        d.close()
+
+
 def test_descriptor_round_trip_gives_a_read_only_zero_copy_view(pair):
     a, b = pair
     x = np.arange(100_000, dtype=np.float32).reshape(250, 400)

@@ -71,3 +71,25 @@ def test_an_unknown_kind_is_a_protocol_error():
     with pytest.raises(ProtocolError) as info:
         wire.decode({"kind": 99})
     assert info.value.kind == "kind"
+
+
+def test_a_header_is_checked_by_the_types_of_its_fields_even_after_good_ones():
+    """from_wire skips the per-field checks for a signature of field types seen to pass: a header
+    that differs in one field's type (or lacks a required field) is still refused."""
+    good = {"kind": Kind.BEGIN, "job": "j", "ss": 1, "gen": 0, "aggregates": {}, "broadcasts": {}}
+    for _ in range(3):  # the second and third take the remembered signature
+        assert wire.decode(good) == wire.Begin(1, 0, {}, {})
+    assert wire.decode({**good, "sent_to": [[1], []]}).sent_to == [[1], []]
+    for field, bad in [("ss", 1.5), ("ss", True), ("gen", None), ("aggregates", []), ("sent_to", "x")]:
+        with pytest.raises(ProtocolError, match=f"bad '{field}'"):
+            wire.decode({**good, field: bad})
+    with pytest.raises(ProtocolError, match="without 'gen'"):
+        wire.decode({k: v for k, v in good.items() if k != "gen"})
+    assert wire.decode(good).ss == 1  # the refused ones left nothing behind
+
+
+def test_optional_fields_absent_twice_take_their_defaults_both_times():
+    header = {"kind": Kind.DONE, "job": "j", "ss": 3, "partials": {}, "active": 1, "computed": 1, "sent": 0,
+              "out_messages": [0], "compute_s": 0.5}
+    first, second = wire.decode(header), wire.decode(dict(header))
+    assert first == second and first.slowest == [] and first.to is None

@@ -696,12 +696,13 @@ class GraphLoader:
         if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
             lines, order = graphalytics_part(own, vals, self.fmt, own.dtype.kind != "S")
         elif vals.dtype.kind == "f":
-            def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float
-                return "".join(map("{}\t{!r}\n".format, decode_keys(own[lo:hi]).tolist(), vals[lo:hi].tolist()))
+            def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float (an f-string: ~20 % faster than str.format)
+                return "".join([f"{k}\t{v!r}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(), vals[lo:hi].tolist())])
         else:
             def lines(lo: int, hi: int) -> str:
-                return "".join(map("{}\t{}\n".format, decode_keys(own[lo:hi]).tolist(),
-                                   map(self.fmt, vals[lo:hi].tolist())))
+                fmt = self.fmt
+                return "".join([f"{k}\t{fmt(v)}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(),
+                                                                     vals[lo:hi].tolist())])
         try:  # formatted and written in pieces: the text of a large part never exists whole
             write_lines(url, lambda: (lines(lo, lo + OUTPUT_ROWS) for lo in range(0, len(own), OUTPUT_ROWS)))
         except StorageError as exc:  # reported by the job's finish, with every other part discarded

@@ -19,6 +19,7 @@ per worker process and moves ``Begin``/``Done`` and the batches over ZeroMQ.
 from __future__ import annotations
 
 import gc
+import heapq
 import logging
 import time
 import traceback
@@ -93,7 +94,6 @@ class Partition:
         self.keep_slowest = slowest
         self._out: list[list[Message]] = [[] for _ in range(self.num_workers)]
         self._partials: dict[str, Any] = {}
-        self._sent = 0
         self.trace = True  # scan for NaN/Inf and time the phases (docs/traces.md)
         self.capture: Any = None  # a tracing.Capture for --capture GLOB
         self._sends: list[Message] | None = None
@@ -116,9 +116,8 @@ class Partition:
             raise UnknownVertex(f"message to unknown vertex {dst!r}") from None
         except TypeError:
             raise UnknownVertex(f"message to a non-string vertex id {dst!r}") from None
-        m = Message(src, dst, tag, payload)
+        m = _new_message(Message, (src, dst, tag, payload))
         self._out[w].append(m)
-        self._sent += 1
         if self._sends is not None:
             self._sends.append(m)
         if self.stream is not None and w != self.worker:
@@ -224,10 +223,11 @@ class Partition:
             for batch in self._out:
                 self._scan(batch)
         t_combine = clock()
+        sent = sum(streamed) + sum(map(len, self._out))  # (counted here, not on each send: vertex mode's hot path)
         batches = [self._combine(batch) if self.combiners else batch for batch in self._out]
-        slowest = sorted(timings, reverse=True)[: self.keep_slowest]
+        slowest = heapq.nlargest(self.keep_slowest, timings)  # (= sorted(..., reverse=True)[:n], without sorting all)
         out = [a + len(b) for a, b in zip(streamed, batches)]
-        done = Done(s, self.worker, self._partials, len(self.order) - len(halted), computed, self._sent,
+        done = Done(s, self.worker, self._partials, len(self.order) - len(halted), computed, sent,
                     out, compute_s, [(vid, t) for t, vid in slowest])
         if trace:
             done.trace = {"compute_s": compute_s, "combine_s": clock() - t_combine, "vertices_run": computed,
@@ -239,7 +239,6 @@ class Partition:
             self._pending = [0] * self.num_workers
             self._flush_due = False
         self._partials = {}
-        self._sent = 0
         return batches, done
 
     def _combine(self, batch: list[Message]) -> list[Message]:
@@ -394,6 +393,11 @@ class Coordinator:
         record["workers"] = [{"worker": d.worker, "computed": d.computed, "messages_out": d.sent,
                               "active": d.active, "compute_s": round(d.compute_s, 6)} for d in dones]
         return record
+
+
+#: ``Message(src, dst, tag, payload)`` without the Python ``__new__`` a NamedTuple adds: a
+#: message's construction is on vertex mode's hot path (one per send)
+_new_message = tuple.__new__
 
 
 def _array_bytes(payload: Any) -> int:

@@ -64,7 +64,8 @@ def _side(me: int, ports: list[int], use_shm: bool, rounds: int, warmup: int, q:
         if r == warmup:
             cpu0, wall0, placed_total = time.process_time(), time.perf_counter(), 0
         header = wire.Batch(r, me, msgs).to_wire(job)
-        header["shm_notes"] = shm.notes(peer).to_wire() or None
+        notes = shm.notes(peer)  # (None: nothing to tell the peer)
+        header["shm_notes"] = notes.to_wire() if notes else None
         frames, placed = shm.encode(peer, header) if use_shm else (codec.encode(header), 0)
         placed_total += placed
         send_frames(dealer, frames)
@@ -82,6 +83,24 @@ def _side(me: int, ports: list[int], use_shm: bool, rounds: int, warmup: int, q:
     t.close()
 
 
+def _results(q: Any, procs: list[Any], timeout: float = 300.0) -> list[dict[str, Any]]:
+    """One result per side; a side that dies ends the wait at once (not after ``timeout``)."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    out: list[dict[str, Any]] = []
+    while len(out) < len(procs):
+        try:
+            out.append(q.get(timeout=1.0))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise SystemExit(f"a side of the transport run exited with code {dead[0]}") from None
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no result from the transport run after {timeout:.0f} s") from None
+    return out
+
+
 def transport(rounds: int, warmup: int) -> dict[str, Any]:
     import socket
 
@@ -97,7 +116,7 @@ def transport(rounds: int, warmup: int) -> dict[str, Any]:
         procs = [ctx.Process(target=_side, args=(me, ports, use_shm, rounds, warmup, q)) for me in (0, 1)]
         for p in procs:
             p.start()
-        res = sorted((q.get(timeout=300) for _ in procs), key=lambda d: d["me"])
+        res = sorted(_results(q, procs), key=lambda d: d["me"])
         for p in procs:
             p.join(timeout=30)
         out[name] = {"cpu_ms_per_40mb": [round(d["cpu_ms"], 2) for d in res],

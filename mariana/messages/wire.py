@@ -32,15 +32,21 @@ class Wire:
     """Base of the wire records: ``KIND`` and the conversions to and from a header dict."""
 
     KIND: ClassVar[Kind]
-    _names: ClassVar[tuple[str, ...]]
     _spec: ClassVar[_Spec]
+
+    @classmethod
+    def _spec_of(cls) -> _Spec:
+        """This record type's fields and checks, worked out once (``dataclasses.fields`` and the
+        type hints are slow on every message's path)."""
+        spec = cls.__dict__.get("_spec")
+        if spec is None:
+            spec = cls._spec = _Spec(cls)
+        return spec
 
     def to_wire(self, job: str = "") -> dict[str, Any]:
         """The header dict (shallow: arrays inside stay the caller's, for zero-copy frames)."""
         cls = type(self)
-        names = cls.__dict__.get("_names")
-        if names is None:  # once per record type: dataclasses.fields() is slow on every message's path
-            names = cls._names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        names = cls._spec_of().names
         fields = self.__dict__
         if len(fields) == len(names):  # the fields alone, in their order (set by __init__): one copy
             return {"kind": int(cls.KIND), "job": job, **fields}
@@ -56,9 +62,7 @@ class Wire:
         Every field's check depends on its value's type alone (``_check``), so a header whose
         field types (absent ones included) passed before passes again: that is one tuple
         lookup, not a check per field, on every message's path."""
-        spec = cls.__dict__.get("_spec")
-        if spec is None:
-            spec = cls._spec = _Spec(cls)
+        spec = cls._spec_of()
         values = tuple(map(header.get, spec.names, spec.absent))
         types_ = tuple(map(type, values))
         complete = spec.passed.get(types_)
@@ -87,20 +91,19 @@ class _Spec:
         fields = [f for f in dataclasses.fields(cls) if f.init]
         self.names = tuple(f.name for f in fields)
         self.absent = (_ABSENT,) * len(fields)
-        #: per field: predicate, required, the exact types that pass without calling the predicate
+        #: per field: its predicate, and whether it is required
         self.checks = [(_check(hints[f.name]),
-                        f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-                        _exact(hints[f.name])) for f in fields]
+                        f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING) for f in fields]
         self.passed: dict[tuple[type, ...], bool] = {}  # signature -> every field present
 
     def check(self, values: tuple[Any, ...], types_: tuple[type, ...]) -> bool:
         """Check each field of a header not seen before (``ProtocolError`` naming the first bad
         one); remember its signature. Returns whether every field is present."""
-        for name, value, (check, required, exact) in zip(self.names, values, self.checks):
+        for name, value, (check, required) in zip(self.names, values, self.checks):
             if value is _ABSENT:
                 if required:
                     raise ProtocolError("header", f"{self.kind} without {name!r}")
-            elif exact is not None and type(value) not in exact and not check(value):
+            elif not check(value):
                 raise ProtocolError("header", f"{self.kind} with a bad {name!r}: {type(value).__name__}")
         complete = _Absent not in types_
         if len(self.passed) < self.MAX_SIGNATURES:
@@ -110,20 +113,6 @@ class _Spec:
 
 #: the origins of ``X | Y`` and ``Optional[X]`` annotations
 _UNIONS = (typing.Union, types.UnionType)
-
-
-def _exact(tp: Any) -> frozenset[type] | None:
-    """The types whose values certainly pass ``_check(tp)`` (a set lookup instead of its
-    predicate on each message); None for ``Any``."""
-    if tp is Any:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in _UNIONS:
-        parts = [_exact(a) for a in typing.get_args(tp)]
-        return None if any(p is None for p in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
-    if tp is float:
-        return frozenset({float, int})
-    return frozenset({origin or tp})
 
 
 def _check(tp: Any) -> Any:

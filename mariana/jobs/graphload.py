@@ -232,13 +232,14 @@ def _used(index: np.ndarray, n: int) -> np.ndarray:
 
 
 def _edge_table(keys: np.ndarray, owner: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                both: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                both: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Edges as they travel to their block: the keys they use, once each and sorted (``kt``, with
     each one's block ``ko`` and its use ``kr``: 1 a source, 2 a destination, 3 both), and per
     edge two int32 indices into them: ``si``, ``di`` one way, and ``bi``, ``bj`` for the edges of
     an undirected graph with both ends in the block (``both``), sent once for both directions.
     ``src``, ``dst`` and ``both`` index ``keys``. ~8 bytes an edge plus ~11 a key, where the keys
-    of every edge took 18 bytes an edge; the receiver looks each key up once, not once per edge."""
+    of every edge took 18 bytes an edge; the receiver looks each key up once, not once per edge.
+    Also returns which of ``keys`` the table holds (indices)."""
     is_src, is_dst = _used(src, len(keys)), _used(dst, len(keys))
     if both is not None:
         ends = _used(both[0], len(keys)) | _used(both[1], len(keys))
@@ -252,7 +253,7 @@ def _edge_table(keys: np.ndarray, owner: np.ndarray, src: np.ndarray, dst: np.nd
     table = {"kt": pack_keys(keys[used]), "ko": owner[used], "kr": role, "si": at[src], "di": at[dst]}
     if both is not None:
         table.update(bi=at[both[0]], bj=at[both[1]])
-    return table
+    return table, used
 
 
 def _pick(a: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
@@ -536,23 +537,30 @@ class GraphLoader:
                     box.setdefault(kind + "d", []).append(b if sel is None else b[sel])
                     if wt is not None:
                         box.setdefault(kind + "w", []).append(wt if sel is None else wt[sel])
+            # every id seen exists at its owner: the keys of a block's edge table tell it their
+            # owners, so only the owned ids its table lacks are announced (one block: none)
             seen = np.flatnonzero(np.bincount(owner, minlength=self.workers))  # (a sort of the owners took ~4 %)
-            for blk in seen.tolist():  # every id seen exists at its owner
-                out.setdefault(blk, {}).setdefault("listed" if c.listed else "ann", []).append(
-                    keys if len(seen) == 1 else keys[owner == blk])
+            for blk in seen.tolist():
+                out.setdefault(blk, {})
+            listed = c.listed
             del c, ends, weight
             # each piece leaves in its own messages: no concatenation of the whole share (that
             # held two copies of the largest column for a moment)
             none = np.empty(0, np.int32)
             for blk in sorted(out):
                 box = out.pop(blk)
-                payload = {}
+                payload: dict[str, np.ndarray] = {}
+                mine = (owner == blk) if len(seen) > 1 else np.ones(len(keys), bool)
                 if "s" in box or "bs" in box:
                     both_ends = (_cat(box.pop("bs")), _cat(box.pop("bd"))) if "bs" in box else None
-                    payload = _edge_table(keys, owner, _cat(box.pop("s", [none])), _cat(box.pop("d", [none])),
-                                          both_ends)
-                payload.update({k: _cat(box.pop(k)) if k.endswith("w") else pack_keys(_cat(box.pop(k)))
-                                for k in list(box)})
+                    payload, used = _edge_table(keys, owner, _cat(box.pop("s", [none])), _cat(box.pop("d", [none])),
+                                                both_ends)
+                    mine[used] = False
+                    del used
+                if mine.any():
+                    payload["listed" if listed else "ann"] = pack_keys(keys[mine])
+                del mine
+                payload.update({k: _cat(box.pop(k)) for k in list(box)})  # the weights
                 ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
             del keys, owner
             ctx.flush()  # the other workers' messages leave now (cluster runtime), not at the end
@@ -573,9 +581,9 @@ class GraphLoader:
         sources, dests, listed_parts = _Distinct(empty), _Distinct(empty), []
         for m in msgs:  # pass 1: the distinct ids (each message's key table is sorted and distinct)
             p = m.payload
-            if "kt" in p:
+            if "kt" in p:  # its sources, and every key owned here (not announced again)
                 kt, role = unpack_keys(p["kt"]), p["kr"]
-                sources.add(kt[(role & 1).view(bool)])
+                sources.add(kt[(role & 1).view(bool) | (p["ko"] == self.index)])
                 dests.add(kt[(role >> 1).view(bool)])
             if "ann" in p:
                 sources.add(unpack_keys(p.pop("ann")))

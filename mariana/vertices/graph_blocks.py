@@ -22,6 +22,7 @@ import numpy as np
 
 from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
+from ..engine.memory import trim_heap
 from ..errors import UsageError
 from .block_kernels import csr_sum, group_by, import_traversals, relax, row_ids, transpose
 from .graph_algos import pagerank_shares, pagerank_update
@@ -211,12 +212,19 @@ class LoadedBlock(Vertex):
                 self.g = g
                 self.loaded(ctx)
                 self.io = None
+                trim_heap()
             return
         g = self.g
         assert g is not None
         if g.n < 0:
             g.n = int(ctx.aggregated("load_vertices", 0))
-        self.run(ctx, messages, ctx.superstep - LOAD_STEPS)
+        step = ctx.superstep - LOAD_STEPS
+        self.run(ctx, messages, step)
+        if step <= 1:
+            # the loaded structures and the first rounds' (PageRank's summation order) are built
+            # now: their temporaries' holes in the heap would stay resident for the whole run
+            # (large arrays are cut from free heap before any mapping is made)
+            trim_heap()
 
     def loaded(self, ctx: Context) -> None:
         """Called in the last loading superstep, once ``self.g`` holds this block's part."""

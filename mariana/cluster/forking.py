@@ -17,6 +17,7 @@ import atexit
 import importlib.util
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -57,6 +58,29 @@ def fork_is_safe() -> str | None:
     if open_contexts():
         return "a zmq context is open in this process"
     return None
+
+
+class _ExitWaiter:
+    """A child's pidfd (Linux 5.3+), readable from the moment the child exits."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN)
+
+    def poll(self, ms: float) -> None:
+        self._poller.poll(max(int(ms) + 1, 0))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _exit_waiter(pid: int) -> _ExitWaiter | None:
+    """A waiter for ``pid``'s exit, or None where there are no pidfds (or it is gone already)."""
+    try:
+        return _ExitWaiter(os.pidfd_open(pid))
+    except (AttributeError, OSError):
+        return None
 
 
 class ForkedWorker:
@@ -111,13 +135,21 @@ class ForkedWorker:
                     self.returncode = 0
             return self.returncode
         deadline, delay = time.monotonic() + timeout, 0.0005
-        while (code := self.poll()) is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(min(delay, left))
-            delay = min(2 * delay, 0.05)
-        return code
+        exited = _exit_waiter(self.pid)
+        try:
+            while (code := self.poll()) is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+                if exited is not None:  # woken as the child exits (a sleep overshot it by up to 50 ms)
+                    exited.poll(left * 1000)
+                else:
+                    time.sleep(min(delay, left))
+                    delay = min(2 * delay, 0.05)
+            return code
+        finally:
+            if exited is not None:
+                exited.close()
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:

@@ -127,6 +127,16 @@ def test_a_forked_worker_handle_acts_like_popen():
     assert child.release() is True and child.release() is False
 
 
+def test_waiting_for_a_forked_worker_returns_its_exit_and_keeps_no_descriptor():
+    fds = set(os.listdir("/proc/self/fd"))
+    [child] = fork_workers(1, {}, build_graph)
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=0.05)
+    assert child.release() is True  # no arguments: it exits 0 by itself, and the wait wakes for it
+    assert child.wait(timeout=30) == 0 == child.returncode
+    assert set(os.listdir("/proc/self/fd")) == fds
+
+
 _INTERRUPTED_FORK = """
 import os, signal, sys
 os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C mid-fork

@@ -9,7 +9,8 @@ input splits and sends each edge to the block that owns its source vertex, in lo
   agree on (are all ids integers, their range, the longest id);
 - superstep 1: turn ids into keys, send each edge to the owner of its source (an undirected
   graph: of both ends) and every id seen to its owner (a vertex seen only as a destination, or
-  listed in the ``vertices=`` file, still exists);
+  listed in the ``vertices=`` file, still exists): in the edge table sent to it, which names
+  each key's owner, or else announced;
 - superstep 2: build the block: sorted own keys, CSR out-edges; aggregate the vertex count.
 
 The owner of a vertex follows from its id alone: a hash of its key, or (``placement=range``,

@@ -60,25 +60,11 @@ def fork_is_safe() -> str | None:
     return None
 
 
-class _ExitWaiter:
-    """A child's pidfd (Linux 5.3+), readable from the moment the child exits."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._poller = select.poll()
-        self._poller.register(fd, select.POLLIN)
-
-    def poll(self, ms: float) -> None:
-        self._poller.poll(max(int(ms) + 1, 0))
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-def _exit_waiter(pid: int) -> _ExitWaiter | None:
-    """A waiter for ``pid``'s exit, or None where there are no pidfds (or it is gone already)."""
+def _pidfd(pid: int) -> int | None:
+    """A descriptor of child ``pid`` that turns readable when it exits (Linux 5.3+), or None
+    where there are none (or the child is reaped already)."""
     try:
-        return _ExitWaiter(os.pidfd_open(pid))
+        return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
 
@@ -135,21 +121,21 @@ class ForkedWorker:
                     self.returncode = 0
             return self.returncode
         deadline, delay = time.monotonic() + timeout, 0.0005
-        exited = _exit_waiter(self.pid)
+        exited = _pidfd(self.pid)
         try:
             while (code := self.poll()) is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise subprocess.TimeoutExpired(self.args, timeout)
                 if exited is not None:  # woken as the child exits (a sleep overshot it by up to 50 ms)
-                    exited.poll(left * 1000)
+                    select.select([exited], [], [], left)
                 else:
                     time.sleep(min(delay, left))
                     delay = min(2 * delay, 0.05)
             return code
         finally:
             if exited is not None:
-                exited.close()
+                os.close(exited)
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:

@@ -257,10 +257,6 @@ def _edge_table(keys: np.ndarray, owner: np.ndarray, src: np.ndarray, dst: np.nd
     return table, used
 
 
-def _pick(a: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
-    return None if a is None else a[mask]
-
-
 def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
     """Table ids as int64: a float table holds its ids as floats, whole numbers only; uint64 ids
     must fit in int64. ``first``: the file's row number of ``a[0]``, to name a bad row."""
@@ -514,37 +510,43 @@ class GraphLoader:
             weight = c.weight
             if weight is not None and bool((weight == 1.0).all()):  # unit weights travel as none (1.0 when built)
                 weight = None
-            # (its ends, its weights, the box it goes to): one way, or (undirected, both ends in
-            # one block) both ways in one entry that the receiver expands
-            ends: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, str]] = [(s, d, weight, "")]
-            if self.spec.undirected:
+            # each edge goes to the owner of its source, in file order; an undirected graph also
+            # sends each edge between two blocks, reversed, to the owner of its destination, and an
+            # edge inside one block (not a loop) once, as "b", for both ways (the receiver expands
+            # it). One counting sort by (block, kind) groups them (masks and a sort per kind took
+            # ~1.45x one block's whole route per block on two, scale-19 WCC).
+            a, b, wt = s, d, weight
+            shares: list[tuple[int, np.ndarray | None]] = [(0, None)] if len(a) else []  # one block, one way: all
+            if self.spec.undirected and self.workers == 1:  # a loop one way, every other edge as "b" (masks)
                 loop = s == d
-                both = ~loop if self.workers == 1 else (owner[s] == owner[d]) & ~loop
-                one, cross = ~both, ~both & ~loop
-                ends = [(s[one], d[one], _pick(weight, one), ""), (d[cross], s[cross], _pick(weight, cross), ""),
-                        (s[both], d[both], _pick(weight, both), "b")]
-            for a, b, wt, kind in ends:
-                if not len(a):
-                    continue
-                shares: list[tuple[int, np.ndarray | None]] = [(0, None)]  # one worker: every edge
-                if self.workers > 1:  # each block's edges, in file order
-                    bounds, order = group_by(owner[a], self.workers)
-                    shares = [(blk, order[bounds[blk]:bounds[blk + 1]]) for blk in range(self.workers)]
-                for blk, sel in shares:
-                    if sel is not None and not sel.size:
-                        continue
-                    box = out.setdefault(blk, {})
-                    box.setdefault(kind + "s", []).append(a if sel is None else a[sel])
-                    box.setdefault(kind + "d", []).append(b if sel is None else b[sel])
-                    if wt is not None:
-                        box.setdefault(kind + "w", []).append(wt if sel is None else wt[sel])
+                shares = [(g, sel) for g, sel in ((0, loop), (1, ~loop)) if sel.any()]
+            elif self.spec.undirected or self.workers > 1:
+                group = owner[s].astype(np.int32) * 2  # per entry: 2 x its block, + 1 when it travels as "b"
+                if self.spec.undirected:
+                    od = owner[d].astype(np.int32) * 2
+                    cross = group != od
+                    group += ~cross & (s != d)
+                    if cross.any():
+                        a, b = np.concatenate((s, d[cross])), np.concatenate((d, s[cross]))
+                        wt = None if weight is None else np.concatenate((weight, weight[cross]))
+                        group = np.concatenate((group, od[cross]))
+                    del od, cross
+                bounds, order = group_by(group, 2 * self.workers)
+                shares = [(g, order[bounds[g]:bounds[g + 1]]) for g in range(2 * self.workers) if bounds[g + 1] > bounds[g]]
+                del group, bounds
+            for g, sel in shares:
+                box, kind = out.setdefault(g >> 1, {}), "b" if g & 1 else ""
+                box.setdefault(kind + "s", []).append(a if sel is None else a[sel])
+                box.setdefault(kind + "d", []).append(b if sel is None else b[sel])
+                if wt is not None:
+                    box.setdefault(kind + "w", []).append(wt if sel is None else wt[sel])
             # every id seen exists at its owner: the keys of a block's edge table tell it their
             # owners, so only the owned ids its table lacks are announced (one block: none)
             seen = np.flatnonzero(np.bincount(owner, minlength=self.workers))  # (a sort of the owners took ~4 %)
             for blk in seen.tolist():
                 out.setdefault(blk, {})
             listed = c.listed
-            del c, ends, weight
+            del c, a, b, wt, shares, weight
             # each piece leaves in its own messages: no concatenation of the whole share (that
             # held two copies of the largest column for a moment)
             none = np.empty(0, np.int32)

@@ -412,7 +412,7 @@ class PageRankLoaded(LoadedBlock):
         sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
         at = np.cumsum([0] + [len(x) for x in sk]).tolist()
         rank = np.empty(at[-1], np.int64)
-        rank[np.argsort(np.concatenate(sk))] = np.arange(len(rank))
+        rank[np.argsort(np.concatenate(sk), kind="stable")] = np.arange(len(rank))  # sorted runs: a merge (~10x a quicksort)
         del sk
         offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts]).tolist()  # each run's place in x
         # each run: (destination rows, source columns within the run, the run's source ranks, the

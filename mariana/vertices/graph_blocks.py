@@ -282,11 +282,13 @@ def _internal_csr(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def _row_counts(indptr: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Per row of a CSR, how many of its entries ``mask`` marks (a sum over each non-empty row:
-    ``reduceat`` runs a segment to the next index given, so an empty row cannot be among them)."""
+    ``reduceat`` runs a segment to the next index given, so an empty row cannot be among them).
+    The mask is summed as bytes into int32 where no row can overflow it (~3x a sum into int64)."""
     counts = np.zeros(len(indptr) - 1, dtype=np.int64)
     full = np.flatnonzero(indptr[1:] > indptr[:-1])
     if full.size:
-        counts[full] = np.add.reduceat(mask, indptr[full], dtype=np.int64)
+        counts[full] = np.add.reduceat(mask.view(np.uint8), indptr[full],
+                                       dtype=np.int32 if len(mask) < 2 ** 31 else np.int64)
     return counts
 
 

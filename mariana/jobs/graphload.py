@@ -615,9 +615,15 @@ class GraphLoader:
         row_t = np.int32 if k < 2 ** 31 else np.int64
         slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
         counts = np.zeros(k, dtype=np.int64)
-        # per message: a row and a slot per key of its table, and its edges as (source, destination,
-        # weight) index arrays into them; an edge both ways is read twice, never stored twice
-        kept: list[tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]]] = []
+        freed = 0
+        # per message: its edges as (source, destination, weight) sections, each an index array into
+        # a row and a slot per key of its table (``lookup``). A message of one-way edges is looked
+        # up at once: its sections hold the rows and slots themselves and ``lookup`` is None (no
+        # key table kept: 8 bytes a key less). An undirected edge with both ends here is read
+        # twice from one pair of index arrays, never stored twice.
+        Sections = list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+        kept: list[tuple[tuple[np.ndarray, np.ndarray] | None, Sections]] = []
+        freed = 0
         for m in msgs:  # pass 2: each key looked up once, each row's edges counted
             p = m.payload
             if "kt" not in p:
@@ -631,14 +637,23 @@ class GraphLoader:
             target_block[at] = ko[is_dst]
             del kt, role, ko, is_src, is_dst, at
             w, bw = (p.pop("w", None), p.pop("bw", None)) if weighted else (None, None)
-            sections = [(p.pop("si"), p.pop("di"), w)]
+            si, di = p.pop("si"), p.pop("di")
+            lookup: tuple[np.ndarray, np.ndarray] | None = None
             if "bi" in p:
                 bi, bj = p.pop("bi"), p.pop("bj")
-                sections += [(bi, bj, bw), (bj, bi, bw)]
-            for src, _, _ in sections:
-                for lo in range(0, len(src), BUILD_PIECE):
-                    counts += np.bincount(row_of[src[lo:lo + BUILD_PIECE]], minlength=k)
-            kept.append((row_of, slot_of, sections))
+                sections: Sections = [(si, di, w), (bi, bj, bw), (bj, bi, bw)]
+                lookup = (row_of, slot_of)
+                for src in (si, bi, bj):
+                    counts += np.bincount(row_of[src], minlength=k)
+            else:
+                sections = [(row_of[si], slot_of[di], w)]
+                counts += np.bincount(sections[0][0], minlength=k)
+                freed += si.nbytes + di.nbytes + row_of.nbytes + slot_of.nbytes
+            del si, di, row_of, slot_of
+            kept.append((lookup, sections))
+            if freed >= TRIM_BYTES:  # the lookups then go where the heap has room, not beside the holes
+                trim_heap()
+                freed = 0
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         del counts
         edges = int(indptr[-1])
@@ -646,23 +661,22 @@ class GraphLoader:
         weight = np.empty(edges) if weighted else None
         cursor = indptr[:-1].copy()
         kept.reverse()
-        freed = 0
         while kept:  # pass 3: a counting sort by row, a piece at a time (stable)
-            row_of, slot_of, sections = kept.pop()
-            freed += row_of.nbytes + slot_of.nbytes + sum(a.nbytes for sec in sections for a in sec if a is not None)
+            lookup, sections = kept.pop()
+            freed += sum(a.nbytes for a in (*(lookup or ()), *(a for sec in sections for a in sec)) if a is not None)
             for src, dst, w in sections:
                 for lo in range(0, len(src), BUILD_PIECE):
                     hi = lo + BUILD_PIECE
-                    ptr, order = group_by(row_of[src[lo:hi]], k)
+                    ptr, order = group_by(src[lo:hi] if lookup is None else lookup[0][src[lo:hi]], k)
                     n_row = np.diff(ptr)
                     at = np.repeat(cursor - ptr[:-1], n_row)
                     at += np.arange(len(order))
-                    slot[at] = slot_of[dst[lo:hi][order]]
+                    slot[at] = dst[lo:hi][order] if lookup is None else lookup[1][dst[lo:hi][order]]
                     if weight is not None:
                         weight[at] = 1.0 if w is None else w[lo:hi][order]
                     cursor += n_row
                     del ptr, order, n_row, at
-            del row_of, slot_of, sections
+            del lookup, sections
             if freed >= TRIM_BYTES:  # the placed messages were heap holes; the slots (one mapping) cannot reuse them
                 trim_heap()
                 freed = 0

@@ -407,8 +407,6 @@ class PageRankLoaded(LoadedBlock):
         if not parts:  # one run, in order already: the internal sources are the columns
             self.in_cols, self.in_indptr = lsrc, lptr
             return
-        counts = np.diff(lptr)
-        ldst = np.repeat(np.arange(k, dtype=np.int32), counts)
         # sources: ranks among this block's keys and every sender's distinct source keys (no key
         # is in two blocks); the message arrays are let go as they are read
         sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
@@ -417,27 +415,28 @@ class PageRankLoaded(LoadedBlock):
         rank[np.argsort(np.concatenate(sk), kind="stable")] = np.arange(len(rank))  # sorted runs: a merge (~10x a quicksort)
         del sk
         offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts]).tolist()  # each run's place in x
-        # each run: (destination rows, source columns within the run, the run's source ranks, the
-        # run's place in x)
-        runs = [(ldst, lsrc, rank[:k], 0)]
+        # each run: (its pointers by destination row, source columns within the run, the run's
+        # source ranks, the run's place in x); a sender's edges come by destination key (``di``
+        # ascending, into its sorted ``dk``), so its rows need no array of 4 bytes an edge
+        runs = [(lptr, lsrc, rank[:k], 0)]
         for i, p in enumerate(parts, 1):
-            d = g.local(unpack_keys(p.pop("dk"))).astype(np.int32)[p.pop("di")]
-            counts += np.bincount(d, minlength=k)
-            runs.append((d, p.pop("col"), rank[at[i]:at[i + 1]], offsets[i]))
-        indptr = np.concatenate(([0], np.cumsum(counts)))
-        del counts
+            dk = unpack_keys(p.pop("dk"))
+            per_row = np.zeros(k, dtype=np.int64)
+            per_row[g.local(dk)] = np.bincount(p.pop("di"), minlength=len(dk))
+            runs.append((np.concatenate(([0], np.cumsum(per_row))), p.pop("col"), rank[at[i]:at[i + 1]], offsets[i]))
+            del dk, per_row
+        indptr = np.sum([ptr for ptr, *_ in runs], axis=0)
         cols = np.empty(int(indptr[-1]), dtype=np.int32 if offsets[-1] < 2 ** 31 else np.int64)
         stops = np.unique(np.append(np.searchsorted(indptr, np.arange(ORDER_PIECE, indptr[-1], ORDER_PIECE)), k))
-        lo, starts = 0, [0] * len(runs)
+        lo, width = 0, len(rank)
         for hi in stops.tolist():  # rows lo..hi-1: a slice of every run
-            ends = [int(np.searchsorted(d, d.dtype.type(hi))) for d, *_ in runs]  # (a Python int: a copy of d)
-            key = np.concatenate([d[a:b].astype(np.int64) * len(rank) + r[c[a:b]]
-                                  for (d, c, r, _), a, b in zip(runs, starts, ends)])
-            col = np.concatenate([c[a:b] + off for (_, c, _, off), a, b in zip(runs, starts, ends)])
+            key = np.concatenate([np.repeat(np.arange(lo, hi, dtype=np.int64) * width, np.diff(ptr[lo:hi + 1]))
+                                  + r[c[ptr[lo]:ptr[hi]]] for ptr, c, r, _ in runs])
+            col = np.concatenate([c[ptr[lo]:ptr[hi]] + off for ptr, c, _, off in runs])
             if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
                 col = col[np.argsort(key, kind="stable")]
             cols[indptr[lo]:indptr[hi]] = col
-            lo, starts = hi, ends
+            lo = hi
         self.in_cols, self.in_indptr = cols, indptr
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:

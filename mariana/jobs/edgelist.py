@@ -134,7 +134,10 @@ def _tokens(text: str | bytes) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarra
     flips = np.flatnonzero(solid[1:] != solid[:-1])  # where a token starts, then where it ends, ...
     if solid[-1]:
         flips = np.append(flips, len(b))
-    del solid, b
+    del solid
+    if len(b) < 2 ** 31:  # (int32 positions: 4 bytes a token less in every later step)
+        flips = flips.astype(np.int32)
+    del b
     return raw, flips[0::2], flips[1::2], newlines
 
 
@@ -179,7 +182,7 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
     rows = len(first) // k
     if len(first) % k == 0 and len(newlines) == rows and rows and bool((stop[k - 1::k] <= newlines).all()) \
             and bool((newlines[:-1] < first[k::k]).all()):  # the usual case: k tokens on every line
-        per_line = np.full(rows, k, dtype=np.int64)
+        per_line = np.full(rows, k, dtype=np.int8)
     else:
         before = np.searchsorted(first, newlines)  # tokens before each line break
         per_line = np.diff(before, prepend=0, append=len(first))  # tokens on each line (the last: after the last break)
@@ -218,10 +221,13 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
         token_len = (stop - first).reshape(-1, k)[:, :2].reshape(-1)
     del first, stop
     unique, inverse = _unique(ends_ids.reshape(-1))
-    if token_len is not None and not np.array_equal(decimal_len(unique)[inverse], token_len):
+    del ends_ids
+    # (lengths as bytes before the gather: an id is at most 20 characters, 8 bytes a token less)
+    if token_len is not None and not np.array_equal(decimal_len(unique).astype(np.int8)[inverse], token_len):
         return None
+    del token_len
     lineno = np.flatnonzero(per_line) + 1
-    return unique, inverse.reshape(-1, 2), weight.astype(np.float64), lineno.astype(np.int64)
+    return unique, inverse.reshape(-1, 2), weight.astype(np.float64, copy=False), lineno.astype(np.int64, copy=False)
 
 
 def _weighted_columns(raw: bytes, first: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -330,6 +336,8 @@ def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = int(a.min()), int(a.max())
     if hi - lo > 4 * a.size + 1024:
         return np.unique(a, return_inverse=True)
+    if 0 < lo and hi <= 4 * a.size + 1024:  # a table from 0: no shifted copy of a
+        lo = 0
     at = a - lo if lo else a
     present = np.zeros(hi - lo + 1, bool)
     present[at] = True

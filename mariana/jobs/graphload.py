@@ -159,9 +159,9 @@ class LoadSpec:
 class _Chunk:
     """One parsed piece: its distinct ids, edges as (m, 2) indices into them, weights or None.
 
-    Integer ids are held as ``values`` (int64) only, 8 bytes per distinct id, and ``names`` is
-    None: their strings are made when keys are, one piece at a time. Other ids are ``names``
-    (``U``) and ``values`` is None."""
+    Integer ids are held as ``values`` only (int32 where they fit, else int64: 4 or 8 bytes per
+    distinct id), and ``names`` is None: their strings are made when keys are, one piece at a
+    time. Other ids are ``names`` (``U``) and ``values`` is None."""
 
     split: Split
     names: np.ndarray | None
@@ -169,6 +169,12 @@ class _Chunk:
     pairs: np.ndarray
     weight: np.ndarray | None
     listed: bool = False  # ids of the vertices= file (every edge endpoint must be one of them)
+
+    def ints(self) -> np.ndarray:
+        """The integer ids as int64 (``values`` holds them as int32 where they fit: half the bytes
+        of the parsed pieces a worker holds until they are routed)."""
+        assert self.values is not None
+        return self.values.astype(np.int64, copy=False)
 
     @property
     def size(self) -> int:
@@ -189,6 +195,13 @@ class _Chunk:
             assert self.values is not None
             return int(decimal_len(self.values).max())
         return int(np.char.str_len(self.names).max())
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """int64 ids as int32 when every one fits (``_Chunk.ints`` widens them again)."""
+    if values.size and -2 ** 31 < int(values.min()) and int(values.max()) < 2 ** 31:
+        return values.astype(np.int32)
+    return values
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
@@ -364,7 +377,7 @@ class GraphLoader:
         if table is not None:
             values, pairs, weight, lineno = table
             small = pairs.astype(np.int32, copy=False) if len(values) < 2 ** 31 else pairs
-            chunk = _Chunk(split, None, values, small, weight)
+            chunk = _Chunk(split, None, _narrow(values), small, weight)
         else:
             try:
                 text = piece.decode("utf-8")
@@ -484,7 +497,7 @@ class GraphLoader:
 
     def _keys(self, c: _Chunk) -> np.ndarray:
         if self.numeric:
-            return intkeys(c.values) if c.values is not None else strkeys(c.ids())
+            return intkeys(c.ints()) if c.values is not None else strkeys(c.ids())
         return np.char.encode(c.ids(), "utf-8").astype(f"S{self.width}") if c.size else \
             np.empty(0, f"S{self.width}")
 
@@ -494,7 +507,7 @@ class GraphLoader:
             return np.zeros(len(keys), np.int16)
         if self.spec.placement == "range" and self.numeric and c.values is not None:
             span = max(hi - lo + 1, 1)
-            return np.minimum(((c.values - lo) / span * w).astype(np.int64), w - 1).astype(np.int16)
+            return np.minimum(((c.ints() - lo) / span * w).astype(np.int64), w - 1).astype(np.int16)
         return _hash_owner(keys, w)
 
     def _route(self, ctx: Context) -> None:

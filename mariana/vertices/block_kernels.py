@@ -26,23 +26,66 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 from typing import Any
 
 import numpy as np
 
-try:  # optional: the numpy forms below give the same bits
-    from scipy.sparse import csr_matrix as _csr_matrix
-except ImportError:  # pragma: no cover - scipy is a dependency; this is the fallback
-    _csr_matrix = None
-try:  # scipy's C expansion of a CSR's row pointers into row ids (what tocoo uses); private
-    from scipy.sparse._sparsetools import expandptr as _expandptr
-except ImportError:  # pragma: no cover - other scipy versions: np.repeat
-    _expandptr = None
-try:  # scipy's C CSR matvec (what ``csr_matrix @ x`` calls); private: ``csr_sum`` by row pieces
-    from scipy.sparse._sparsetools import csr_matvec as _matvec
-except ImportError:  # pragma: no cover - other scipy versions: a csr_matrix with unit data
-    _matvec = None
+
+def _load_sparsetools() -> Any:
+    """scipy's compiled sparse loops (``scipy.sparse._sparsetools``: ``csr_matvec``, ``csr_tocsc``,
+    ``expandptr``, ...; private), loaded from their file without importing ``scipy.sparse``: the
+    package costs every process ~19 MB and ~0.1 s, and PageRank needs no more than these loops
+    (a scale-19 two-worker PageRank: each worker's floor 46 -> ~27 MB). Where that fails (another
+    scipy layout), the package's own import; None without scipy (the numpy forms run)."""
+    try:
+        spec = importlib.util.find_spec("scipy")  # (finds the package; does not import it)
+        if spec is not None and spec.origin:
+            folder = os.path.join(os.path.dirname(spec.origin), "sparse")
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                path = os.path.join(folder, "_sparsetools" + suffix)
+                if os.path.exists(path):
+                    ext = importlib.util.spec_from_file_location("scipy.sparse._sparsetools", path)
+                    if ext is not None and ext.loader is not None:
+                        module = importlib.util.module_from_spec(ext)
+                        ext.loader.exec_module(module)
+                        return module
+    except (ImportError, OSError):  # pragma: no cover - another layout: the package's import below
+        pass
+    try:
+        from scipy.sparse import _sparsetools
+    except ImportError:  # pragma: no cover - scipy is a dependency; this is the fallback
+        return None
+    return _sparsetools
+
+
+_ST = _load_sparsetools()
+_expandptr = getattr(_ST, "expandptr", None)  # a CSR's row pointers into row ids (what tocoo uses)
+_matvec = getattr(_ST, "csr_matvec", None)  # the CSR matvec (``csr_matrix @ x``): ``csr_sum`` by row pieces
+_tocsc = getattr(_ST, "csr_tocsc", None)  # a CSR by column (``tocsc``): ``transpose``, ``group_by``
+#: the data types scipy's loops take as they are (``group_by``'s values)
+_LOOP_TYPES = frozenset(np.dtype(c) for c in "?bBhHiIlLqQfdgFDG")
+
+
+def _csr_matrix(*args: Any, **kwargs: Any) -> Any:
+    """``scipy.sparse.csr_matrix``, the package imported on first use (not by PageRank)."""
+    from scipy.sparse import csr_matrix
+
+    return csr_matrix(*args, **kwargs)
+
+
+def _by_column(n_row: int, n_col: int, indptr: np.ndarray, indices: np.ndarray,
+               data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``csr_matrix((data, indices, indptr), (n_row, n_col)).tocsc()``'s (indptr, row indices,
+    data) with int32 indices, by scipy's loop alone: each column's entries by row, in stored
+    order within a row (a stable counting sort)."""
+    assert _tocsc is not None
+    bp, bi, bx = np.empty(n_col + 1, np.int32), np.empty(len(indices), np.int32), np.empty(len(indices), data.dtype)
+    _tocsc(n_row, n_col, indptr.astype(np.int32, copy=False), indices.astype(np.int32, copy=False), data, bp, bi, bx)
+    return bp, bi, bx
+
 
 __all__ = ["have_scipy", "import_traversals", "row_ids", "row_pieces", "first_of_runs", "csr_sum", "transpose", "group_by",
            "stable_argsort", "components", "relax"]
@@ -65,7 +108,7 @@ def import_traversals() -> None:
 
 def have_scipy() -> bool:
     """Whether the scipy kernels run (scipy importable and not switched off by MARIANA_NO_SCIPY)."""
-    return _csr_matrix is not None and os.environ.get("MARIANA_NO_SCIPY", "") in ("", "0")
+    return _ST is not None and os.environ.get("MARIANA_NO_SCIPY", "") in ("", "0")
 
 
 def row_ids(indptr: np.ndarray, dtype: Any = np.int32) -> np.ndarray:
@@ -160,12 +203,9 @@ def transpose(indptr: np.ndarray, indices: np.ndarray, ncols: int) -> tuple[np.n
     """The CSR pattern (``indptr``, column ``indices``) by column: ``(column indptr, rows)``, each
     column's rows ascending, duplicates kept. The pattern only: ~5 bytes an entry of temporaries."""
     k = len(indptr) - 1
-    if have_scipy() and max(len(indices), k, ncols) < 2 ** 31:
-        m = _csr_matrix((np.ones(len(indices), np.int8), indices.astype(np.int32, copy=False),
-                         indptr.astype(np.int32)), shape=(k, ncols))
-        t = m.tocsc()
-        del m
-        return t.indptr, t.indices
+    if have_scipy() and _tocsc is not None and max(len(indices), k, ncols) < 2 ** 31:
+        tptr, rows, _ = _by_column(k, ncols, indptr, indices, np.ones(len(indices), np.int8))
+        return tptr, rows
     order = np.argsort(indices, kind="stable")
     rows = np.repeat(np.arange(k, dtype=np.int32 if k < 2 ** 31 else np.int64), np.diff(indptr))[order]
     return np.concatenate(([0], np.cumsum(np.bincount(indices, minlength=ncols)))), rows
@@ -186,10 +226,11 @@ def group_by(keys: np.ndarray, nkeys: int, values: np.ndarray | None = None) -> 
     in that order instead of the positions. scipy: one ``tocsc`` of a one-row matrix (the
     positions or values as its data), ~3x faster than the radix argsort of the numpy form."""
     n = len(keys)
-    if have_scipy() and max(n, nkeys) < 2 ** 31:
-        data = np.arange(n, dtype=np.int32) if values is None else values
-        t = _csr_matrix((data, keys.astype(np.int32, copy=False), np.array([0, n], np.int32)), shape=(1, nkeys)).tocsc()
-        return t.indptr, t.data
+    if (have_scipy() and _tocsc is not None and max(n, nkeys) < 2 ** 31
+            and (values is None or values.dtype in _LOOP_TYPES)):
+        data = np.arange(n, dtype=np.int32) if values is None else np.ascontiguousarray(values)
+        tptr, _, out = _by_column(1, nkeys, np.array([0, n], np.int32), keys, data)
+        return tptr, out
     order = stable_argsort(keys)
     return np.concatenate(([0], np.cumsum(np.bincount(keys, minlength=nkeys)))), order if values is None else values[order]
 

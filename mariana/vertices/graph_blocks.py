@@ -420,11 +420,11 @@ class PageRankLoaded(LoadedBlock):
         # ascending, into its sorted ``dk``), so its rows need no array of 4 bytes an edge
         runs = [(lptr, lsrc, rank[:k], 0)]
         for i, p in enumerate(parts, 1):
-            dk = unpack_keys(p.pop("dk"))
-            per_row = np.zeros(k, dtype=np.int64)
-            per_row[g.local(dk)] = np.bincount(p.pop("di"), minlength=len(dk))
+            dk, di = unpack_keys(p.pop("dk")), p.pop("di")
+            per_row = np.zeros(k, dtype=np.int64)  # (di is sorted: a search, where bincount made it int64)
+            per_row[g.local(dk)] = np.diff(np.searchsorted(di, np.arange(len(dk) + 1, dtype=di.dtype)))
             runs.append((np.concatenate(([0], np.cumsum(per_row))), p.pop("col"), rank[at[i]:at[i + 1]], offsets[i]))
-            del dk, per_row
+            del dk, di, per_row
         indptr = np.sum([ptr for ptr, *_ in runs], axis=0)
         cols = np.empty(int(indptr[-1]), dtype=np.int32 if offsets[-1] < 2 ** 31 else np.int64)
         stops = np.unique(np.append(np.searchsorted(indptr, np.arange(ORDER_PIECE, indptr[-1], ORDER_PIECE)), k))

@@ -16,12 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from .block_kernels import _csr_matrix, have_scipy, row_ids, row_pieces
+from .block_kernels import _ST, _csr_matrix, have_scipy, row_ids, row_pieces
 
-try:  # scipy's C lookup of given (row, column) entries of a CSR; private: the wedge form needs it
-    from scipy.sparse._sparsetools import csr_sample_values as _sample
-except ImportError:  # pragma: no cover - other scipy versions: the masked products instead
-    _sample = None
+#: scipy's C lookup of given (row, column) entries of a CSR (private; the wedge form needs it;
+#: other scipy versions: the masked products instead)
+_sample = getattr(_ST, "csr_sample_values", None)
 
 __all__ = ["triangle_credits", "oriented_triangles", "TRIANGLE_CHUNK"]
 

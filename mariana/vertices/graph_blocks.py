@@ -16,7 +16,7 @@ No array here is as long as the whole graph: a block holds its own vertices, the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from ..engine import Context, Message, Vertex
 from ..engine.state import default_state, load_default_state
 from ..engine.memory import trim_heap
 from ..errors import UsageError
-from .block_kernels import csr_sum, group_by, import_traversals, relax, row_ids, transpose
+from .block_kernels import csr_sum, group_by, import_traversals, relax, row_edge_pieces, row_ids, transpose
 from .graph_algos import pagerank_shares, pagerank_update
 
 __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoaded",
@@ -174,17 +174,26 @@ def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, k
         else:
             for lo in range(0, len(slots), MIN_PIECE):
                 np.minimum.at(best, slots[lo:lo + MIN_PIECE], val[rows[lo:lo + MIN_PIECE]])
-        t = np.flatnonzero(best < init)
-        d, v, blk = g.targets[t], best[t], g.target_block[t]
-    else:  # byte-string labels: sort by (destination, value), first of each run
-        if rows is not None:
-            val = val[rows]
-        order = np.lexsort((val, slots))
-        s, v = slots[order], val[order]
-        first = np.ones(s.size, dtype=bool)
-        first[1:] = s[1:] != s[:-1]
-        s, v = s[first], v[first]
-        d, blk = g.targets[s], g.target_block[s]
+        _send_best(ctx, g, best, init, key)
+        return
+    # byte-string labels: sort by (destination, value), first of each run
+    if rows is not None:
+        val = val[rows]
+    order = np.lexsort((val, slots))
+    s, v = slots[order], val[order]
+    first = np.ones(s.size, dtype=bool)
+    first[1:] = s[1:] != s[:-1]
+    s, v = s[first], v[first]
+    _send_by_block(ctx, g, g.targets[s], v, g.target_block[s], key)
+
+
+def _send_best(ctx: Context, g: LocalGraph, best: np.ndarray, init: Any, key: str) -> None:
+    """Send ``best`` (per target; ``init`` where none) to the targets' blocks."""
+    t = np.flatnonzero(best < init)
+    _send_by_block(ctx, g, g.targets[t], best[t], g.target_block[t], key)
+
+
+def _send_by_block(ctx: Context, g: LocalGraph, d: np.ndarray, v: np.ndarray, blk: np.ndarray, key: str) -> None:
     wire_vals = pack_keys(v)
     wire_dst = pack_keys(d)
     for b in np.flatnonzero(np.bincount(blk, minlength=len(g.blocks))).tolist():
@@ -504,17 +513,11 @@ class _Split:
         self.b_slot = g.slot[out]
         self.b_weight = None if g.weight is None else g.weight[out]
 
-    def boundary(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(source row, index into ``b_slot``) of the boundary edges of ``rows``."""
-        if not self.b_slot.size:  # (one block: none at all)
-            return rows[:0], np.empty(0, dtype=np.int64)
-        starts = self.b_indptr[rows]
-        counts = self.b_indptr[rows + 1] - starts
-        total = int(counts.sum())
-        if total == 0:
-            return rows[:0], np.empty(0, dtype=np.int64)
-        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-        return np.repeat(rows, counts), offsets + np.arange(total)
+    def boundary_pieces(self, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(source row, index into ``b_slot``) of the boundary edges of ``rows``, a bounded piece
+        at a time (``block_kernels.row_edge_pieces``)."""
+        if self.b_slot.size:  # (one block: none at all)
+            yield from row_edge_pieces(self.b_indptr, rows)
 
 
 class SSSPLoaded(LoadedBlock):
@@ -577,8 +580,12 @@ class SSSPLoaded(LoadedBlock):
             rows = np.flatnonzero(changed)
         if s > 0 and rows.size:
             ctx.aggregate("updated", int(rows.size))
-        src_rows, e = sp.boundary(rows)
-        if e.size:
+        best = None  # per target, the smallest distance over the boundary edges of the rows
+        for src_rows, e in sp.boundary_pieces(rows):
+            if best is None:
+                best = np.full(len(g.targets), INF)
             w = sp.b_weight[e] if sp.b_weight is not None else 1.0
-            _send_min(ctx, g, sp.b_slot[e], dist[src_rows] + w, "d")
+            np.minimum.at(best, sp.b_slot[e], dist[src_rows] + w)
+        if best is not None:
+            _send_best(ctx, g, best, INF, "d")
         ctx.vote_to_halt()

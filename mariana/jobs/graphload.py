@@ -585,7 +585,8 @@ class GraphLoader:
     def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:
         """The block's CSR from the edges routed to it, in bounded extra memory: the distinct
         sources and destinations first (per message, then merged), then each message's keys are
-        looked up once (a row and a slot per key) and each row's edges counted, then a counting
+        looked up once (a row and a slot per key) and each row's edges counted (a message of
+        one-way edges becomes its rows and slots there, and its key table goes), then a counting
         sort by row places the slots (and weights) into CSR order, a piece of a message at a time
         (``block_kernels.group_by``), and lets the message go. The peak is the routed messages
         plus ~4 bytes an edge (a sort of the whole edge list held ~40); an undirected edge with

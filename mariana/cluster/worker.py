@@ -173,7 +173,7 @@ class Worker:
         """Run until the job ends; returns the process exit code."""
         t = self.transport
         try:
-            self.ctl = t.dealer(self.master, self.identity)
+            self.ctl = t.dealer(None, self.identity)  # connected by _join, once its handshakes are watched
             self.data, data_ep = t.router(t.data_bind(self.host), mandatory=False)
             welcome = self._join(data_ep)
             if welcome is None:
@@ -192,8 +192,11 @@ class Worker:
         hello = wire.Hello(version=__version__, data=data_ep, pid=self.pid, host=self.hostname,
                            want_job=self.want_job, token=self.token,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
-        deadline = time.monotonic() + self.connect_timeout
+        # the watch first: a handshake can fail as soon as the socket connects (a watch made after
+        # it missed that under load, and the worker said no master answered)
         watch = HandshakeWatch(self.ctl) if self.security is not None else None
+        self.transport.connect(self.ctl, self.master)
+        deadline = time.monotonic() + self.connect_timeout
         try:
             return self._join_loop(hello, deadline, watch)
         finally:
@@ -235,6 +238,8 @@ class Worker:
                     return None
             wait = min(wait * 2, 2.0)
             log.info("waiting for the master at %s ...", self.master)
+        if watch is not None and refused is None:  # a failure reported during the last wait
+            refused = watch.failed()
         if refused is not None:
             log.error("gave up joining the master at %s after %.0fs: %s", self.master, self.connect_timeout, refused)
         else:

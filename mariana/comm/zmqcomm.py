@@ -167,15 +167,22 @@ class Transport:
             raise UsageError(f"cannot bind tcp://{addr}:{port or '*'}: {exc}") from None
         return s, f"tcp://{addr}:{port}"
 
-    def dealer(self, connect: str, identity: bytes, server_key: bytes | None = None) -> zmq.Socket:
-        """A DEALER connected to ``connect``; a CURVE client of ``server_key`` when secure."""
+    def dealer(self, connect: str | None, identity: bytes, server_key: bytes | None = None) -> zmq.Socket:
+        """A DEALER connected to ``connect`` (None: not yet, see ``connect``); a CURVE client of
+        ``server_key`` when secure."""
         s = self.socket(zmq.DEALER, identity=identity)
         if self.security is not None:
             self.security.client(s, server_key or self.security.server_key)
-        if "[" in connect:
-            s.setsockopt(zmq.IPV6, 1)
-        s.connect(connect)
+        if connect is not None:
+            self.connect(s, connect)
         return s
+
+    @staticmethod
+    def connect(s: zmq.Socket, endpoint: str) -> None:
+        """Connect ``s`` to ``endpoint`` (an IPv6 address turns IPv6 on first)."""
+        if "[" in endpoint:
+            s.setsockopt(zmq.IPV6, 1)
+        s.connect(endpoint)
 
     def heartbeat(self, connect: str, identity: bytes, server_key: bytes | None = None) -> zmq.Socket:
         """The heartbeat DEALER of the worker whose control identity is ``identity``. Made and

@@ -629,7 +629,6 @@ class GraphLoader:
         row_t = np.int32 if k < 2 ** 31 else np.int64
         slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
         counts = np.zeros(k, dtype=np.int64)
-        freed = 0
         # per message: its edges as (source, destination, weight) sections, each an index array into
         # a row and a slot per key of its table (``lookup``). A message of one-way edges is looked
         # up at once: its sections hold the rows and slots themselves and ``lookup`` is None (no

@@ -38,7 +38,7 @@ def _load_sparsetools() -> Any:
     """scipy's compiled sparse loops (``scipy.sparse._sparsetools``: ``csr_matvec``, ``csr_tocsc``,
     ``expandptr``, ...; private), loaded from their file without importing ``scipy.sparse``: the
     package costs every process ~19 MB and ~0.1 s, and PageRank needs no more than these loops
-    (a scale-19 two-worker PageRank: each worker's floor 46 -> ~27 MB). Where that fails (another
+    (a scale-19 two-worker PageRank: a forked worker starts at 37 MiB, not 46). Where that fails (another
     scipy layout), the package's own import; None without scipy (the numpy forms run)."""
     try:
         spec = importlib.util.find_spec("scipy")  # (finds the package; does not import it)
@@ -161,16 +161,10 @@ def row_edge_pieces(indptr: np.ndarray, rows: np.ndarray,
     """``row_edges`` of consecutive slices of ``rows`` holding at most ``size`` entries each (a
     row with more is a slice of its own): their ~36 bytes an entry of temporaries for a whole
     block's rows were a two-worker SSSP's peak (scale 19: ~190 MB a worker)."""
-    if not rows.size:
-        return
-    ends = np.cumsum(indptr[rows + 1] - indptr[rows])
-    lo = 0
-    while lo < len(rows):
-        base = int(ends[lo - 1]) if lo else 0
-        hi = max(int(np.searchsorted(ends, base + size, side="right")), lo + 1)
-        if int(ends[hi - 1]) > base:
+    ptr = np.concatenate(([0], np.cumsum(indptr[rows + 1] - indptr[rows])))  # the rows' own pointers
+    for lo, hi in row_pieces(ptr, size):
+        if ptr[hi] > ptr[lo]:
             yield row_edges(indptr, rows[lo:hi])
-        lo = hi
 
 
 def first_of_runs(a: np.ndarray) -> np.ndarray:

@@ -51,7 +51,7 @@ from ..messages.wire import DropCounter
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
 from ..engine.checkpointing import BackgroundWriter, capture, write_worker
-from ..comm.shm import Shm
+from ..comm.shm import Shm, sweep_stale
 from ..engine.graph import Graph
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
@@ -131,6 +131,7 @@ class Worker:
         self._out = _Outgoing(0)
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
+        self._hb_wake: tuple[int, int] | None = None  # a pipe: a byte in it ends the heartbeat thread's wait
         self.clock_offset = 0.0  # master clock - this clock, from the heartbeat exchange
         self._best_rtt = float("inf")
         self.state: dict[str, Any] = {"phase": "starting"}  # what heartbeats report (hang diagnosis)
@@ -167,6 +168,15 @@ class Worker:
     def leave(self) -> None:
         """Make ``run()`` return soon from another thread (an in-process worker whose job ended)."""
         self._stop.set()
+        self._wake_heartbeat()
+
+    def _wake_heartbeat(self) -> None:
+        wake = self._hb_wake
+        if wake is not None:
+            try:
+                os.write(wake[1], b"x")
+            except OSError:  # closed: the thread has ended
+                pass
 
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -181,9 +191,14 @@ class Worker:
             return self._serve(welcome)
         finally:
             self._stop.set()
+            self._wake_heartbeat()
             self._writer.close()  # a part being written is finished (never left half-written by us)
             if self._hb_thread is not None:
                 self._hb_thread.join(timeout=5)
+            if self._hb_wake is not None:
+                for fd in self._hb_wake:
+                    os.close(fd)
+                self._hb_wake = None
             if self.shm is not None:
                 self.shm.close()  # unlinks segments no peer acknowledged yet
             t.close()
@@ -255,6 +270,7 @@ class Worker:
         self.index, n = welcome.index, welcome.workers
         self.drops.who = f"worker {self.index}"
         # heartbeats start before the build: a job that loads a large graph must not look dead
+        self._hb_wake = os.pipe()
         self._hb_thread = threading.Thread(target=self._heartbeat, name="mariana-heartbeat", daemon=True,
                                            args=(welcome.heartbeat_interval, welcome.worker_timeout))
         self._hb_thread.start()
@@ -270,6 +286,8 @@ class Worker:
         if self.security is not None:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
         self.control.gen = welcome.gen
+        if welcome.shm and self.shm is None:  # (once a process) leftovers of workers that ended without cleaning up
+            sweep_stale()
         self.shm = Shm(self.job_id, self.index, self.gen, welcome.shm, welcome.shm_cap_mb << 20, welcome.shm_min_kb << 10)
         self.run_url = welcome.run_dir
         self.background = welcome.checkpoint_background
@@ -620,6 +638,8 @@ class Worker:
     def _heartbeat(self, interval: float, timeout: float) -> None:
         """Own socket, own thread: liveness both ways, clock offset, and what this worker is doing."""
         hb = self.transport.heartbeat(self.master, self.identity)
+        assert self._hb_wake is not None
+        wait = poller(hb, self._hb_wake[0])  # the worker's exit wakes the wait (it polled every 50 ms)
         last = next_send = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -630,8 +650,9 @@ class Worker:
                     if state.get("phase") == "computing" and self.partition is not None:
                         state["vertex"] = self.partition.ctx.vertex_id
                     send(hb, wire.Heartbeat(t=time.time(), src=self.index, state=state).to_wire(self.job_id))
-                # at most 50 ms per wait: the worker's exit (``_stop``) must not wait for a heartbeat period
-                if hb.poll(max(1, int(min(next_send - time.monotonic(), 0.05) * 1000))):
+                until = min(next_send, last + timeout)  # (a silent master is noticed on time)
+                ready = dict(wait.poll(max(1, int((until - time.monotonic()) * 1000) + 1)))
+                if hb in ready:
                     while hb.poll(0):
                         self._clock(hb.recv_multipart())
                     last = time.monotonic()

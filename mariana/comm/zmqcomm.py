@@ -315,7 +315,8 @@ def drain(sock: zmq.Socket, router: bool, drops: Any,
             yield identity, header, size
 
 
-def poller(*sockets: zmq.Socket) -> zmq.Poller:
+def poller(*sockets: zmq.Socket | int) -> zmq.Poller:
+    """A poller for input on ``sockets`` (zmq sockets, or file descriptors such as a pipe's)."""
     p = zmq.Poller()
     for s in sockets:
         p.register(s, zmq.POLLIN)

@@ -28,6 +28,10 @@ A rollback (new generation) drops every arena and mapping of the old one: the pe
 processes, and batches of the old generation are dropped anyway (their extents are released when
 they are collected, and reports about old arenas are ignored by ``aid``).
 
+Files left behind (a worker gone through ``os._exit`` or a kill while a segment was still linked)
+are removed by the job's master when it ends (``sweep``) and, should it have been killed too, by
+the next worker that starts on the host (``sweep_stale``: files whose owner pid no longer runs).
+
 *Send buffers* (``Pool``, ``Context.send_buffer``) avoid even the sender's copy: arrays a vertex
 asked the engine for live in pool segments every same-host peer maps (``pool_offer`` /
 ``pool_ack``, the same checks), so a frame inside one travels as a ``shm_pool`` descriptor
@@ -46,6 +50,7 @@ import re
 import secrets
 import socket
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -57,7 +62,7 @@ from ..messages import codec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Shm", "Arena", "Pool", "host_id", "sweep", "SHM_DIR"]
+__all__ = ["Shm", "Arena", "Pool", "host_id", "sweep", "sweep_stale", "SHM_DIR"]
 
 SHM_DIR = "/dev/shm"
 HEADER = 4096  # the token lives here; extents start after it
@@ -92,6 +97,51 @@ def sweep(job_id: str) -> int:
         except OSError:
             pass
     return n
+
+
+#: a segment's owner: the worker process whose pid its name holds (arena and pool names alike)
+_OWNER = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-(\d+)-")
+#: a file younger than this is left alone whoever owns it (its owner may be starting in another
+#: pid namespace that shares this /dev/shm)
+STALE_AFTER_S = 30.0
+
+
+def sweep_stale(now: float | None = None) -> int:
+    """Remove segments of this uid whose owner process is gone; returns how many.
+
+    A job's master sweeps its own job's files when it ends (``sweep``), and a worker unlinks what
+    its peers have not mapped when it closes; neither runs when the master was killed and a worker
+    ended through ``os._exit`` (or was killed too) while a segment was still linked. Every worker
+    sweeps such leftovers of any job when it starts, so they do not pile up in /dev/shm (a file of
+    a live pid, or one younger than ``STALE_AFTER_S``, stays)."""
+    now = time.time() if now is None else now
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, "mariana-*")):
+        name = os.path.basename(path)
+        owner = _OWNER.match(name)
+        if owner is None or not (_NAME.match(name) or _POOL_NAME.match(name)):
+            continue
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            if st.st_uid != os.getuid() or now - st.st_mtime < STALE_AFTER_S or _alive(int(owner.group(1))):
+                continue
+            os.unlink(path)
+            n += 1
+        except OSError:  # gone meanwhile
+            continue
+    if n:
+        log.info("shm: removed %d segment(s) in %s left by processes that no longer run", n, SHM_DIR)
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process (a pid of this uid was reused)
+        return True
+    return True
 
 
 def _nbytes(frame: Any) -> int:

@@ -8,6 +8,9 @@ import glob
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -237,6 +240,39 @@ def test_reset_drops_arenas_and_their_files():
     assert not files(a.prefix)
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _plant(name: str, age_s: float) -> str:
+    """A segment-like file in /dev/shm, last modified ``age_s`` seconds ago."""
+    path = f"/dev/shm/{name}"
+    with open(path, "wb") as f:
+        f.write(b"x" * 4096)
+    t = time.time() - age_s
+    os.utime(path, (t, t))
+    return path
+
+
+def test_segments_of_processes_that_no_longer_run_are_swept():
+    dead, me, old = _dead_pid(), os.getpid(), shm_mod.STALE_AFTER_S + 30
+    gone = [_plant(f"mariana-{'e' * 12}-w0-{dead}-1a2b3c4d-pool-0", old),  # a pool segment, its worker gone
+            _plant(f"mariana-{'e' * 12}-w1-{dead}-g0-p0-0", old)]  # an arena segment
+    kept = [_plant(f"mariana-{'e' * 12}-w0-{me}-1a2b3c4d-pool-1", old),  # its owner runs
+            _plant(f"mariana-{'e' * 12}-w2-{dead}-1a2b3c4d-pool-0", 1.0),  # too young to judge
+            _plant(f"mariana-{'e' * 12}-notes-{dead}", old)]  # not a segment's name
+    try:
+        assert shm_mod.sweep_stale() >= 2
+        assert [os.path.exists(p) for p in gone + kept] == [False] * len(gone) + [True] * len(kept)
+    finally:
+        for path in gone + kept:
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 # -- a 2-worker cluster ---------------------------------------------------------------------------
 DNN = get_job("dnn-dp")
 
@@ -260,7 +296,13 @@ def _train(run_dir: Path, sets: Sequence[str] = (), **kw):
 
 
 def test_two_workers_give_identical_results_with_and_without_shm_and_leave_no_files(tmp_path):
-    on, _, shm_on, job_on = _train(tmp_path / "on")
+    left = _plant(f"mariana-{'d' * 12}-w0-{_dead_pid()}-1a2b3c4d-pool-0", shm_mod.STALE_AFTER_S + 30)
+    try:
+        on, _, shm_on, job_on = _train(tmp_path / "on")
+        assert not os.path.exists(left)  # a worker of a job before, gone without cleaning up: swept at the start
+    finally:
+        if os.path.exists(left):
+            os.unlink(left)
     off, _, shm_off, job_off = _train(tmp_path / "off", shm=False)
     assert on == off
     assert sum(n for _, n in shm_on) > 0 and sum(n for _, n in shm_off) == 0

@@ -386,16 +386,16 @@ class PageRankLoaded(LoadedBlock):
                 continue
             rows_b = rows[e0:e1]
             # one value per source vertex, not per edge (the receiver's sum picks it once per edge);
-            # the structure, compactly: each edge's destination and source as int32 indices into
-            # this route's distinct destination keys and distinct sources (8 bytes an edge)
+            # the structure, compactly: the edges by destination key (``dk``, how many into each:
+            # ``dn``), each edge's source as an int32 index into this route's distinct sources
+            # (4 bytes an edge; an index of the destination per edge too made it 8)
             used = counts > 0
-            dk = targets[c0:c1][used]
-            di = np.repeat(np.arange(len(dk), dtype=np.int32), counts[used])
+            dk, dn = targets[c0:c1][used], counts[used].astype(np.int32)
             present = np.zeros(len(g.own), dtype=bool)
             present[rows_b] = True
             col = (np.cumsum(present) - 1).astype(np.int32)[rows_b]
             senders = np.flatnonzero(present)
-            self.routes.append((g.blocks[b], senders, {"di": di, "dk": pack_keys(dk), "col": col,
+            self.routes.append((g.blocks[b], senders, {"dn": dn, "dk": pack_keys(dk), "col": col,
                                                         "sk": pack_keys(g.own[senders])}))
         # the structure travels once (step 0); then only values
 
@@ -425,15 +425,14 @@ class PageRankLoaded(LoadedBlock):
         del sk
         offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts]).tolist()  # each run's place in x
         # each run: (its pointers by destination row, source columns within the run, the run's
-        # source ranks, the run's place in x); a sender's edges come by destination key (``di``
-        # ascending, into its sorted ``dk``), so its rows need no array of 4 bytes an edge
+        # source ranks, the run's place in x); a sender's edges come by destination key (its
+        # sorted ``dk``, ``dn`` edges into each), so its rows need no array of 4 bytes an edge
         runs = [(lptr, lsrc, rank[:k], 0)]
         for i, p in enumerate(parts, 1):
-            dk, di = unpack_keys(p.pop("dk")), p.pop("di")
-            per_row = np.zeros(k, dtype=np.int64)  # (di is sorted: a search, where bincount made it int64)
-            per_row[g.local(dk)] = np.diff(np.searchsorted(di, np.arange(len(dk) + 1, dtype=di.dtype)))
+            per_row = np.zeros(k, dtype=np.int64)
+            per_row[g.local(unpack_keys(p.pop("dk")))] = p.pop("dn")
             runs.append((np.concatenate(([0], np.cumsum(per_row))), p.pop("col"), rank[at[i]:at[i + 1]], offsets[i]))
-            del dk, di, per_row
+            del per_row
         indptr = np.sum([ptr for ptr, *_ in runs], axis=0)
         cols = np.empty(int(indptr[-1]), dtype=np.int32 if offsets[-1] < 2 ** 31 else np.int64)
         stops = np.append(np.searchsorted(indptr, np.arange(ORDER_PIECE, indptr[-1], ORDER_PIECE)), k)

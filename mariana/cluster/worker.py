@@ -446,7 +446,7 @@ class Worker:
         start = time.time()
         self._settle()  # the batches of s-1 first: they are this superstep's inbox
         if self.shm is not None:
-            self.shm.superstep = s
+            self.shm.begin(s)
         self.state = {"phase": "computing", "ss": s, "since": time.time()}
         begin = Begin(s, msg.aggregates, msg.broadcasts)
         self._out = _Outgoing(self.partition.num_workers)

@@ -72,6 +72,9 @@ WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
 _NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
 _POOL_NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-[0-9a-f]{8}-pool-\d+$")
 POOL_SEGMENT = 16 << 20  # at least; a bigger send buffer gets a segment of its own
+#: memory of an arena segment unused for this many supersteps is given back (``Arena.trim``)
+IDLE_SUPERSTEPS = 2
+_MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: frees a shared mapping's pages in its file
 
 
 def host_id() -> str | None:
@@ -164,13 +167,38 @@ class _Segment:
             os.posix_fallocate(fd, 0, size)  # ENOSPC now, not SIGBUS at a later memcpy into a full tmpfs
             self.mm = mmap.mmap(fd, size)
         except BaseException:
+            os.close(fd)
             os.unlink(self.path)
             raise
-        finally:
-            os.close(fd)
+        self.fd = fd  # kept: a trimmed tail is allocated again before it is written (``restore``)
         self.mm[: len(self.token)] = self.token.encode()
         self.linked = True
         self.free: list[list[int]] = [[HEADER, size - HEADER]]  # sorted [offset, length]
+        self.ends: dict[int, int] = {}  # {superstep: the highest end of an extent handed out in it}
+        self.kept = size  # the memory from here to the end was given back (``trim``)
+
+    def trim(self, superstep: int, leased_end: int) -> None:
+        """Give back the memory above every extent leased now or handed out in the last
+        ``IDLE_SUPERSTEPS`` supersteps (first fit keeps the extents in use low): its pages leave
+        the file, so the sender's and every reader's mapping of them. A no-op without
+        ``MADV_REMOVE``."""
+        for t in [t for t in self.ends if t <= superstep - IDLE_SUPERSTEPS]:
+            del self.ends[t]
+        cut = _round(max(HEADER, leased_end, *self.ends.values()))
+        if _MADV_REMOVE is not None and cut < self.kept:
+            self.mm.madvise(_MADV_REMOVE, cut, self.kept - cut)
+            self.kept = cut
+
+    def restore(self, end: int) -> bool:
+        """Memory for an extent ending at ``end`` allocated again where it was given back (False:
+        no room in /dev/shm now)."""
+        if end > self.kept:
+            try:
+                os.posix_fallocate(self.fd, self.kept, end - self.kept)
+            except OSError:
+                return False
+            self.kept = end
+        return True
 
     def alloc(self, n: int) -> int | None:
         for i, ext in enumerate(self.free):
@@ -202,6 +230,9 @@ class _Segment:
 
     def close(self) -> None:
         self.unlink()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         try:
             self.mm.close()
         except BufferError:  # a view is still exported: the mapping goes when it does
@@ -209,7 +240,12 @@ class _Segment:
 
 
 class Arena:
-    """A sender's segments for one peer: allocation, leases, growth up to a shared budget."""
+    """A sender's segments for one peer: allocation, leases, growth up to a shared budget.
+
+    Each superstep a segment gives back the memory above the extents leased now or handed out in
+    the last ``IDLE_SUPERSTEPS`` supersteps (``trim``): a job that sent one large message (a
+    graph's route structure, say) does not keep its pages, resident in both workers, for the rest
+    of the run, while the extents a job reuses every superstep keep theirs."""
 
     def __init__(self, aid: str, budget: list[int], first: int = FIRST_SEGMENT) -> None:
         self.aid, self.budget, self.first = aid, budget, first  # budget: [bytes left], shared
@@ -217,6 +253,7 @@ class Arena:
         self.usable: set[int] = set()
         self.leases: dict[tuple[int, int], int] = {}
         self.offers: list[list[Any]] = []  # not yet sent
+        self.superstep = 0
 
     @property
     def growing(self) -> bool:
@@ -230,6 +267,7 @@ class Arena:
         if size < _round(need) + HEADER or size <= HEADER:
             return False
         seg = _Segment(f"{self.aid}-{len(self.segs)}", size)
+        seg.ends[self.superstep] = size  # new: kept whole until it has been idle
         self.budget[0] -= size
         self.segs.append(seg)
         self.offers.append([len(self.segs) - 1, seg.name, size, seg.token])
@@ -238,11 +276,25 @@ class Arena:
     def alloc(self, n: int) -> tuple[int, int] | None:
         n = _round(n)
         for s in sorted(self.usable):
-            off = self.segs[s].alloc(n)
+            seg = self.segs[s]
+            off = seg.alloc(n)
             if off is not None:
+                if not seg.restore(off + n):  # given back, and /dev/shm has no room for it now
+                    seg.release(off, n)
+                    continue
+                seg.ends[self.superstep] = max(seg.ends.get(self.superstep, 0), off + n)
                 self.leases[(s, off)] = n
                 return s, off
         return None
+
+    def trim(self, superstep: int) -> None:
+        """Superstep ``superstep`` begins: each segment gives back the memory above what was in use lately."""
+        self.superstep = superstep
+        leased_end: dict[int, int] = {}
+        for (s, off), n in self.leases.items():
+            leased_end[s] = max(leased_end.get(s, 0), off + n)
+        for s in self.usable:
+            self.segs[s].trim(superstep, leased_end.get(s, 0))
 
     def release(self, seg: int, off: int) -> bool:
         n = self.leases.pop((seg, off), None)
@@ -435,7 +487,7 @@ class Shm:
         self.budget = [cap_bytes]
         self._lock = threading.Lock()  # finalizers may run on any thread
         self.gen = gen
-        self.superstep = 0  # set by the worker: the send-buffer contract check needs it
+        self.superstep = 0  # set by ``begin``: the send-buffer contract check needs it
         self.pool = Pool(self.prefix) if self.enabled else None
         self.pool_maps: dict[int, tuple[str, dict[int, mmap.mmap]]] = {}  # {peer: (its pool id, mappings)}
         self.pool_acks: dict[int, list[list[Any]]] = {}
@@ -458,6 +510,12 @@ class Shm:
         self._reset()
         if self.pool is not None:
             self.pool.renew(self.pool.peers)
+
+    def begin(self, superstep: int) -> None:
+        """Superstep ``superstep`` begins on this worker (its arenas give back memory left idle)."""
+        self.superstep = superstep
+        for arena in self.arenas.values():
+            arena.trim(superstep)
 
     def _close_arenas(self) -> None:
         for arena in self.arenas.values():
@@ -606,6 +664,7 @@ class Shm:
 
     def _arena(self, peer: int, need: int, want: int) -> None:
         arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)
+        arena.superstep = self.superstep
         try:
             arena.grow(need, want)
         except OSError as exc:

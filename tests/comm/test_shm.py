@@ -126,6 +126,49 @@ def test_an_extent_is_released_after_the_last_view_is_collected_and_reused(pair)
     assert set(a.arenas[1].leases) == {lease} and z[0] == 4.0  # the same extent, reused
 
 
+def _shmem_kb() -> int:
+    """This process's resident shared memory (both ends of a pair are mapped here)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssShmem:"))
+
+
+@pytest.mark.skipif(shm_mod._MADV_REMOVE is None, reason="no MADV_REMOVE on this platform")
+def test_memory_idle_for_two_supersteps_is_given_back_and_serves_again(pair):
+    a, b = pair
+    a.begin(1)
+    y, placed = send(a, b, np.full(200_000, 5.0, np.float32))  # 800 KB, written by a and read by b
+    assert placed and y[-1] == 5.0
+    del y
+    gc.collect()
+    exchange(a, b)  # freed: nothing of the segment is leased
+    held = _shmem_kb()
+    a.begin(2)  # idle for one superstep: kept
+    assert _shmem_kb() == held
+    a.begin(3)
+    assert held - _shmem_kb() >= 700  # the 800 KB written and read are no longer resident
+    (seg,) = a.arenas[1].segs
+    allocated = lambda: os.fstat(seg.fd).st_blocks * 512  # noqa: E731 - the file's memory in /dev/shm
+    assert allocated() <= HEADER
+    a.begin(4)
+    z, placed = send(a, b, np.full(200_000, 6.0, np.float32))
+    assert placed and np.all(z == 6.0)
+    assert allocated() == HEADER + shm_mod._round(800_000)  # allocated again before it was written
+    # (a full /dev/shm then fails the allocation, not a later write with SIGBUS)
+
+
+def test_an_extent_in_use_every_superstep_keeps_its_pages(pair):
+    a, b = pair
+    for ss in range(1, 8):
+        a.begin(ss)
+        y, placed = send(a, b, np.full(200_000, float(ss), np.float32))
+        assert placed and y[0] == ss
+        del y
+        gc.collect()
+        exchange(a, b)
+    (seg,) = a.arenas[1].segs
+    assert seg.kept >= HEADER + shm_mod._round(800_000) and not seg.kept == seg.size  # the tail went, not the extent
+
+
 def test_a_retained_view_keeps_its_extent_leased_across_many_sends(pair):
     a, b = pair
     kept, _ = send(a, b, np.full(100_000, 7.0, np.float32))

@@ -20,7 +20,7 @@ source of the first edge (unit weights); WCC reads edges as undirected.
   supersteps.
 - networkit (one thread), igraph, and a scipy.sparse loop (``scipy.sparse.csgraph`` for WCC and
   SSSP, a CSR power iteration for PageRank): the same file, the same output format.
-- Peak memory: the largest VmHWM of any process of the tree, sampled every 20 ms.
+- Peak memory: the largest VmHWM of any process of the tree (``wait4``'s ``ru_maxrss``: no sampling).
 - ``--formats npy parquet``: the same edges also as a binary table, ``.npy`` (rows x 2, int64)
   and Parquet (int64 columns ``src``, ``dst``, pyarrow's defaults: dictionary encoding + snappy,
   row groups of 2^18 rows so that workers have row groups to share); mariana runs each format
@@ -45,7 +45,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -132,57 +131,40 @@ def first_source(path: Path) -> str:
 # ------------------------------------------------------------------------------------------------
 # measuring a process tree
 # ------------------------------------------------------------------------------------------------
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
-    return out
-
-
-def _hwm(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+#: Runs argv[2:] and writes its exit code and ``wait4``'s ``ru_maxrss`` (KB) to the file argv[1].
+#: A child's ru_maxrss includes the memory its parent had when it forked (exec keeps the
+#: high-water mark), so the measured command is started by this small interpreter, not by the
+#: benchmark's own process (~120 MB once its graphs are made).
+_SPAWN = """import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
 
 
 def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 1800,
             cwd: Path = ROOT) -> dict[str, Any]:
-    """Run ``cmd``; wall time, exit code, and the peak memory of the largest process of its tree."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
-    peaks: dict[int, int] = {}
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            todo = [proc.pid]
-            while todo:
-                pid = todo.pop()
-                peaks[pid] = max(peaks.get(pid, 0), _hwm(pid))
-                todo += _children(pid)
-            done.wait(0.02)
-
-    th = threading.Thread(target=poll, daemon=True)
-    th.start()
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        done.set()
-        th.join()
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        log(f"FAILED ({proc.returncode}): {' '.join(cmd)}\n{err[-2000:]}")
-    return {"wall_s": wall, "rc": proc.returncode, "peak_mb": max(peaks.values(), default=0) / 1e6,
-            "processes": len(peaks), "stdout": out}
+    """Run ``cmd``; wall time, exit code, and the peak memory of the largest process of its tree:
+    ``wait4``'s ``ru_maxrss``, the largest high-water mark (VmHWM) of the process and of every
+    descendant it waited for (a cluster's forked workers are). Read once at the end: sampling
+    /proc every 20 ms, as this did before, took a core's time that a 2-worker run does not have
+    spare (~0.05-0.1 s of each whole run on this 2-core machine) and could miss a short peak."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rusage") as report:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SPAWN, report.name, *cmd], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+        wall = time.perf_counter() - t0
+        rc, maxrss_kb = (int(x) for x in (report.read().split() or [str(proc.returncode or -9), "0"]))
+    if rc != 0:
+        log(f"FAILED ({rc}): {' '.join(cmd)}\n{err[-2000:]}")
+    return {"wall_s": wall, "rc": rc, "peak_mb": maxrss_kb * 1024 / 1e6, "stdout": out}
 
 
 # ------------------------------------------------------------------------------------------------

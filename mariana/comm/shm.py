@@ -72,8 +72,10 @@ WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
 _NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
 _POOL_NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-[0-9a-f]{8}-pool-\d+$")
 POOL_SEGMENT = 16 << 20  # at least; a bigger send buffer gets a segment of its own
-#: memory of an arena segment unused for this many supersteps is given back (``Arena.trim``)
+#: memory of an arena segment unused for this many supersteps is given back (``Arena.trim``),
+#: when there is at least ``TRIM_MIN_BYTES`` of it (less would come and go with every message)
 IDLE_SUPERSTEPS = 2
+TRIM_MIN_BYTES = 4 << 20
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: frees a shared mapping's pages in its file
 
 
@@ -185,7 +187,7 @@ class _Segment:
         for t in [t for t in self.ends if t <= superstep - IDLE_SUPERSTEPS]:
             del self.ends[t]
         cut = _round(max(HEADER, leased_end, *self.ends.values()))
-        if _MADV_REMOVE is not None and cut < self.kept:
+        if _MADV_REMOVE is not None and self.kept - cut >= TRIM_MIN_BYTES:
             self.mm.madvise(_MADV_REMOVE, cut, self.kept - cut)
             self.kept = cut
 
@@ -267,7 +269,6 @@ class Arena:
         if size < _round(need) + HEADER or size <= HEADER:
             return False
         seg = _Segment(f"{self.aid}-{len(self.segs)}", size)
-        seg.ends[self.superstep] = size  # new: kept whole until it has been idle
         self.budget[0] -= size
         self.segs.append(seg)
         self.offers.append([len(self.segs) - 1, seg.name, size, seg.token])
@@ -307,6 +308,7 @@ class Arena:
         self.segs[seg].unlink()
         if ok:
             self.usable.add(seg)
+            self.segs[seg].ends[self.superstep] = self.segs[seg].size  # kept whole until it has been idle
 
     def close(self) -> None:
         for seg in self.segs:

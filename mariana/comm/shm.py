@@ -28,9 +28,8 @@ A rollback (new generation) drops every arena and mapping of the old one: the pe
 processes, and batches of the old generation are dropped anyway (their extents are released when
 they are collected, and reports about old arenas are ignored by ``aid``).
 
-Files left behind (a worker gone through ``os._exit`` or a kill while a segment was still linked)
-are removed by the job's master when it ends (``sweep``) and, should it have been killed too, by
-the next worker that starts on the host (``sweep_stale``: files whose owner pid no longer runs).
+Where the files live, their names, and the sweeping of files a process left behind:
+``comm/shmfiles.py``.
 
 *Send buffers* (``Pool``, ``Context.send_buffer``) avoid even the sender's copy: arrays a vertex
 asked the engine for live in pool segments every same-host peer maps (``pool_offer`` /
@@ -42,15 +41,11 @@ memory and must not rewrite what it sent before two supersteps later (see ``Pool
 from __future__ import annotations
 
 import bisect
-import glob
 import logging
 import mmap
 import os
-import re
 import secrets
-import socket
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -59,94 +54,22 @@ import numpy as np
 
 from ..errors import ProtocolError
 from ..messages import codec
+from .shmfiles import POOL_NAME, SEGMENT_NAME, SHM_DIR, host_id, sweep, sweep_stale
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Shm", "Arena", "Pool", "host_id", "sweep", "sweep_stale", "SHM_DIR"]
 
-SHM_DIR = "/dev/shm"
 HEADER = 4096  # the token lives here; extents start after it
 ALIGN = 4096
 FIRST_SEGMENT = 16 << 20  # at least; the first is twice the big frames of the message that asks for it
 WHOLE = 1 << 62  # a chunk size that keeps every array in one frame
-_NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-g\d+-p\d+-\d+$")
-_POOL_NAME = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-\d+-[0-9a-f]{8}-pool-\d+$")
 POOL_SEGMENT = 16 << 20  # at least; a bigger send buffer gets a segment of its own
 #: memory of an arena segment unused for this many supersteps is given back (``Arena.trim``),
 #: when there is at least ``TRIM_MIN_BYTES`` of it (less would come and go with every message)
 IDLE_SUPERSTEPS = 2
 TRIM_MIN_BYTES = 4 << 20
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: frees a shared mapping's pages in its file
-
-
-def host_id() -> str | None:
-    """This host's identity for shared memory (boot id, hostname, uid), or None without /dev/shm."""
-    if not os.path.isdir(SHM_DIR) or not hasattr(os, "getuid"):
-        return None
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        return None
-    return f"{boot}/{socket.gethostname()}/{os.getuid()}"
-
-
-def sweep(job_id: str) -> int:
-    """Remove this job's segments left in /dev/shm (by a killed worker); returns how many."""
-    n = 0
-    for path in glob.glob(os.path.join(SHM_DIR, f"mariana-{job_id[:12]}-*")):
-        try:
-            if os.stat(path, follow_symlinks=False).st_uid == os.getuid():
-                os.unlink(path)
-                n += 1
-        except OSError:
-            pass
-    return n
-
-
-#: a segment's owner: the worker process whose pid its name holds (arena and pool names alike)
-_OWNER = re.compile(r"^mariana-[0-9a-f]{1,32}-w\d+-(\d+)-")
-#: a file younger than this is left alone whoever owns it (its owner may be starting in another
-#: pid namespace that shares this /dev/shm)
-STALE_AFTER_S = 30.0
-
-
-def sweep_stale(now: float | None = None) -> int:
-    """Remove segments of this uid whose owner process is gone; returns how many.
-
-    A job's master sweeps its own job's files when it ends (``sweep``), and a worker unlinks what
-    its peers have not mapped when it closes; neither runs when the master was killed and a worker
-    ended through ``os._exit`` (or was killed too) while a segment was still linked. Every worker
-    sweeps such leftovers of any job when it starts, so they do not pile up in /dev/shm (a file of
-    a live pid, or one younger than ``STALE_AFTER_S``, stays)."""
-    now = time.time() if now is None else now
-    n = 0
-    for path in glob.glob(os.path.join(SHM_DIR, "mariana-*")):
-        name = os.path.basename(path)
-        owner = _OWNER.match(name)
-        if owner is None or not (_NAME.match(name) or _POOL_NAME.match(name)):
-            continue
-        try:
-            st = os.stat(path, follow_symlinks=False)
-            if st.st_uid != os.getuid() or now - st.st_mtime < STALE_AFTER_S or _alive(int(owner.group(1))):
-                continue
-            os.unlink(path)
-            n += 1
-        except OSError:  # gone meanwhile
-            continue
-    if n:
-        log.info("shm: removed %d segment(s) in %s left by processes that no longer run", n, SHM_DIR)
-    return n
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process (a pid of this uid was reused)
-        return True
-    return True
 
 
 def _nbytes(frame: Any) -> int:
@@ -721,7 +644,7 @@ class Shm:
                 raise ProtocolError("shm", "malformed shm_offer segment")
             seg, name, size, token = item
             ok = False
-            if self.enabled and host == self.host and _NAME.match(name) and name.startswith(aid + "-"):
+            if self.enabled and host == self.host and SEGMENT_NAME.match(name) and name.startswith(aid + "-"):
                 try:
                     mapped.maps[seg] = self._open(name, size, token)
                     ok = True
@@ -743,7 +666,7 @@ class Shm:
                 raise ProtocolError("shm", "malformed shm_pool_offer segment")
             seg, name, size, token = item
             ok = seg in known[1] and len(known[1][seg]) == size
-            if not ok and self.enabled and host == self.host and _POOL_NAME.match(name) and name.startswith(pid + "-"):
+            if not ok and self.enabled and host == self.host and POOL_NAME.match(name) and name.startswith(pid + "-"):
                 try:
                     known[1][seg] = self._open(name, size, token)
                     ok = True

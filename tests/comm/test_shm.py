@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from mariana.comm import shm as shm_mod
+from mariana.comm import shmfiles
 from mariana.comm.shm import HEADER, Shm
 from mariana.errors import ProtocolError
 from mariana.jobs import get_job, resolve_config
@@ -32,15 +33,25 @@ pytestmark = [pytest.mark.timeout(120),
 KB, MB = 1 << 10, 1 << 20
 
 
-@pytest.fixture
-def pair():
+def _pair(cap_mb: int, first_mb: int):
     """A sender (worker 0) and a receiver (worker 1) in this process, handshake done."""
-    a = Shm("f" * 32, 0, cap_bytes=4 * MB, min_bytes=64 * KB, first_bytes=1 * MB)
+    a = Shm("f" * 32, 0, cap_bytes=cap_mb * MB, min_bytes=64 * KB, first_bytes=first_mb * MB)
     b = Shm("f" * 32, 1)
     start(a, b)
     yield a, b
     a.close()
     b.close()
+
+
+@pytest.fixture
+def pair():
+    yield from _pair(4, 1)
+
+
+@pytest.fixture
+def big_pair():
+    """A pair whose arena has room for a few MB (what ``Arena.trim`` gives back)."""
+    yield from _pair(64, 16)
 
 
 def start(a: Shm, b: Shm) -> None:
@@ -130,17 +141,6 @@ def _shmem_kb() -> int:
     """This process's resident shared memory (both ends of a pair are mapped here)."""
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("RssShmem:"))
-
-
-@pytest.fixture
-def big_pair():
-    """A sender and a receiver whose arena has room for a few MB (what ``Arena.trim`` gives back)."""
-    a = Shm("f" * 32, 0, cap_bytes=64 * MB, min_bytes=64 * KB, first_bytes=16 * MB)
-    b = Shm("f" * 32, 1)
-    start(a, b)
-    yield a, b
-    a.close()
-    b.close()
 
 
 @pytest.mark.skipif(shm_mod._MADV_REMOVE is None, reason="no MADV_REMOVE on this platform")
@@ -314,14 +314,14 @@ def _plant(name: str, age_s: float) -> str:
 
 
 def test_segments_of_processes_that_no_longer_run_are_swept():
-    dead, me, old = _dead_pid(), os.getpid(), shm_mod.STALE_AFTER_S + 30
+    dead, me, old = _dead_pid(), os.getpid(), shmfiles.STALE_AFTER_S + 30
     gone = [_plant(f"mariana-{'e' * 12}-w0-{dead}-1a2b3c4d-pool-0", old),  # a pool segment, its worker gone
             _plant(f"mariana-{'e' * 12}-w1-{dead}-g0-p0-0", old)]  # an arena segment
     kept = [_plant(f"mariana-{'e' * 12}-w0-{me}-1a2b3c4d-pool-1", old),  # its owner runs
             _plant(f"mariana-{'e' * 12}-w2-{dead}-1a2b3c4d-pool-0", 1.0),  # too young to judge
             _plant(f"mariana-{'e' * 12}-notes-{dead}", old)]  # not a segment's name
     try:
-        assert shm_mod.sweep_stale() >= 2
+        assert shmfiles.sweep_stale() >= 2
         assert [os.path.exists(p) for p in gone + kept] == [False] * len(gone) + [True] * len(kept)
     finally:
         for path in gone + kept:
@@ -352,7 +352,7 @@ def _train(run_dir: Path, sets: Sequence[str] = (), **kw):
 
 
 def test_two_workers_give_identical_results_with_and_without_shm_and_leave_no_files(tmp_path):
-    left = _plant(f"mariana-{'d' * 12}-w0-{_dead_pid()}-1a2b3c4d-pool-0", shm_mod.STALE_AFTER_S + 30)
+    left = _plant(f"mariana-{'d' * 12}-w0-{_dead_pid()}-1a2b3c4d-pool-0", shmfiles.STALE_AFTER_S + 30)
     try:
         on, _, shm_on, job_on = _train(tmp_path / "on")
         assert not os.path.exists(left)  # a worker of a job before, gone without cleaning up: swept at the start

@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import time
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,7 @@ def host_id() -> str | None:
 
 def sweep(job_id: str) -> int:
     """Remove this job's segments left in /dev/shm (by a killed worker); returns how many."""
-    n = 0
-    for path in glob.glob(os.path.join(SHM_DIR, f"mariana-{job_id[:12]}-*")):
-        try:
-            if os.stat(path, follow_symlinks=False).st_uid == os.getuid():
-                os.unlink(path)
-                n += 1
-        except OSError:
-            pass
-    return n
+    return _unlink_own(f"mariana-{job_id[:12]}-*")
 
 
 #: a segment's owner: the worker process whose pid its name holds (arena and pool names alike)
@@ -68,22 +61,29 @@ def sweep_stale(now: float | None = None) -> int:
     sweeps such leftovers of any job when it starts, so they do not pile up in /dev/shm (a file of
     a live pid, or one younger than ``STALE_AFTER_S``, stays)."""
     now = time.time() if now is None else now
-    n = 0
-    for path in glob.glob(os.path.join(SHM_DIR, "mariana-*")):
-        name = os.path.basename(path)
+
+    def stale(name: str, st: os.stat_result) -> bool:
         owner = _OWNER.match(name)
-        if owner is None or not (SEGMENT_NAME.match(name) or POOL_NAME.match(name)):
-            continue
-        try:
-            st = os.stat(path, follow_symlinks=False)
-            if st.st_uid != os.getuid() or now - st.st_mtime < STALE_AFTER_S or _alive(int(owner.group(1))):
-                continue
-            os.unlink(path)
-            n += 1
-        except OSError:  # gone meanwhile
-            continue
+        return (owner is not None and bool(SEGMENT_NAME.match(name) or POOL_NAME.match(name))
+                and now - st.st_mtime >= STALE_AFTER_S and not _alive(int(owner.group(1))))
+
+    n = _unlink_own("mariana-*", stale)
     if n:
         log.info("shm: removed %d segment(s) in %s left by processes that no longer run", n, SHM_DIR)
+    return n
+
+
+def _unlink_own(pattern: str, which: Callable[[str, os.stat_result], bool] = lambda name, st: True) -> int:
+    """Unlink the files of this uid in /dev/shm matching ``pattern`` that ``which`` picks; how many."""
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, pattern)):
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            if st.st_uid == os.getuid() and which(os.path.basename(path), st):
+                os.unlink(path)
+                n += 1
+        except OSError:  # gone meanwhile
+            pass
     return n
 
 

@@ -16,7 +16,7 @@ No array here is as long as the whole graph: a block holds its own vertices, the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -168,13 +168,9 @@ def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, k
         return
     if val.dtype.kind in "iuf":  # numbers: one unbuffered minimum per distinct destination, no sort
         init = np.inf if val.dtype.kind == "f" else np.iinfo(val.dtype).max
-        best = np.full(len(g.targets), init, dtype=val.dtype)
-        if rows is None:
-            np.minimum.at(best, slots, val)
-        else:
-            for lo in range(0, len(slots), MIN_PIECE):
-                np.minimum.at(best, slots[lo:lo + MIN_PIECE], val[rows[lo:lo + MIN_PIECE]])
-        _send_best(ctx, g, best, init, key)
+        pieces = ((slots[lo:lo + MIN_PIECE], val[lo:lo + MIN_PIECE] if rows is None else val[rows[lo:lo + MIN_PIECE]])
+                  for lo in range(0, len(slots), MIN_PIECE))
+        _send_min_of(ctx, g, pieces, init, key)
         return
     # byte-string labels: sort by (destination, value), first of each run
     if rows is not None:
@@ -184,21 +180,35 @@ def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, k
     first = np.ones(s.size, dtype=bool)
     first[1:] = s[1:] != s[:-1]
     s, v = s[first], v[first]
-    _send_by_block(ctx, g, g.targets[s], v, g.target_block[s], key)
+    _send_by_block(ctx, g, g.target_block[s], {"dst": pack_keys(g.targets[s]), key: pack_keys(v)})
 
 
-def _send_best(ctx: Context, g: LocalGraph, best: np.ndarray, init: Any, key: str) -> None:
-    """Send ``best`` (per target; ``init`` where none) to the targets' blocks."""
-    t = np.flatnonzero(best < init)
-    _send_by_block(ctx, g, g.targets[t], best[t], g.target_block[t], key)
+def _send_min_of(ctx: Context, g: LocalGraph, pieces: Iterable[tuple[np.ndarray, np.ndarray]], init: Any,
+                 key: str) -> None:
+    """Send, per destination block, the smallest value for each destination over ``pieces`` of
+    (slots, numbers) (``init``: larger than any); nothing when there are none."""
+    best = None
+    for slots, vals in pieces:
+        if best is None:
+            best = np.full(len(g.targets), init, dtype=vals.dtype)
+        np.minimum.at(best, slots, vals)
+    if best is not None:
+        t = np.flatnonzero(best < init)
+        _send_by_block(ctx, g, g.target_block[t], {"dst": pack_keys(g.targets[t]), key: pack_keys(best[t])})
 
 
-def _send_by_block(ctx: Context, g: LocalGraph, d: np.ndarray, v: np.ndarray, blk: np.ndarray, key: str) -> None:
-    wire_vals = pack_keys(v)
-    wire_dst = pack_keys(d)
-    for b in np.flatnonzero(np.bincount(blk, minlength=len(g.blocks))).tolist():
-        sel = blk == b
-        ctx.send(g.blocks[b], {"dst": wire_dst[sel], key: wire_vals[sel]}, tag=BLOCK_TAG)
+def _send_by_block(ctx: Context, g: LocalGraph, blk: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+    """Send the rows of ``cols`` (key columns packed already) to the block in ``blk`` of each row."""
+    if len(g.blocks) == 1:
+        if len(blk):
+            ctx.send(g.blocks[0], cols, tag=BLOCK_TAG)
+        return
+    order = np.argsort(blk, kind="stable")
+    bounds = np.searchsorted(blk[order], np.arange(len(g.blocks) + 1))
+    for b in range(len(g.blocks)):
+        sel = order[bounds[b]:bounds[b + 1]]
+        if sel.size:
+            ctx.send(g.blocks[b], {k: v[sel] for k, v in cols.items()}, tag=BLOCK_TAG)
 
 
 class LoadedBlock(Vertex):
@@ -580,12 +590,7 @@ class SSSPLoaded(LoadedBlock):
             rows = np.flatnonzero(changed)
         if s > 0 and rows.size:
             ctx.aggregate("updated", int(rows.size))
-        best = None  # per target, the smallest distance over the boundary edges of the rows
-        for src_rows, e in sp.boundary_pieces(rows):
-            if best is None:
-                best = np.full(len(g.targets), INF)
-            w = sp.b_weight[e] if sp.b_weight is not None else 1.0
-            np.minimum.at(best, sp.b_slot[e], dist[src_rows] + w)
-        if best is not None:
-            _send_best(ctx, g, best, INF, "d")
+        w = sp.b_weight
+        _send_min_of(ctx, g, ((sp.b_slot[e], dist[src] + (1.0 if w is None else w[e])) for src, e in sp.boundary_pieces(rows)),
+                     INF, "d")
         ctx.vote_to_halt()

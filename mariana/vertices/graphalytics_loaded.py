@@ -19,24 +19,10 @@ import numpy as np
 
 from ..engine import Context, Message
 from .block_kernels import components, import_traversals, row_ids
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, _Split, pack_keys
+from .graph_blocks import GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, _send_by_block, _Split, pack_keys
 from .graphalytics import UNREACHABLE
 
 __all__ = ["UNREACHABLE", "BFSLoaded", "WCCComponentsLoaded"]
-
-
-def _send_by_block(ctx: Context, g: LocalGraph, blk: np.ndarray, cols: dict[str, np.ndarray]) -> None:
-    """Send the rows of ``cols`` (key columns packed already) to the block in ``blk`` of each row."""
-    if len(g.blocks) == 1:
-        if len(blk):
-            ctx.send(g.blocks[0], cols, tag=BLOCK_TAG)
-        return
-    order = np.argsort(blk, kind="stable")
-    bounds = np.searchsorted(blk[order], np.arange(len(g.blocks) + 1))
-    for b in range(len(g.blocks)):
-        sel = order[bounds[b]:bounds[b + 1]]
-        if sel.size:
-            ctx.send(g.blocks[b], {k: v[sel] for k, v in cols.items()}, tag=BLOCK_TAG)
 
 
 def _integer_ids(keys: np.ndarray) -> np.ndarray:

@@ -44,8 +44,8 @@ import numpy as np
 from ..engine import Context, Message
 from .block_kernels import have_scipy, row_ids
 from .triangles import oriented_triangles, triangle_credits
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, _concat, pack_keys
-from .graphalytics_loaded import _announce_in_edges, _neighbour_entries, _send_by_block
+from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, _concat, _send_by_block, pack_keys
+from .graphalytics_loaded import _announce_in_edges, _neighbour_entries
 
 __all__ = ["LCCLoaded", "WEDGE_CHUNK"]
 

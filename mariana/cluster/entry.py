@@ -17,6 +17,7 @@ import threading
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..engine.memory import one_malloc_arena
 from ..errors import MarianaError, UsageError, VertexError
 from .worker import EXIT_MASTER_LOST, TOKEN_VAR, GraphBuilder, Worker
 
@@ -130,6 +131,8 @@ def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> i
     ``process``: this worker is the whole process, so a lost master ends the process even in the
     middle of a long compute (after 2 s for the loop to notice by itself); False for a worker
     that runs in a thread of a larger process (the in-process cluster of the tests)."""
+    if process:  # before the zmq context's threads: what they receive is freed where we allocate
+        one_malloc_arena()
     worker = make_worker(spec, build)
     returned = threading.Event()
     if process:

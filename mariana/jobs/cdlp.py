@@ -13,13 +13,13 @@ from ..vertices.cdlp_loaded import CDLPLoaded
 from .edgelist import EdgeList
 from .graphalytics import label_ranks, load_graph, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, parted_results
-from .graphload import Ids
+from .graphload import Ids, label_counts
 from .registry import BuildContext, Job, Key
 
 
-def _summarize(ids: Ids, labels: np.ndarray) -> dict[str, Any]:
-    names, counts = np.unique(labels, return_counts=True)
-    return {"labels": [str(x) for x in names.tolist()], "counts": counts.tolist()}
+def _summarize(ids: Ids, labels: Ids | np.ndarray) -> dict[str, Any]:
+    names, counts = label_counts(labels)
+    return {"labels": [str(x) for x in names], "counts": counts}
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:

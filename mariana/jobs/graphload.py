@@ -38,7 +38,8 @@ from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
 from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
 from ..storage.parts import part_url
 
-__all__ = ["GraphLoader", "LoadSpec", "Ids", "graphalytics_part", "strkeys", "decode_keys", "LOAD_AGGREGATORS", "MAX_DIGITS"]
+__all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part", "strkeys", "decode_keys",
+           "LOAD_AGGREGATORS", "MAX_DIGITS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
 PIECE = 4 << 20
@@ -120,6 +121,16 @@ class Ids:
 
     def of(self, rows: np.ndarray) -> list[str]:
         return [str(x) for x in decode_keys(self.keys[rows]).tolist()]
+
+
+def label_counts(labels: Ids | np.ndarray) -> tuple[list[Any], list[int]]:
+    """Each distinct label (ascending) and how many rows have it; labels given as ``Ids`` (keys)
+    are decoded only once each (keys sort as their strings do: the same order)."""
+    if isinstance(labels, Ids):
+        keys, counts = np.unique(labels.keys, return_counts=True)
+        return decode_keys(keys).tolist(), counts.tolist()
+    names, counts = np.unique(labels, return_counts=True)
+    return names.tolist(), counts.tolist()
 
 
 def _hash_owner(keys: np.ndarray, workers: int) -> np.ndarray:
@@ -290,11 +301,11 @@ def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
 
 
 def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
-                      numeric: bool) -> tuple[Callable[[int, int], str], str]:
+                      numeric: bool, labels: bool = False) -> tuple[Callable[[int, int], str], str]:
     """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
-    rows lo..hi (``keys`` in string order, decoded to ids a piece at a time) ordered by number
-    when every id of the graph is an integer (``numeric``); and that order, the key of the parts'
-    merge (``storage.parts.LINE_ORDERS``)."""
+    rows lo..hi (``keys`` in string order, decoded to ids a piece at a time; ``labels``: the
+    values are keys too, decoded the same way) ordered by number when every id of the graph is
+    an integer (``numeric``); and that order, the key of the parts' merge (``storage.parts.LINE_ORDERS``)."""
     if numeric and len(keys):
         number = np.concatenate([decode_keys(keys[lo:lo + OUTPUT_ROWS]).astype(np.int64)
                                  for lo in range(0, len(keys), OUTPUT_ROWS)])
@@ -303,16 +314,20 @@ def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any],
         keys, values = keys[by_number], values[by_number]
 
     def lines(lo: int, hi: int) -> str:
-        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(), map(fmt, values[lo:hi].tolist())))
+        vals = decode_keys(values[lo:hi]) if labels else values[lo:hi]
+        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(), map(fmt, vals.tolist())))
 
     return lines, "numeric" if numeric else "graphalytics"
 
 
 class GraphLoader:
-    """Loads one worker's part of a graph in ``LOAD_STEPS`` supersteps; writes its results."""
+    """Loads one worker's part of a graph in ``LOAD_STEPS`` supersteps; writes its results.
+
+    ``summarize(ids, values)``: the part's summary for the job's ``finish``; ``values`` is the
+    block's array, or ``Ids`` when the values are labels (keys, decoded as the summary needs)."""
 
     def __init__(self, spec: LoadSpec, workers: int, blocks: list[str], index: int,
-                 summarize: Callable[["Ids", np.ndarray], dict[str, Any]], fmt: Callable[[Any], str]) -> None:
+                 summarize: Callable[["Ids", Any], dict[str, Any]], fmt: Callable[[Any], str]) -> None:
         self.spec, self.workers, self.blocks, self.index = spec, workers, blocks, index
         self.summarize, self.fmt = summarize, fmt
         self.url = spec.graph
@@ -724,25 +739,26 @@ class GraphLoader:
         """This block's results: written as a part of ``output`` (returning where, and a summary),
         or returned whole (``ids``, ``values``) when there is no output. Ids are decoded a piece
         at a time as the part is written (all of them at once were ~70 bytes a vertex: the
-        output was a one-worker job's peak)."""
-        vals: Any = decode_keys(values) if labels else values
+        output was a one-worker job's peak), and so are labels (``labels``: the values are keys;
+        decoded whole, +23 MB on a scale-19 WCC worker's output). The summary gets labels as ``Ids``."""
         if not self.spec.output:
-            return {"ids": decode_keys(own).tolist(), "values": vals.tolist() if labels else vals}
+            return {"ids": decode_keys(own).tolist(), "values": decode_keys(values).tolist() if labels else values}
         url = part_url(self.spec.output, self.index)
         order = "string"
         lines: Callable[[int, int], str]
         if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
-            lines, order = graphalytics_part(own, vals, self.fmt, own.dtype.kind != "S")
-        elif vals.dtype.kind == "f":
+            lines, order = graphalytics_part(own, values, self.fmt, own.dtype.kind != "S", labels)
+        elif values.dtype.kind == "f" and not labels:
             def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float (an f-string: ~20 % faster than str.format)
-                return "".join([f"{k}\t{v!r}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(), vals[lo:hi].tolist())])
+                return "".join([f"{k}\t{v!r}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(), values[lo:hi].tolist())])
         else:
             def lines(lo: int, hi: int) -> str:
                 fmt = self.fmt
-                return "".join([f"{k}\t{fmt(v)}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(),
-                                                                     vals[lo:hi].tolist())])
+                vals = decode_keys(values[lo:hi]) if labels else values[lo:hi]
+                return "".join([f"{k}\t{fmt(v)}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(), vals.tolist())])
         try:  # formatted and written in pieces: the text of a large part never exists whole
             write_lines(url, lambda: (lines(lo, lo + OUTPUT_ROWS) for lo in range(0, len(own), OUTPUT_ROWS)))
         except StorageError as exc:  # reported by the job's finish, with every other part discarded
             return {"part": url, "error": str(exc)}
-        return {"part": url, "rows": len(own), "summary": self.summarize(Ids(own), vals), "order": order}
+        return {"part": url, "rows": len(own), "summary": self.summarize(Ids(own), Ids(values) if labels else values),
+                "order": order}

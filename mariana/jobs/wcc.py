@@ -12,15 +12,13 @@ from ..vertices.graph_algos import WCCVertex
 from ..vertices.graphalytics_loaded import WCCComponentsLoaded
 from .graphalytics import load_graph, output_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from .graphload import Ids
+from .graphload import Ids, label_counts
 from .registry import BuildContext, Job
 
 
-def _summarize(ids: Ids, labels: np.ndarray) -> dict[str, Any]:
-    if not len(labels):
-        return {"labels": [], "counts": []}
-    names, counts = np.unique(labels, return_counts=True)
-    return {"labels": names.tolist(), "counts": counts.tolist()}
+def _summarize(ids: Ids, labels: Ids | np.ndarray) -> dict[str, Any]:
+    names, counts = label_counts(labels)
+    return {"labels": names, "counts": counts}
 
 
 def build(config: dict[str, Any], bctx: BuildContext) -> Graph:

@@ -150,12 +150,9 @@ class WCCComponentsLoaded(LoadedBlock):
             label[changed] = best[comp[changed]]
             if roots.size:
                 ctx.aggregate("updated", int(np.count_nonzero(changed)))
-        rows, slots = self.boundary_rows, self.boundary_slots
-        if not changed.all():  # (step 0: every row changed, no selection to copy)
-            sel = np.flatnonzero(changed[rows])
-            rows, slots = rows[sel], slots[sel]
-        if slots.size:  # labels gathered onto the edges in pieces
-            _send_min(ctx, g, slots, label, "label", rows=rows)
+        # labels gathered onto the boundary edges of the rows that changed, in pieces (step 0: all)
+        _send_min(ctx, g, self.boundary_slots, label, "label", rows=self.boundary_rows,
+                  changed=None if changed.all() else changed)
         ctx.vote_to_halt()
 
     def result(self) -> dict[str, Any]:

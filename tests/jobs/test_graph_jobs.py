@@ -25,6 +25,7 @@ import mariana
 from mariana.jobs import BuildContext, get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.edgelist import example_graph_url, load_edges
+from mariana.jobs import graphload
 from mariana.jobs.graphjob import collect
 from mariana.vertices.graph_blocks import LOAD_STEPS
 
@@ -327,6 +328,25 @@ def test_wcc_reads_edges_as_undirected(capsys, tmp_path):
     for mode in MODES:
         text, _ = cli_run(capsys, tmp_path, "wcc", path, f"mode={mode}", workers=2)
         assert text == "10\t10\n9\t10\na\ta\nb\ta\nc\ta\nd\ta\nx\tx\n"
+
+
+@pytest.mark.parametrize("job", ["wcc", "cdlp"])
+def test_block_labels_are_written_and_counted_a_piece_at_a_time(capsys, tmp_path, monkeypatch, job):
+    """Block mode holds labels as keys, as it holds ids: a part decodes them a few rows at a time
+    as it is written, and the summary counts them by key, decoding each distinct one once. The
+    same lines and the same largest components or communities as the vertex mode."""
+    monkeypatch.setattr(graphload, "OUTPUT_ROWS", 3)
+    rg = RandomGraph(31, 90, 4)
+    path = rg.write(tmp_path)
+    runs = {mode: cli_run(capsys, tmp_path, job, path, f"mode={mode}", "top=10", workers=2, json_out=True)
+            for mode in MODES}
+    (text, stdout), (vertex_text, vertex_stdout) = runs["block"], runs["vertex"]
+    assert text == vertex_text
+    if job == "wcc":
+        assert dict(parse_tsv(text, str)) == nx_wcc(rg.edges, rg.ids)
+    summary = json.loads(stdout)
+    assert summary["largest"] == json.loads(vertex_stdout)["largest"]
+    assert sum(size for _, size in summary["largest"]) <= len(rg.ids) and len(summary["largest"]) >= 2
 
 
 def test_pagerank_and_sssp_read_edges_as_directed(capsys, tmp_path):

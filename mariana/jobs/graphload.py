@@ -45,8 +45,10 @@ __all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part"
 PIECE = 4 << 20
 #: ... and an edge table in pieces of this many rows (~4 MB of int64 ids).
 TABLE_PIECE = 1 << 18
-#: Output parts are formatted and written this many rows at a time.
-OUTPUT_ROWS = 1 << 16
+#: Output parts are formatted and written this many rows at a time (the ids' strings, the lines
+#: and their bytes: ~300 bytes a row at once; 2^16 rows added ~20 MB to a scale-19 worker's
+#: last step, its peak for a one-worker SSSP: 237 -> 219 MB, and wrote no faster)
+OUTPUT_ROWS = 1 << 14
 #: The build turns routed edges into rows and slots in pieces of this many edges.
 BUILD_PIECE = 1 << 20
 #: ... and gives the heap back after placing this many bytes of messages (each trim costs the

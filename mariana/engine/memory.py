@@ -82,10 +82,11 @@ def one_malloc_arena() -> None:
     when the worker has read a message and lets it go, that memory is free only there: the
     worker's own allocations (its main thread's arena) cannot reuse it, and it stays resident
     until the next ``trim_heap``. Measured at scale 19 on 2 workers (each receiving ~38 MB in
-    the loading supersteps), the larger worker's peak over 6 runs each: WCC 210-218 -> 186-211
-    MB, PageRank 120-123 -> 118-126 MB (no change), the run's time unchanged (the IO thread
-    allocates a few hundred buffers a superstep). Call it before the process starts threads
-    that allocate (arenas made already stay); a no-op where glibc is not the allocator."""
+    the loading supersteps), the larger worker's sampled peak over 6 runs each: WCC 210-218 ->
+    186-211 MB; PageRank's (VmHWM, 4 interleaved runs each) 122-125 -> 121-129 MiB, no better (its
+    peak is the first round, where batches travel in shared memory); the run's time unchanged (the
+    IO thread allocates a few hundred buffers a superstep). Call it before the process starts
+    threads that allocate (arenas made already stay); a no-op where glibc is not the allocator."""
     try:
         ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
     except (OSError, AttributeError):

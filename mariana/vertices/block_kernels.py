@@ -382,13 +382,19 @@ def _hook_components(k: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 class Relaxer:
     """Shortest distances over one block's internal edges (CSR: ``indptr``, ``indices`` local
-    rows, ``weight``), from seeds with start distances; see the module note on bit-identity."""
+    rows, ``weight``), from seeds with start distances; see the module note on bit-identity.
+
+    ``indices`` (and ``weight``) may be longer than the CSR's ``indptr[-1]`` entries: the rest is
+    room where a relaxation from several seeds puts a super-source's edges (row k, one to each
+    seed), so that it copies none of the block's edges."""
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, weight: np.ndarray | None) -> None:
         self.unit = weight is None  # every edge weighs 1.0: hop counts
-        self.indptr, self.indices = indptr, indices
-        self.weight = np.ones(len(indices)) if weight is None else weight
-        self.k = len(indptr) - 1
+        n = int(indptr[-1]) if len(indptr) else 0
+        self.indptr, self.k = indptr, len(indptr) - 1
+        self._room_indices = indices
+        self._room_weight = np.ones(len(indices)) if weight is None else weight
+        self.indices, self.weight = indices[:n], self._room_weight[:n]  # the CSR's own
 
     #: frontier rounds before the rest goes to scipy's Dijkstra, which costs O(rows) per call
     #: whatever it reaches: a few boundary updates take a few cheap rounds, a long local
@@ -423,11 +429,23 @@ class Relaxer:
         if not start.any():  # every seed at 0.0: 0.0 + w == w, plain multi-source Dijkstra
             return _csgraph().dijkstra(self._matrix(), directed=True, indices=seeds, min_only=True)
         # a super-source (row k) with an edge of weight d0 to each seed: 0.0 + d0 == d0 exactly
-        n = len(self.indices)
-        indptr = np.append(self.indptr, n + seeds.size)
-        m = _csr_matrix((np.concatenate((self.weight, start)), np.concatenate((self.indices, seeds)), indptr),
-                        shape=(k + 1, k + 1))
+        m = self._with_source(seeds, start)
         return _csgraph().dijkstra(m, directed=True, indices=k, min_only=True)[:k]
+
+    def _with_source(self, seeds: np.ndarray, weight: np.ndarray | float) -> Any:
+        """The block's matrix with one more row, k: an edge to each seed, of ``weight``. In the
+        room after the block's edges where there is enough (nothing else of them is copied),
+        else a copy of them all with the seeds' edges after."""
+        k, n, s = self.k, len(self.indices), seeds.size
+        indptr = np.append(self.indptr, n + s)
+        if len(self._room_indices) >= n + s:
+            indices, weights = self._room_indices[:n + s], self._room_weight[:n + s]
+            indices[n:] = seeds
+            weights[n:] = weight
+        else:
+            indices = np.concatenate((self.indices, seeds))
+            weights = np.concatenate((self.weight, np.broadcast_to(np.asarray(weight, np.float64), (s,))))
+        return _csr_matrix((weights, indices, indptr), shape=(k + 1, k + 1))
 
     def _bfs(self, dist: np.ndarray, seeds: np.ndarray, d0: float) -> np.ndarray:
         """Unit weights, every seed at depth ``d0``: one breadth-first traversal (from a
@@ -436,10 +454,7 @@ class Relaxer:
         if seeds.size == 1:
             m, root, base = self._matrix(), int(seeds[0]), d0
         else:
-            indptr = np.append(self.indptr, len(self.indices) + seeds.size)
-            m = _csr_matrix((np.ones(len(self.indices) + seeds.size), np.concatenate((self.indices, seeds)), indptr),
-                            shape=(k + 1, k + 1))
-            root, base = k, d0 - 1.0
+            m, root, base = self._with_source(seeds, 1.0), k, d0 - 1.0
         order, pred = _csgraph().breadth_first_order(m, root, directed=True, return_predecessors=True)
         hops = _levels(order, pred)
         cand = np.full(k, np.inf)

@@ -301,13 +301,14 @@ class LoadedBlock(Vertex):
         return self.out.result(g.own, self.value, labels=False)
 
 
-def _internal_csr(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _internal_csr(g: LocalGraph, me: int, room: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The block's internal edges (both ends in block ``me``) as a CSR over local rows:
     ``(indptr, destination rows, inside)``; ``inside`` (the mask of internal edges) is None when
     every edge is internal (one block), where the CSR is ``g``'s own. The distinct targets are
     looked up once; when they are the block's own vertices (every vertex has in-edges), a slot is
     a row and there is nothing to look up. Each row's count of internal edges is a segmented sum
-    of the mask (no row per edge: that and its ``bincount`` took ~3x as long)."""
+    of the mask (no row per edge: that and its ``bincount`` took ~3x as long). ``room`` (several
+    blocks only): the destination rows' array has that many entries more after the CSR's."""
     local = None if g.slots_are_rows() else _int32(g.local(g.targets))
     inside_t = g.target_block == me
     if inside_t.all():
@@ -315,7 +316,14 @@ def _internal_csr(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray, np.nd
     inside = inside_t[g.slot]
     slots = g.slot[inside]
     indptr = np.concatenate(([0], np.cumsum(_row_counts(g.indptr, inside))))
-    return indptr, slots if local is None else local[slots], inside
+    if not room:
+        return indptr, slots if local is None else local[slots], inside
+    rows = np.empty(len(slots) + room, dtype=slots.dtype if local is None else local.dtype)
+    if local is None:
+        rows[:len(slots)] = slots
+    else:
+        np.take(local, slots, out=rows[:len(slots)])
+    return indptr, rows, inside
 
 
 def _row_counts(indptr: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -527,16 +535,21 @@ def loaded_pagerank_master(tol: float):
 class _Split:
     """A block's out-edges cut in two: internal ones (both ends here; a CSR over local rows) and
     boundary ones (a CSR of ``slot``s, for ``_send_min``). Derived from ``LocalGraph`` on first
-    use, so it needs no checkpoint."""
+    use, so it needs no checkpoint. ``room`` (several blocks): ``indices`` and ``weight`` have that
+    many entries more after the internal CSR's (``block_kernels.Relaxer``'s super-source edges)."""
 
-    def __init__(self, g: LocalGraph, me: int) -> None:
+    def __init__(self, g: LocalGraph, me: int, room: int = 0) -> None:
         k = len(g.own)
-        self.indptr, self.indices, inside = _internal_csr(g, me)
+        self.indptr, self.indices, inside = _internal_csr(g, me, room)
         if inside is None:  # one block (one worker): no boundary
             self.weight = g.weight
             self.b_indptr, self.b_slot, self.b_weight = np.zeros(k + 1, dtype=np.int64), g.slot[:0], None
             return
-        self.weight = None if g.weight is None else g.weight[inside]
+        if g.weight is None:
+            self.weight = None
+        else:
+            self.weight = np.empty(int(self.indptr[-1]) + room)
+            np.compress(inside, g.weight, out=self.weight[:int(self.indptr[-1])])
         out = ~inside
         self.b_indptr = g.indptr - self.indptr  # each row's edges less its internal ones, cumulated
         self.b_slot = g.slot[out]
@@ -583,7 +596,11 @@ class SSSPLoaded(LoadedBlock):
         assert self.g is not None
         if self.unit:
             self.g.weight = None
-        self._split = sp = _Split(self.g, self.g.blocks.index(self.id))
+        g = self.g
+        # several blocks: room for a super-source's edge to every row, so that a relaxation from
+        # many seeds copies none of the block's edges (a copy per superstep: ~12 bytes an
+        # internal edge, a two-worker scale-19 SSSP's peak)
+        self._split = sp = _Split(g, g.blocks.index(self.id), room=len(g.own) if len(g.blocks) > 1 else 0)
         self._relax = relax(sp.indptr, sp.indices, sp.weight)  # None: unit weights
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:

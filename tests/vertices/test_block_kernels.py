@@ -65,16 +65,26 @@ def _union_find(k: int, src: np.ndarray, dst: np.ndarray):
     return find
 
 
+def _with_room(indices: np.ndarray, weight: np.ndarray | None, room: int):
+    """The CSR's arrays with ``room`` entries more after its own (garbage a relaxation must
+    overwrite where it puts a super-source's edges), as SSSP on several blocks gives them."""
+    if not room:
+        return indices, weight
+    return (np.concatenate((indices, np.full(room, 7, indices.dtype))),
+            None if weight is None else np.concatenate((weight, np.full(room, 9.75))))
+
+
+@pytest.mark.parametrize("room", [0, 300])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("method", [None, "dijkstra", "frontier"])
-def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, monkeypatch):
+def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, room, monkeypatch):
     if form == "numpy" and method == "dijkstra":
         pytest.skip("Dijkstra is the scipy form")
     monkeypatch.setattr(bk.Relaxer, "ROUNDS", 2)  # the default mix: 2 frontier rounds, then Dijkstra
     k = 300
     src, dst, w = _random_graph(seed, k, 900)
     indptr, indices, weight = _csr(k, src, dst, w)
-    relax = bk.relax(indptr, indices, weight)
+    relax = bk.relax(indptr, *_with_room(indices, weight, room))
     rng = np.random.default_rng(seed + 10)
     # from one source at 0.0, then news at offsets (as boundary messages bring them)
     dist = np.full(k, np.inf)
@@ -94,10 +104,13 @@ def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, mon
     ref = np.minimum(before, _reference_sssp(k, src, dst, w, {v: dist[v] for v in news.tolist()}))
     np.testing.assert_array_equal(dist, ref)  # bit for bit
     assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist())
+    np.testing.assert_array_equal(relax.indices, indices)  # the block's own edges untouched
+    np.testing.assert_array_equal(relax.weight, weight)
 
 
+@pytest.mark.parametrize("room", [0, 400])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed):
+def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed, room):
     """``weight=None`` (BFS): one seed, several seeds at one depth (the breadth-first path), and
     seeds at different depths (frontier rounds and Dijkstra) all give the reference hop counts."""
     k = 400
@@ -105,7 +118,7 @@ def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed):
     indptr, indices = _csr(k, src, dst)
     ones = np.ones(len(src))
     for start in ({0: 0.0}, {3: 5.0, 17: 5.0, 40: 5.0}, {3: 2.0, 17: 4.0, 40: 7.0}):
-        relax = bk.relax(indptr, indices, None)
+        relax = bk.relax(indptr, *_with_room(indices, None, room))
         dist = np.full(k, np.inf)
         seeds = np.array(sorted(start))
         dist[seeds] = [start[v] for v in seeds.tolist()]

@@ -125,6 +125,17 @@ class _Segment:
             self.kept = end
         return True
 
+    def write(self, off: int, data: memoryview, mapped: bool) -> None:
+        """Copy ``data`` into the extent at ``off``: through this process's mapping (``mapped``), or
+        by ``pwrite`` into the file, so that its pages are the file's alone, resident once, in
+        the memory of the reader that maps them and not the writer's too."""
+        if mapped:
+            self.mm[off:off + data.nbytes] = data
+            return
+        done, n = 0, data.nbytes
+        while done < n:
+            done += os.pwrite(self.fd, data[done:], off + done)
+
     def alloc(self, n: int) -> int | None:
         for i, ext in enumerate(self.free):
             if ext[1] >= n:
@@ -179,6 +190,7 @@ class Arena:
         self.leases: dict[tuple[int, int], int] = {}
         self.offers: list[list[Any]] = []  # not yet sent
         self.superstep = 0
+        self.written: dict[tuple[int, int], int] = {}  # {(segment, offset): the superstep it was last written in}
 
     @property
     def growing(self) -> bool:
@@ -211,9 +223,23 @@ class Arena:
                 return s, off
         return None
 
+    def write(self, seg: int, off: int, data: memoryview) -> None:
+        """Copy a frame into its extent. Where this superstep or the one before wrote there too
+        (a message a job sends every superstep), through this process's mapping, whose pages are
+        resident then (16 MB: ~1.4 ms against ~3.5 by ``pwrite``); anywhere else by ``pwrite``
+        (~3 ms, where a first write through the mapping faults every page in: ~7 ms), so that a
+        message sent once is resident in its reader's memory and not the sender's as well.
+        (Written through the mapping, the 11 MB route structure of a scale-19 PageRank worker
+        stayed in both workers' RSS through the first round: 22-24 MiB of RssShmem; each
+        worker's peak VmHWM was 121-129 MiB, with ``pwrite`` 115-118.)"""
+        last = self.written.get((seg, off))
+        self.written[(seg, off)] = self.superstep
+        self.segs[seg].write(off, data, mapped=last is not None and last >= self.superstep - 1)
+
     def trim(self, superstep: int) -> None:
         """Superstep ``superstep`` begins: each segment gives back the memory above what was in use lately."""
         self.superstep = superstep
+        self.written = {at: t for at, t in self.written.items() if t >= superstep - 1}
         leased_end: dict[int, int] = {}
         for (s, off), n in self.leases.items():
             leased_end[s] = max(leased_end.get(s, 0), off + n)
@@ -534,7 +560,7 @@ class Shm:
                     return frames, None, 0
                 continue
             s, off = loc
-            arena.segs[s].mm[off : off + n] = mv
+            arena.write(s, off, mv)
             out[i] = b""
             descs.append([i, s, off, n])
             total += n

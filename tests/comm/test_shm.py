@@ -147,8 +147,8 @@ def _shmem_kb() -> int:
 def test_memory_idle_for_two_supersteps_is_given_back_and_serves_again(big_pair):
     a, b = big_pair
     a.begin(1)
-    y, placed = send(a, b, np.full(6 * MB // 4, 5.0, np.float32))  # 6 MB, written by a and read by b
-    assert placed and y[-1] == 5.0
+    y, placed = send(a, b, np.full(6 * MB // 4, 5.0, np.float32))  # 6 MB, written by a, read whole by b
+    assert placed and np.all(y == 5.0)
     del y
     gc.collect()
     exchange(a, b)  # freed: nothing of the segment is leased
@@ -167,6 +167,38 @@ def test_memory_idle_for_two_supersteps_is_given_back_and_serves_again(big_pair)
     arena.release(*loc)  # (so a full /dev/shm fails the allocation, not a later write with SIGBUS)
     z, placed = send(a, b, np.full(6 * MB // 4, 6.0, np.float32))
     assert placed and np.all(z == 6.0)
+
+
+def test_the_writer_does_not_map_what_it_sends(big_pair):
+    """An extent is written into the file (``pwrite``), not through the sender's mapping: its
+    pages count in the memory of the reader that maps them, once, not in the sender's as well."""
+    a, b = big_pair
+    a.begin(1)
+    before = _shmem_kb()
+    y, placed = send(a, b, np.full(6 * MB // 4, 7.0, np.float32))
+    assert placed
+    assert _shmem_kb() - before < 1024  # (KB) sent, not yet read: in no mapping of this process
+    assert np.all(y == 7.0)
+    assert _shmem_kb() - before >= 6 * 1024 - 64  # read whole: the reader's mapping holds it
+
+
+def test_an_extent_written_every_superstep_is_written_through_the_mapping(big_pair):
+    """The first write into an extent goes into the file; the same extent written again the next
+    superstep (a message sent every superstep) goes through the sender's mapping, a plain copy
+    into pages that then stay mapped there."""
+    a, b = big_pair
+    grew = []
+    for ss in (1, 2):
+        a.begin(ss)
+        before = _shmem_kb()
+        y, placed = send(a, b, np.full(4 * MB // 4, float(ss), np.float32))
+        assert placed
+        grew.append(_shmem_kb() - before)
+        assert np.all(y == ss)
+        del y
+        gc.collect()
+        exchange(a, b)
+    assert grew[0] < 1024 and grew[1] >= 4 * 1024 - 64  # (KB)
 
 
 def test_an_extent_in_use_every_superstep_keeps_its_pages(big_pair):

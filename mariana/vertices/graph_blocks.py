@@ -156,50 +156,25 @@ def group_min(rows: np.ndarray, vals: np.ndarray, current: np.ndarray) -> np.nda
     return r
 
 
-#: ``_send_min`` gathers per-row values onto edges this many at a time
-MIN_PIECE = 1 << 20
-
-
-def _send_min(ctx: Context, g: LocalGraph, slots: np.ndarray, val: np.ndarray, key: str,
-              rows: np.ndarray | None = None, changed: np.ndarray | None = None) -> None:
-    """Send, per destination block, the smallest value for each destination (``slots`` of edges);
-    ``val`` per edge, or per row with ``rows`` the source row of each edge (gathered in pieces).
-    ``changed`` (with ``rows``): only the edges whose source row it marks, selected a piece at a
-    time (selected whole, the indices and the two gathers took ~16 bytes an edge at once: on
-    scale-19 WCC's second step, a worker's peak 113 -> 200 MB)."""
-    if slots.size == 0:
+def _send_min(ctx: Context, g: LocalGraph, pieces: Iterable[tuple[np.ndarray, np.ndarray]], dtype: np.dtype,
+              key: str) -> None:
+    """Send, per destination block, the smallest value for each destination over ``pieces`` of
+    (slots of edges, the value of each edge), values of ``dtype``: numbers by one unbuffered
+    minimum per distinct destination (no sort), byte strings by a sort of them all."""
+    if dtype.kind in "iuf":
+        _send_min_of(ctx, g, pieces, np.inf if dtype.kind == "f" else np.iinfo(dtype).max, key)
         return
-    if val.dtype.kind in "iuf":  # numbers: one unbuffered minimum per distinct destination, no sort
-        init = np.inf if val.dtype.kind == "f" else np.iinfo(val.dtype).max
-        _send_min_of(ctx, g, _edge_pieces(slots, val, rows, changed), init, key)
+    parts = list(pieces)  # byte-string labels: sort by (destination, value), first of each run
+    if not parts:
         return
-    # byte-string labels: sort by (destination, value), first of each run
-    if changed is not None and rows is not None:
-        sel = np.flatnonzero(changed[rows])
-        rows, slots = rows[sel], slots[sel]
-    if rows is not None:
-        val = val[rows]
+    slots, val = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    del parts
     order = np.lexsort((val, slots))
     s, v = slots[order], val[order]
     first = np.ones(s.size, dtype=bool)
     first[1:] = s[1:] != s[:-1]
     s, v = s[first], v[first]
     _send_by_block(ctx, g, g.target_block[s], {"dst": pack_keys(g.targets[s]), key: pack_keys(v)})
-
-
-def _edge_pieces(slots: np.ndarray, val: np.ndarray, rows: np.ndarray | None,
-                 changed: np.ndarray | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(slots, value of each edge) ``MIN_PIECE`` edges at a time (``_send_min``'s arguments)."""
-    for lo in range(0, len(slots), MIN_PIECE):
-        s = slots[lo:lo + MIN_PIECE]
-        if rows is None:
-            yield s, val[lo:lo + MIN_PIECE]
-            continue
-        r = rows[lo:lo + MIN_PIECE]
-        if changed is not None:
-            sel = np.flatnonzero(changed[r])
-            s, r = s[sel], r[sel]
-        yield s, val[r]
 
 
 def _send_min_of(ctx: Context, g: LocalGraph, pieces: Iterable[tuple[np.ndarray, np.ndarray]], init: Any,

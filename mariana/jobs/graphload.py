@@ -691,7 +691,7 @@ class GraphLoader:
         weight = np.empty(edges) if weighted else None
         # each row's next place in the CSR: int32 where every place fits (the per-piece positions
         # and their arange then take 4 bytes an edge each, not 8: ~8 MB less at the build's peak)
-        pos_t = np.int32 if edges < 2 ** 31 else np.int64
+        pos_t: Any = np.int32 if edges < 2 ** 31 else np.int64
         cursor = indptr[:-1].astype(pos_t)
         kept.reverse()
         while kept:  # pass 3: a counting sort by row, a piece at a time (stable)

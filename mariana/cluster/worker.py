@@ -53,9 +53,10 @@ from ..storage.checkpoint import Checkpoints
 from ..engine.checkpointing import BackgroundWriter, capture, write_worker
 from ..comm.shm import Shm, sweep_stale
 from ..engine.graph import Graph
+from ..engine.memory import trim_heap
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
-from ..comm import Again, HandshakeWatch, drain, poller, recv, send, send_frames, transport_for
+from ..comm import Again, HandshakeWatch, drain, poller, recv, release_sent, send, send_frames, transport_for
 
 log = logging.getLogger(__name__)
 
@@ -445,6 +446,8 @@ class Worker:
         s = msg.ss
         start = time.time()
         self._settle()  # the batches of s-1 first: they are this superstep's inbox
+        if release_sent():  # and what it sent them is let go before this superstep allocates
+            trim_heap()  # (its large arrays are mappings of their own: they cannot reuse the holes)
         if self.shm is not None:
             self.shm.begin(s)
         self.state = {"phase": "computing", "ss": s, "since": time.time()}

@@ -23,11 +23,11 @@ from typing import Any
 from ..errors import UsageError
 from . import zmqcomm
 from .zmqcomm import (HEARTBEAT_PREFIX, Again, HandshakeWatch, Transport, Unreachable, drain, heartbeat_of, is_loopback,
-                      open_contexts, parse_endpoint, poller, recv, send, send_frames)
+                      open_contexts, parse_endpoint, poller, recv, release_sent, send, send_frames)
 
 __all__ = ["SCHEMES", "scheme_of", "transport_for", "zmq_version", "Transport", "Again", "Unreachable", "send",
            "send_frames", "recv", "drain", "poller", "parse_endpoint", "is_loopback", "open_contexts",
-           "HEARTBEAT_PREFIX", "heartbeat_of", "HandshakeWatch"]
+           "HEARTBEAT_PREFIX", "heartbeat_of", "HandshakeWatch", "release_sent"]
 
 #: URL scheme -> (the transport class, keyword arguments that select the scheme).
 SCHEMES: dict[str, tuple[type[Transport], dict[str, Any]]] = {

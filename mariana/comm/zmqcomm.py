@@ -259,7 +259,7 @@ def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None, n
     return codec.nbytes(frames)
 
 
-def release_sent(quiet: float = 0.002) -> int:
+def release_sent(quiet: float = 0.001) -> int:
     """Let pyzmq drop the frames libzmq has finished sending; returns how many it dropped.
 
     A zero-copy send keeps its array alive until pyzmq's garbage-collector thread hears that
@@ -268,8 +268,8 @@ def release_sent(quiet: float = 0.002) -> int:
     route it had sent the superstep before (pyzmq's ``zmq.utils.garbage.gc.refs``), none after
     (its build's peak, the larger worker over 5-6 runs: 195-213 -> 194-203 MiB; what is left of
     that spread is the heap's holes). This yields the GIL until that thread has dropped what it
-    can: until nothing more goes for ``quiet`` seconds (frames still in flight stay, at ~2 ms of
-    waiting)."""
+    can: until nothing more goes for ``quiet`` seconds (frames still in flight stay: a superstep
+    that starts while its last parts travel waits ~1 ms for nothing)."""
     refs = getattr(_garbage, "refs", None)
     if not refs:
         return 0

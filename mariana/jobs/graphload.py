@@ -302,6 +302,11 @@ def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
     return a.astype(np.int64)
 
 
+def _decoded(values: np.ndarray, labels: bool) -> np.ndarray:
+    """``values`` as they are written: decoded to strings when they are labels (keys)."""
+    return decode_keys(values) if labels else values
+
+
 def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
                       numeric: bool, labels: bool = False) -> tuple[Callable[[int, int], str], str]:
     """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
@@ -316,8 +321,8 @@ def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any],
         keys, values = keys[by_number], values[by_number]
 
     def lines(lo: int, hi: int) -> str:
-        vals = decode_keys(values[lo:hi]) if labels else values[lo:hi]
-        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(), map(fmt, vals.tolist())))
+        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(),
+                           map(fmt, _decoded(values[lo:hi], labels).tolist())))
 
     return lines, "numeric" if numeric else "graphalytics"
 
@@ -759,8 +764,8 @@ class GraphLoader:
         else:
             def lines(lo: int, hi: int) -> str:
                 fmt = self.fmt
-                vals = decode_keys(values[lo:hi]) if labels else values[lo:hi]
-                return "".join([f"{k}\t{fmt(v)}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(), vals.tolist())])
+                return "".join([f"{k}\t{fmt(v)}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(),
+                                                                     _decoded(values[lo:hi], labels).tolist())])
         try:  # formatted and written in pieces: the text of a large part never exists whole
             write_lines(url, lambda: (lines(lo, lo + OUTPUT_ROWS) for lo in range(0, len(own), OUTPUT_ROWS)))
         except StorageError as exc:  # reported by the job's finish, with every other part discarded

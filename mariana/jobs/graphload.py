@@ -549,39 +549,45 @@ class GraphLoader:
             # sends each edge between two blocks, reversed, to the owner of its destination, and an
             # edge inside one block (not a loop) once, as "b", for both ways (the receiver expands
             # it). One counting sort by (block, kind) groups them (masks and a sort per kind took
-            # ~1.45x one block's whole route per block on two, scale-19 WCC).
-            a, b, wt = s, d, weight
-            shares: list[tuple[int, np.ndarray | None]] = [(0, None)] if len(a) else []  # one block, one way: all
+            # ~1.45x one block's whole route per block on two, scale-19 WCC), and another the
+            # reversed ones: per group, the positions of the edges that go as they are and of those
+            # that go reversed (after the others in a message).
+            shares: list[tuple[int, np.ndarray | None, np.ndarray | None]] = [(0, None, None)] if len(s) else []
             if self.spec.undirected and self.workers == 1:  # a loop one way, every other edge as "b" (masks)
                 loop = s == d
-                shares = [(g, sel) for g, sel in ((0, loop), (1, ~loop)) if sel.any()]
+                shares = [(g, sel, None) for g, sel in ((0, loop), (1, ~loop)) if sel.any()]
             elif self.spec.undirected or self.workers > 1:
-                group = owner[s].astype(np.int32) * 2  # per entry: 2 x its block, + 1 when it travels as "b"
+                groups, shares = 2 * self.workers, []
+                group = owner[s].astype(np.int32) * 2  # per edge: 2 x its block, + 1 when it travels as "b"
+                back: tuple[np.ndarray, np.ndarray] | None = None  # the reversed edges' (bounds, positions)
                 if self.spec.undirected:
                     od = owner[d].astype(np.int32) * 2
                     cross = group != od
                     group += ~cross & (s != d)
-                    if cross.any():
-                        a, b = np.concatenate((s, d[cross])), np.concatenate((d, s[cross]))
-                        wt = None if weight is None else np.concatenate((weight, weight[cross]))
-                        group = np.concatenate((group, od[cross]))
-                    del od, cross
-                bounds, order = group_by(group, 2 * self.workers)
-                shares = [(g, order[bounds[g]:bounds[g + 1]]) for g in range(2 * self.workers) if bounds[g + 1] > bounds[g]]
-                del group, bounds
-            for g, sel in shares:
+                    at = np.flatnonzero(cross).astype(np.int32)
+                    if at.size:  # grouped apart: no copy of the piece's columns with them appended
+                        back = group_by(od[at], groups, values=at)
+                    del od, cross, at
+                bounds, order = group_by(group, groups)
+                for g in range(groups):
+                    rev = None if back is None or back[0][g] == back[0][g + 1] else back[1][back[0][g]:back[0][g + 1]]
+                    if bounds[g + 1] > bounds[g] or rev is not None:
+                        shares.append((g, order[bounds[g]:bounds[g + 1]], rev))
+                del group, bounds, back
+            for g, sel, rev in shares:
                 box, kind = out.setdefault(g >> 1, {}), "b" if g & 1 else ""
-                box.setdefault(kind + "s", []).append(a if sel is None else a[sel])
-                box.setdefault(kind + "d", []).append(b if sel is None else b[sel])
-                if wt is not None:
-                    box.setdefault(kind + "w", []).append(wt if sel is None else wt[sel])
+                for col, ahead, behind in (("s", s, d), ("d", d, s), ("w", weight, weight)):
+                    if ahead is not None:
+                        box.setdefault(kind + col, []).append(ahead if sel is None else ahead[sel])
+                        if rev is not None:
+                            box[kind + col].append(behind[rev])
             # every id seen exists at its owner: the keys of a block's edge table tell it their
             # owners, so only the owned ids its table lacks are announced (one block: none)
             seen = np.flatnonzero(np.bincount(owner, minlength=self.workers))  # (a sort of the owners took ~4 %)
             for blk in seen.tolist():
                 out.setdefault(blk, {})
             listed = c.listed
-            del c, a, b, wt, shares, weight
+            del c, s, d, shares, weight
             # each piece leaves in its own messages: no concatenation of the whole share (that
             # held two copies of the largest column for a moment)
             none = np.empty(0, np.int32)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Context, Message
-from .block_kernels import components, import_traversals, row_edge_pieces
+from .block_kernels import components, entry_value_pieces, import_traversals
 from .graph_blocks import GraphIO, LoadedBlock, LocalGraph, SSSPLoaded, _concat, _send_by_block, _Split, pack_keys
 from .graphalytics import UNREACHABLE
 
@@ -153,8 +153,7 @@ class WCCComponentsLoaded(LoadedBlock):
         # the labels of the rows that changed (step 0: all) onto their boundary edges, a bounded
         # piece at a time (selected whole, the edges took ~16 bytes each at once: a worker's peak)
         if self.boundary_slots.size:
-            slots = self.boundary_slots
-            pieces = ((slots[e], label[src]) for src, e in row_edge_pieces(self.boundary_indptr, np.flatnonzero(changed)))
+            pieces = entry_value_pieces(self.boundary_indptr, self.boundary_slots, label, np.flatnonzero(changed))
             _send_min(ctx, g, pieces, label.dtype, "label")
         ctx.vote_to_halt()
 

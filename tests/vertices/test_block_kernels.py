@@ -233,6 +233,24 @@ def test_row_edge_pieces_give_every_entry_of_the_rows_in_bounded_pieces(seed):
     assert list(bk.row_edge_pieces(indptr, rows[:0])) == []
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_entry_value_pieces_pair_each_entry_with_its_rows_value(seed):
+    """(entry, its row's value) for the entries of some rows or of every row (the slices), in
+    row order, in pieces of at most ``size`` entries (a longer row alone), none empty."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 9, 300)
+    counts[5], counts[-1] = 40, 0  # longer than a piece; an empty last row
+    indptr = np.concatenate(([0], np.cumsum(counts)))
+    entries = rng.integers(0, 10**6, int(indptr[-1]))
+    values = rng.random(300)
+    for rows in (np.arange(300), np.union1d(rng.choice(300, 120, replace=False), [5])):
+        pieces = list(bk.entry_value_pieces(indptr, entries, values, rows, size=16))
+        want = [(int(entries[i]), float(values[r])) for r in rows.tolist() for i in range(indptr[r], indptr[r + 1])]
+        assert [(int(a), float(b)) for es, vs in pieces for a, b in zip(es, vs)] == want
+        assert all(0 < len(es) <= 16 or len(es) == 40 for es, _ in pieces)
+    assert list(bk.entry_value_pieces(indptr, entries, values, np.arange(0))) == []
+
+
 def test_the_sparse_loops_come_without_the_scipy_sparse_package():
     """PageRank's kernels call scipy's compiled loops without importing ``scipy.sparse`` (~19 MB
     and ~0.1 s of every process), with the numpy forms' results; nothing on PageRank's path

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import StorageError, UsageError
+from .localfs import LocalFS
 from .rundir import _fs
 
 __all__ = ["PARQUET_EXTS", "parquet_splits", "read_parquet_split", "row_offset"]
@@ -47,10 +48,8 @@ class _Open:
         self.f: Any = None
 
     def __enter__(self) -> Any:
-        from fsspec.implementations.local import LocalFileSystem
-
         try:
-            if isinstance(self.fs, LocalFileSystem):
+            if isinstance(self.fs, LocalFS):
                 return self.pq.ParquetFile(self.path, memory_map=True)
             self.f = self.fs.open(self.path, "rb")
             return self.pq.ParquetFile(self.f)

@@ -1,4 +1,6 @@
-"""The run directory on any fsspec URL, and reading user files. The only module importing fsspec.
+"""The run directory on any fsspec URL, and reading user files. The only module importing fsspec,
+and only for a URL with a protocol: a plain path goes to ``localfs.LOCAL`` (os calls; fsspec's
+import costs every process ~11 MB and ~45 ms).
 
 Layout (docs/design.md, "The run directory")::
 
@@ -32,11 +34,8 @@ import uuid
 from contextlib import contextmanager, suppress
 from typing import IO, Any, Callable, Iterable, Iterator
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-from fsspec.implementations.memory import MemoryFileSystem
-
 from ..errors import MarianaError, StorageError
+from .localfs import LOCAL, LocalFS, is_plain_path
 from .retry import cause, retrying
 
 log = logging.getLogger(__name__)
@@ -50,10 +49,23 @@ __all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_bytes", "de
 
 
 def _fs(url: str) -> tuple[Any, str]:
+    """(filesystem, path) of a path or fsspec URL: ``LOCAL`` for a path on this machine (a plain
+    path, or ``file://``), else fsspec's filesystem for the URL."""
+    if is_plain_path(url):
+        return LOCAL, LOCAL.strip(url)
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as exc:
         raise StorageError(f"cannot open {url!r}: {exc}") from exc
+    return (LOCAL, path) if type(fs) is LocalFileSystem else (fs, path)
+
+
+def _appends(fs: Any) -> bool:
+    """Whether files on ``fs`` can be appended to (a local disk, fsspec's memory filesystem)."""
+    return isinstance(fs, LocalFS) or "memory" in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol)
 
 
 def read_text(url: str) -> str:
@@ -80,7 +92,7 @@ class RunDir:
     def __init__(self, url: str, create: bool = True) -> None:
         self.url = url
         self.fs, self.root = _fs(url)
-        self.remote = not isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))  # calls that may hang
+        self.remote = not _appends(self.fs)  # calls that may hang (not a local disk or memory)
         if not create:
             try:
                 found = self._retry(f"opening {url}", lambda: self.fs.isdir(self.root))
@@ -92,7 +104,7 @@ class RunDir:
             self._retry(f"creating {url}", lambda: self.fs.makedirs(self.root, exist_ok=True))
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot create run directory {url}: {cause(exc)}") from exc
-        self._can_append = isinstance(self.fs, (LocalFileSystem, MemoryFileSystem))
+        self._can_append = _appends(self.fs)
         self._lines: dict[str, list[str]] = {}
         self._dirs: set[str] = set()
 
@@ -142,7 +154,7 @@ class RunDir:
 
     def sync_dir(self, rel: str) -> None:
         """Make the names created in folder ``rel`` durable (fsync of the directory; local disk only)."""
-        if isinstance(self.fs, LocalFileSystem):
+        if isinstance(self.fs, LocalFS):
             try:
                 _fsync_dir(self.path(rel))
             except OSError as exc:
@@ -154,7 +166,7 @@ class RunDir:
         path = self.path(rel)
         try:
             f = self._retry(f"opening {self.url}/{rel}", lambda: open(path, "rb", buffering=0)
-                         if isinstance(self.fs, LocalFileSystem) else self.fs.open(path, "rb"))
+                         if isinstance(self.fs, LocalFS) else self.fs.open(path, "rb"))
         except FileNotFoundError:
             raise StorageError(f"{self.url}/{rel}: no such file") from None
         except _FS_ERRORS as exc:
@@ -198,7 +210,7 @@ class RunDir:
                 if parent not in self._dirs:
                     self.fs.makedirs(parent, exist_ok=True)
                     self._dirs.add(parent)
-                if isinstance(self.fs, LocalFileSystem):
+                if isinstance(self.fs, LocalFS):
                     _append_whole(path, data)
                 else:
                     with self.fs.open(path, "ab") as f:
@@ -307,7 +319,7 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Itera
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
-    if not isinstance(fs, LocalFileSystem):
+    if not isinstance(fs, LocalFS):
         f = fs.open(path, "wb")
         try:
             yield f
@@ -415,5 +427,7 @@ def read_bytes(url: str) -> bytes:
 
 
 def fsspec_version() -> str:
-    """The fsspec version (for ``job.json``)."""
-    return fsspec.__version__
+    """The fsspec version (for ``job.json``; from its metadata: no import)."""
+    from importlib.metadata import version
+
+    return version("fsspec")

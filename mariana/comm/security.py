@@ -17,11 +17,13 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
+
+if TYPE_CHECKING:  # (its import brings asyncio and ssl: ~5 MB in every process; made only with CURVE)
+    from zmq.auth.thread import ThreadAuthenticator
 
 from ..errors import UsageError
 
@@ -149,6 +151,8 @@ class Security:
 
     def start(self, ctx: zmq.Context) -> None:
         """Install the ZAP authenticator on ``ctx`` (every CURVE server socket of the process)."""
+        from zmq.auth.thread import ThreadAuthenticator
+
         self._auth = ThreadAuthenticator(ctx)
         self._auth.start()
         self._auth.configure_curve_callback(domain="*", credentials_provider=self.allowed)

@@ -432,8 +432,8 @@ class PageRankLoaded(LoadedBlock):
         # is in two blocks); the message arrays are let go as they are read
         sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
         at = np.cumsum([0] + [len(x) for x in sk]).tolist()
-        rank = np.empty(at[-1], np.int64)
-        rank[np.argsort(np.concatenate(sk), kind="stable")] = np.arange(len(rank))  # sorted runs: a merge (~10x a quicksort)
+        rank = np.empty(at[-1], np.int32 if at[-1] < 2 ** 31 else np.int64)
+        rank[np.argsort(np.concatenate(sk), kind="stable")] = np.arange(len(rank), dtype=rank.dtype)  # sorted runs: a merge (~10x a quicksort)
         del sk
         offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts]).tolist()  # each run's place in x
         # each run: (its pointers by destination row, source columns within the run, the run's
@@ -472,6 +472,7 @@ class PageRankLoaded(LoadedBlock):
         else:
             if self.in_cols is None:
                 self._order(messages)
+                trim_heap()  # its temporaries' holes, before the first sums fault pages in again
             assert self.in_cols is not None and self.in_indptr is not None
             if self._gather is None:
                 self._gather = csr_sum(self.in_indptr, self.in_cols)

@@ -433,7 +433,8 @@ class PageRankLoaded(LoadedBlock):
         sk = [g.own] + [unpack_keys(p.pop("sk")) for p in parts]
         at = np.cumsum([0] + [len(x) for x in sk]).tolist()
         rank = np.empty(at[-1], np.int32 if at[-1] < 2 ** 31 else np.int64)
-        rank[np.argsort(np.concatenate(sk), kind="stable")] = np.arange(len(rank), dtype=rank.dtype)  # sorted runs: a merge (~10x a quicksort)
+        # (sorted runs: the stable sort is a merge, ~10x a quicksort)
+        rank[np.argsort(np.concatenate(sk), kind="stable")] = np.arange(len(rank), dtype=rank.dtype)
         del sk
         offsets = np.cumsum([0, k] + [len(p["val"]) for p in parts]).tolist()  # each run's place in x
         # each run: (its pointers by destination row, source columns within the run, the run's
@@ -531,6 +532,23 @@ class _Split:
         self.b_slot = g.slot[out]
         self.b_weight = None if g.weight is None else g.weight[out]
 
+    def whole(self, g: LocalGraph) -> tuple[np.ndarray, np.ndarray | None]:
+        """``g``'s slots and weights again, in the CSR of ``g.indptr``: each row's internal edges,
+        then its boundary ones (the order in which a split of them gives back these two parts)."""
+        n_in, in_count, b_count = int(self.indptr[-1]), np.diff(self.indptr), np.diff(self.b_indptr)
+        # an edge's place: its row's start (the two parts' starts added) + its place in its part
+        in_at = np.repeat(self.b_indptr[:-1], in_count) + np.arange(n_in)
+        b_at = np.repeat(self.indptr[1:], b_count) + np.arange(len(self.b_slot))
+        slot = np.empty(n_in + len(self.b_slot), dtype=self.b_slot.dtype)
+        slot[b_at] = self.b_slot
+        slot[in_at] = np.searchsorted(g.targets, g.own).astype(slot.dtype)[self.indices[:n_in]]  # a row's slot
+        if self.weight is None:
+            return slot, None
+        weight = np.empty(len(slot))
+        weight[in_at] = self.weight[:n_in]
+        weight[b_at] = self.b_weight
+        return slot, weight
+
     def boundary_pieces(self, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(source row, index into ``b_slot``) of the boundary edges of ``rows``, a bounded piece
         at a time (``block_kernels.row_edge_pieces``)."""
@@ -578,6 +596,17 @@ class SSSPLoaded(LoadedBlock):
         # internal edge, a two-worker scale-19 SSSP's peak)
         self._split = sp = _Split(g, g.blocks.index(self.id), room=len(g.own) if len(g.blocks) > 1 else 0)
         self._relax = relax(sp.indptr, sp.indices, sp.weight)  # None: unit weights
+        if len(g.blocks) > 1:  # the split holds every edge: the graph's copy goes (4 bytes an edge,
+            # 12 weighted: a two-worker scale-19 SSSP's rounds held it beside the split); a
+            # checkpoint gets it back from the split (``state_dict``)
+            g.slot, g.weight = np.empty(0, g.slot.dtype), None
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        g, sp = self.g, self._split
+        if g is not None and sp is not None and len(g.blocks) > 1:
+            state["__graph__"]["slot"], state["__graph__"]["weight"] = sp.whole(g)
+        return state
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         g, dist = self.g, self.value

@@ -211,10 +211,14 @@ def test_each_block_holds_only_its_own_vertices(tmp_path, job, cls):
 
 
 def test_loaded_classes_checkpoint_and_resume_to_the_same_output(capsys, tmp_path):
-    """A run cut after a checkpoint in the middle of LCC's, CDLP's and WCC's steps resumes to the same bytes."""
+    """A run cut after a checkpoint in the middle of LCC's, CDLP's, WCC's, SSSP's and BFS's steps
+    resumes to the same bytes (SSSP and BFS on several blocks keep their edges only as the split
+    into internal and boundary ones: a checkpoint puts the block's CSR back together)."""
     rg = RandomGraph(13, 80, 2, density=3.0)
     path = rg.write(tmp_path)
-    for job, sets in (("lcc", ()), ("cdlp", ("iterations=4",)), ("wcc", ("format=graphalytics",))):
+    source = f"source={rg.source(0)}"
+    for job, sets in (("lcc", ()), ("cdlp", ("iterations=4",)), ("wcc", ("format=graphalytics",)),
+                      ("sssp", (source,)), ("bfs", (source,))):
         want = cli_run(capsys, tmp_path, job, path, *sets, workers=2)[0]
         run_dir = str(tmp_path / f"rd-{uuid.uuid4().hex}")
         out = tmp_path / f"{job}.tsv"

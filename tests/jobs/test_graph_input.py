@@ -22,7 +22,7 @@ import pytest
 from mariana.errors import StorageError
 from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.jobs.graphload import decode_keys, intkeys, strkeys
+from mariana.jobs.graphload import _Distinct, decode_keys, intkeys, strkeys
 from mariana.storage.parts import merge_sorted
 from mariana.storage.splits import iter_text_split, lines_before, make_splits, read_text_split
 from mariana.vertices.graph_blocks import LoadedBlock
@@ -69,6 +69,23 @@ def test_text_splits_hold_every_line_exactly_once(seed):
             if piece:  # its first line's number in the whole file
                 before = b"".join(pieces[:splits.index(s)])
                 assert lines_before(s) == before.count(b"\n"), (size, s)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_distinct_keys_merged_as_they_come_are_the_sorted_union(seed):
+    """The build's union of every message's sorted key table, merged as the parts come (several
+    merges: more keys than a merge waits for), is ``np.unique`` of them all, for int and byte keys."""
+    rng = np.random.default_rng(seed)
+    for make in (lambda a: a, lambda a: np.char.encode(a.astype(str)).astype("S12")):
+        parts = [np.unique(make(rng.integers(0, 300_000, int(rng.integers(0, 40_000))))) for _ in range(30)]
+        d = _Distinct(make(np.empty(0, np.int64)))
+        merges = 0
+        for p in parts:
+            held = d.held
+            d.add(p)
+            merges += d.held < held + len(p)
+        assert merges >= 3
+        assert np.array_equal(d.result(), np.unique(np.concatenate(parts)))
 
 
 def test_strkeys_sort_like_the_id_strings_and_decode_back():

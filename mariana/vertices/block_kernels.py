@@ -408,8 +408,18 @@ class Relaxer:
         n = int(indptr[-1]) if len(indptr) else 0
         self.indptr, self.k = indptr, len(indptr) - 1
         self._room_indices = indices
-        self._room_weight = np.ones(len(indices)) if weight is None else weight
-        self.indices, self.weight = indices[:n], self._room_weight[:n]  # the CSR's own
+        # unit weights: no array until scipy's Dijkstra needs one (``_ones``); the breadth-first
+        # search and the frontier rounds read none (an array of ones was 8 bytes an edge: 67 MB,
+        # a third of a one-worker scale-19 SSSP's peak)
+        self._room_weight = weight
+        self.indices = indices[:n]  # the CSR's own
+        self.weight = None if weight is None else weight[:n]
+
+    def _ones(self) -> None:
+        """Unit weights as an array, made on first use (scipy's Dijkstra reads its matrix's data)."""
+        if self._room_weight is None:
+            self._room_weight = np.ones(len(self._room_indices))
+            self.weight = self._room_weight[:len(self.indices)]
 
     #: frontier rounds before the rest goes to scipy's Dijkstra, which costs O(rows) per call
     #: whatever it reaches: a few boundary updates take a few cheap rounds, a long local
@@ -439,6 +449,7 @@ class Relaxer:
         return better
 
     def _dijkstra(self, dist: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        self._ones()
         k = self.k
         start = dist[seeds]
         if not start.any():  # every seed at 0.0: 0.0 + w == w, plain multi-source Dijkstra
@@ -451,26 +462,40 @@ class Relaxer:
         """The block's matrix with one more row, k: an edge to each seed, of ``weight``. In the
         room after the block's edges where there is enough (nothing else of them is copied),
         else a copy of them all with the seeds' edges after."""
+        self._ones()
+        assert self._room_weight is not None and self.weight is not None
         k, n, s = self.k, len(self.indices), seeds.size
-        indptr = np.append(self.indptr, n + s)
+        indptr, indices = self._pattern_with_source(seeds)
         if len(self._room_indices) >= n + s:
-            indices, weights = self._room_indices[:n + s], self._room_weight[:n + s]
-            indices[n:] = seeds
+            weights = self._room_weight[:n + s]
             weights[n:] = weight
         else:
-            indices = np.concatenate((self.indices, seeds))
             weights = np.concatenate((self.weight, np.broadcast_to(np.asarray(weight, np.float64), (s,))))
         return _csr_matrix((weights, indices, indptr), shape=(k + 1, k + 1))
+
+    def _pattern_with_source(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_with_source``'s pattern alone: (row pointers, columns) with row k's edge to each seed."""
+        n, s = len(self.indices), seeds.size
+        indptr = np.append(self.indptr, n + s)
+        if len(self._room_indices) >= n + s:
+            indices = self._room_indices[:n + s]
+            indices[n:] = seeds
+            return indptr, indices
+        return indptr, np.concatenate((self.indices, seeds.astype(self.indices.dtype)))
 
     def _bfs(self, dist: np.ndarray, seeds: np.ndarray, d0: float) -> np.ndarray:
         """Unit weights, every seed at depth ``d0``: one breadth-first traversal (from a
         super-source, row k, when there are several seeds), depths from the predecessor tree."""
         k = self.k
         if seeds.size == 1:
-            m, root, base = self._matrix(), int(seeds[0]), d0
+            (indptr, indices), root, base = (self.indptr, self.indices), int(seeds[0]), d0
         else:
-            m, root, base = self._with_source(seeds, 1.0), k, d0 - 1.0
-        order, pred = _csgraph().breadth_first_order(m, root, directed=True, return_predecessors=True)
+            (indptr, indices), root, base = self._pattern_with_source(seeds), k, d0 - 1.0
+        found = _breadth_first(root, indptr, indices)
+        if found is None:  # scipy's public call (it reads a matrix: unit data, 8 bytes an edge)
+            m = self._matrix() if seeds.size == 1 else self._with_source(seeds, 1.0)
+            found = _csgraph().breadth_first_order(m, root, directed=True, return_predecessors=True)
+        order, pred = found
         hops = _levels(order, pred)
         cand = np.full(k, np.inf)
         if seeds.size == 1:  # (no super-source: every node of the order is a row)
@@ -483,6 +508,7 @@ class Relaxer:
     def _matrix(self) -> Any:
         m = self.__dict__.get("_m")
         if m is None:
+            self._ones()
             m = self.__dict__["_m"] = _csr_matrix((self.weight, self.indices, self.indptr), shape=(self.k, self.k))
         return m
 
@@ -498,12 +524,33 @@ class Relaxer:
             for src, e in row_edge_pieces(indptr, rows):  # grid than sorting the offers)
                 if best is None:
                     best = cand.copy()
-                np.minimum.at(best, indices[e], cand[src] + weight[e])
+                np.minimum.at(best, indices[e], cand[src] + (1.0 if weight is None else weight[e]))
             if best is None:
                 return cand, rows[:0]
             rows = np.flatnonzero(best < cand)
             cand = best
         return cand, rows
+
+
+def _breadth_first(root: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``csgraph.breadth_first_order(csr, root, directed=True, return_predecessors=True)`` of the
+    pattern (``indptr``, ``indices``) by scipy's own loop, with no matrix: the public call wants
+    one with data (unit weights: 8 bytes an edge) and checks and converts it on every call. None
+    where that internal function is not there as expected (other scipy versions)."""
+    n = len(indptr) - 1
+    if not have_scipy() or n >= 2 ** 31 or len(indices) >= 2 ** 31:
+        return None
+    try:
+        from scipy.sparse.csgraph._traversal import _breadth_first_directed as search
+    except ImportError:
+        return None
+    ip, ix = indptr.astype(np.int32, copy=False), np.ascontiguousarray(indices, dtype=np.int32)
+    order, pred = np.full(n, -9999, np.int32), np.full(n, -9999, np.int32)  # (scipy's NULL_IDX)
+    try:
+        length = search(root, ix, ip, order, pred)
+    except (TypeError, ValueError):
+        return None
+    return order[:length], pred
 
 
 def _levels(order: np.ndarray, pred: np.ndarray) -> np.ndarray:

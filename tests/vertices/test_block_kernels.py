@@ -128,6 +128,39 @@ def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed, room
         assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist()) and down.size > 50
 
 
+@pytest.mark.skipif(not bk.have_scipy(), reason="the breadth-first search is scipy's")
+def test_breadth_first_search_without_a_matrix_is_scipys_public_one(monkeypatch):
+    """The search over the pattern alone gives the order and predecessors of scipy's public call
+    (which wants a matrix with data), and a unit-weight relaxation that only searches breadth
+    first makes no array of weights; where the internal function is missing, the public call."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order
+
+    k = 500
+    src, dst, _ = _random_graph(4, k, 2000)
+    indptr, indices = _csr(k, src, dst)
+    m = csr_matrix((np.ones(len(indices)), indices, indptr), shape=(k, k))
+    for root in (0, 7, 499):
+        got = bk._breadth_first(root, indptr, indices)
+        assert got is not None
+        want = breadth_first_order(m, root, directed=True, return_predecessors=True)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    results = []
+    for internal in (True, False):
+        if not internal:
+            monkeypatch.setattr(bk, "_breadth_first", lambda *a: None)
+        for seeds in ([0], [3, 17, 40]):
+            relax = bk.relax(indptr, *_with_room(indices, None, 300))
+            dist = np.full(k, np.inf)
+            dist[seeds] = 2.0
+            relax(dist, np.array(seeds))
+            results.append(dist)
+            assert (relax._room_weight is None) == internal
+    for a, b in zip(results[:2], results[2:]):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("sample_degree", (0, 10 ** 9))
 def test_components_from_a_sample_and_through_a_column_map(form, sample_degree, monkeypatch):
     """A dense part (a giant component whose rows are never read past their first entries), small

@@ -182,11 +182,11 @@ def versions() -> dict[str, str]:
     import msgpack
     import numpy
 
-    from ..comm import zmq_version
-    from ..storage import fsspec_version
+    from .._versions import installed_version  # (pyzmq and fsspec: not imported for this)
 
     return {"mariana": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-            "pyzmq": zmq_version(), "msgpack": ".".join(map(str, msgpack.version)), "fsspec": fsspec_version()}
+            "pyzmq": installed_version("zmq", "pyzmq"), "msgpack": ".".join(map(str, msgpack.version)),
+            "fsspec": installed_version("fsspec", "fsspec")}
 
 
 def explain_placement(job: Job, config: dict[str, Any], workers: int, placement: str | None = None) -> str:

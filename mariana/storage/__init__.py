@@ -1,8 +1,7 @@
 """fsspec-backed storage: the run directory, model parameters and user files at any URL."""
 
 from .params import load_params, save_params
-from .rundir import (RunDir, default_run_url, fsspec_version, read_bytes, read_text, write_bytes, write_lines,
-                     write_text)
+from .rundir import RunDir, default_run_url, read_bytes, read_text, write_bytes, write_lines, write_text
 
-__all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_lines", "write_bytes", "default_run_url", "save_params", "load_params",
-           "fsspec_version"]
+__all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_lines", "write_bytes", "default_run_url", "save_params",
+           "load_params"]

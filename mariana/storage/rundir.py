@@ -425,9 +425,3 @@ def read_bytes(url: str) -> bytes:
     except _FS_ERRORS as exc:
         raise StorageError(f"{url}: cannot read: {cause(exc)}") from exc
 
-
-def fsspec_version() -> str:
-    """The fsspec version (for ``job.json``; from its metadata: no import)."""
-    from importlib.metadata import version
-
-    return version("fsspec")

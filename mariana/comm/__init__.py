@@ -21,11 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from . import zmqcomm
 from .zmqcomm import (HEARTBEAT_PREFIX, Again, HandshakeWatch, Transport, Unreachable, drain, heartbeat_of, is_loopback,
                       open_contexts, parse_endpoint, poller, recv, release_sent, send, send_frames)
 
-__all__ = ["SCHEMES", "scheme_of", "transport_for", "zmq_version", "Transport", "Again", "Unreachable", "send",
+__all__ = ["SCHEMES", "scheme_of", "transport_for", "Transport", "Again", "Unreachable", "send",
            "send_frames", "recv", "drain", "poller", "parse_endpoint", "is_loopback", "open_contexts",
            "HEARTBEAT_PREFIX", "heartbeat_of", "HandshakeWatch", "release_sent"]
 
@@ -50,6 +49,3 @@ def transport_for(url: str, max_message_bytes: int = 1 << 30, security: Any = No
     return cls(max_message_bytes, security, **kw)
 
 
-def zmq_version() -> str:
-    """The pyzmq version (for ``job.json``)."""
-    return zmqcomm.zmq.__version__

@@ -57,16 +57,20 @@ class LocalFS:
     def invalidate_cache(self, path: str | None = None) -> None:
         """Nothing is cached here (fsspec caches listings of remote stores)."""
 
-    def ls(self, path: str, detail: bool = False) -> list[str]:
-        """The full paths in folder ``path`` (a file: itself); ``FileNotFoundError`` if neither."""
-        if detail:
-            raise NotImplementedError("LocalFS.ls lists names only")
+    def ls(self, path: str, detail: bool = False) -> list[Any]:
+        """The full paths in folder ``path`` (a file: itself); ``FileNotFoundError`` if neither.
+        ``detail``: fsspec's entries instead, ``{"name", "size", "type"}`` ("file" or "directory")."""
         if os.path.isdir(path):
             with os.scandir(path) as it:
-                return [posixpath.join(path, e.name) for e in it]
-        if os.path.exists(path):
-            return [path]
-        raise FileNotFoundError(path)
+                names = [posixpath.join(path, e.name) for e in it]
+        elif os.path.exists(path):
+            names = [path]
+        else:
+            raise FileNotFoundError(path)
+        if not detail:
+            return names
+        return [{"name": n, "size": os.stat(n).st_size, "type": "directory" if os.path.isdir(n) else "file"}
+                for n in names]
 
     def find(self, path: str, maxdepth: int | None = None) -> list[str]:
         """Every file below ``path`` (``maxdepth`` levels at most), sorted; a file: itself."""

@@ -63,8 +63,9 @@ def _fs(url: str) -> tuple[Any, str]:
     return (LOCAL, path) if type(fs) is LocalFileSystem else (fs, path)
 
 
-def _appends(fs: Any) -> bool:
-    """Whether files on ``fs`` can be appended to (a local disk, fsspec's memory filesystem)."""
+def _in_process(fs: Any) -> bool:
+    """A local disk or fsspec's memory filesystem: calls that cannot hang, files that can be
+    appended to."""
     return isinstance(fs, LocalFS) or "memory" in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol)
 
 
@@ -92,7 +93,7 @@ class RunDir:
     def __init__(self, url: str, create: bool = True) -> None:
         self.url = url
         self.fs, self.root = _fs(url)
-        self.remote = not _appends(self.fs)  # calls that may hang (not a local disk or memory)
+        self.remote = not _in_process(self.fs)  # calls that may hang (not a local disk or memory)
         if not create:
             try:
                 found = self._retry(f"opening {url}", lambda: self.fs.isdir(self.root))
@@ -104,7 +105,7 @@ class RunDir:
             self._retry(f"creating {url}", lambda: self.fs.makedirs(self.root, exist_ok=True))
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot create run directory {url}: {cause(exc)}") from exc
-        self._can_append = _appends(self.fs)
+        self._can_append = _in_process(self.fs)
         self._lines: dict[str, list[str]] = {}
         self._dirs: set[str] = set()
 

@@ -57,6 +57,9 @@ def test_listings_and_reads_match_fsspec(tree):
     ref, root = LocalFileSystem(), str(tree)
     assert sorted(LOCAL.ls(root)) == sorted(ref.ls(root, detail=False))
     assert LOCAL.ls(f"{root}/x.e") == ref.ls(f"{root}/x.e", detail=False)
+    for p in (root, f"{root}/x.e"):  # fsspec's entries: name, size, file or directory
+        entries = [(d["name"], d["size"], d["type"]) for d in LOCAL.ls(p, detail=True)]
+        assert sorted(entries) == sorted((d["name"], d["size"], d["type"]) for d in ref.ls(p, detail=True)), p
     with pytest.raises(FileNotFoundError):
         LOCAL.ls(f"{root}/missing")
     for depth in (None, 1, 2, 3):

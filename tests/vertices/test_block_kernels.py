@@ -304,6 +304,30 @@ def test_the_sparse_loops_come_without_the_scipy_sparse_package():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)
 
 
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not bk.have_scipy(), reason="scipy's traversals")
+def test_the_traversals_come_without_the_csgraph_package_init():
+    """WCC, BFS and SSSP import scipy's two compiled graph modules, not ``scipy.sparse.csgraph``'s
+    ``__init__`` (it imports ``scipy.sparse.linalg``: ~11 MiB of every process); code that imports
+    the package afterwards in the same process still gets all of it, the same functions included."""
+    code = "\n".join([
+        "import sys, numpy as np",
+        "from mariana.vertices import block_kernels as bk",
+        "bk.import_traversals()",
+        "cg = bk._csgraph()",
+        "assert 'scipy.sparse.linalg' not in sys.modules, sorted(m for m in sys.modules if 'linalg' in m)",
+        "labels = bk.components(np.array([0, 1, 2, 3, 4]), np.array([1, 0, 3, 2], np.int32))",
+        "assert labels.tolist() == [0, 0, 2, 2], labels",
+        "import scipy.sparse.csgraph as full",
+        "assert full.connected_components is cg.connected_components and full.dijkstra is cg.dijkstra",
+        "assert full.breadth_first_order is cg.breadth_first_order and callable(full.laplacian)",
+        "assert 'scipy.sparse.linalg' in sys.modules and full._traversal.connected_components is cg.connected_components",
+        "from scipy.sparse.csgraph import minimum_spanning_tree",
+    ])
+    env = {k: v for k, v in os.environ.items() if k != "MARIANA_NO_SCIPY"}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int16])
 @pytest.mark.parametrize("counts", [[3, 0, 2, 0, 0, 1], [], [0, 0], [5]])
 def test_row_ids_repeat_each_row_by_its_count(form, dtype, counts):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +99,7 @@ def _parse_numeric(text: str, url: str) -> EdgeList | None:
 
 
 NumericTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-NumericEdges = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+NumericEdges = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]
 _POW10 = 10 ** np.arange(19, dtype=np.int64)
 
 
@@ -165,16 +166,63 @@ def numeric_ids(text: str | bytes) -> np.ndarray | None:
     return values if np.array_equal(decimal_len(values), stop - first) else None
 
 
+#: the fast edge parser reads a text in blocks of about this many bytes (cut after a line break):
+#: every temporary of a block (token positions: ~2.4 bytes a byte of text) then stays under the
+#: loader's mmap threshold and reuses heap memory. A 4 MB piece parsed whole made ~35 MB of fresh
+#: mappings, each faulted in page by page: half its parse time (``engine.memory``)
+PARSE_BLOCK = 512 << 10
+
+
 def numeric_edges(text: str | bytes) -> NumericEdges | None:
     """The fast path of the edge parser: (the distinct ids as int64, in no particular order;
-    edges as (m, 2) indices into them, int32 where they fit; weights; line numbers), or None where
-    the line parser must decide (anything but 2 or 3 numeric fields per line, an id that is not
-    the canonical decimal of its number). ``text``: str, or bytes (ASCII is checked first, so a
-    caller need not decode). No id string is made: a worker that loads a part of a large graph
-    holds 8 bytes per distinct id, not a string. A few passes over the bytes, and where every line
-    has the same 2 or 3 fields no search for line numbers: ~37 ms per 4 MB piece of a scale-19
-    R-MAT file, where decoding it and twice as many passes took ~55."""
-    tokens = _tokens(text)
+    edges as (m, 2) indices into them, int32 where they fit; the weights, or None where every
+    line has two fields; the number of fields on each line, int8: a line with edges is
+    ``np.flatnonzero(fields) + 1``), or None where the line parser must decide (anything but 2
+    or 3 numeric fields per line, an id that is not the canonical decimal of its number).
+    ``text``: str, or bytes (ASCII is checked first, so a caller need not decode). No id string
+    is made: a worker that loads a part of a large graph holds 8 bytes per distinct id, not a
+    string. Each ``PARSE_BLOCK`` of lines is read on its own (``_numeric_block``), then the ids
+    of all of them are numbered at once."""
+    raw = text if isinstance(text, bytes) else text.encode() if text.isascii() else None
+    if raw is None or not raw.isascii():
+        return None
+    blocks = []
+    for block in _blocks(raw, PARSE_BLOCK):
+        part = _numeric_block(block)
+        if part is None:
+            return None
+        blocks.append(part)
+    k = {part[3] for part in blocks} - {0}  # (0: a block of blank or comment lines only)
+    if len(k) != 1:
+        return None
+    ends = blocks[0][0] if len(blocks) == 1 else np.concatenate([part[0] for part in blocks])
+    weight = None if k == {2} else _cat([part[1] for part in blocks if part[1] is not None])
+    fields = _cat([part[2] for part in blocks])
+    del blocks
+    unique, inverse = _unique(ends.reshape(-1))
+    return unique, inverse.reshape(-1, 2), weight, fields
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _blocks(raw: bytes, size: int) -> Iterator[bytes]:
+    """``raw`` in blocks of about ``size`` bytes, each but the last ending with a line break."""
+    start, n = 0, len(raw)
+    while start < n:
+        cut = raw.find(b"\n", start + size - 1) if start + size < n else -1
+        end = n if cut < 0 else cut + 1
+        yield raw[start:end]
+        start = end
+
+
+def _numeric_block(block: bytes) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int] | None:
+    """One block of ``numeric_edges``: (its edges' ids, int64 (m, 2); the weights or None; the
+    fields on each of its lines, int8; the fields a line with edges has: 2, 3, or 0 where no line
+    has any), or None. A few passes over the bytes, and where every line has the same 2 or 3
+    fields no search for line numbers."""
+    tokens = _tokens(block)
     if tokens is None:
         return None
     raw, first, stop, newlines = tokens
@@ -186,48 +234,46 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
     else:
         before = np.searchsorted(first, newlines)  # tokens before each line break
         per_line = np.diff(before, prepend=0, append=len(first))  # tokens on each line (the last: after the last break)
+        if raw.endswith(b"\n"):  # (no line after the last break: the next block's first line is the next line)
+            per_line = per_line[:-1]
         del before
         filled = per_line[per_line > 0]
-        k = int(filled[0]) if filled.size else 0
+        if not filled.size:
+            return np.empty((0, 2), np.int64), None, per_line.astype(np.int8), 0
+        k = int(filled[0])
         if k not in (2, 3) or not bool((filled == k).all()):
             return None
+        per_line = per_line.astype(np.int8)
     del newlines
     columns = _weighted_columns(raw, first, stop) if k == 3 else None
     if columns is not None:  # canonical by construction
-        ends_ids, weight = columns
-        token_len = None
-    else:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                values = np.fromstring(raw, dtype=np.int64 if k == 2 else np.float64, sep=" ")
-        except ValueError:
-            return None
-        if values.size != first.size:
-            return None
-        table = values.reshape(-1, k)
-        if k == 3:
-            weight, ends_ids = table[:, 2].copy(), table[:, :2]
-            if not np.isfinite(weight).all() or np.any(np.abs(ends_ids) >= 2.0 ** 53) \
-                    or np.any(ends_ids != np.floor(ends_ids)):
-                return None
-            ends_ids = ends_ids.astype(np.int64)
-        else:
-            ends_ids, weight = table, np.ones(len(table))
-            if ends_ids.max() == _INT64.max or ends_ids.min() == _INT64.min:
-                return None  # overflow saturates: leave it to the line parser
-        del values, table
-        # every id token must be the canonical decimal of its number ("007", "+7", "7.0" are other ids)
-        token_len = (stop - first).reshape(-1, k)[:, :2].reshape(-1)
-    del first, stop
-    unique, inverse = _unique(ends_ids.reshape(-1))
-    del ends_ids
-    # (lengths as bytes before the gather: an id is at most 20 characters, 8 bytes a token less)
-    if token_len is not None and not np.array_equal(decimal_len(unique).astype(np.int8)[inverse], token_len):
+        return columns[0], columns[1], per_line, k
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            values = np.fromstring(raw, dtype=np.int64 if k == 2 else np.float64, sep=" ")
+    except ValueError:
         return None
-    del token_len
-    lineno = np.flatnonzero(per_line) + 1
-    return unique, inverse.reshape(-1, 2), weight.astype(np.float64, copy=False), lineno.astype(np.int64, copy=False)
+    if values.size != first.size:
+        return None
+    table = values.reshape(-1, k)
+    weight = None
+    if k == 3:
+        weight, ends_ids = table[:, 2].copy(), table[:, :2]
+        if not np.isfinite(weight).all() or np.any(np.abs(ends_ids) >= 2.0 ** 53) \
+                or np.any(ends_ids != np.floor(ends_ids)):
+            return None
+        ends_ids = ends_ids.astype(np.int64)
+    else:
+        ends_ids = table
+        if ends_ids.max() == _INT64.max or ends_ids.min() == _INT64.min:
+            return None  # overflow saturates: leave it to the line parser
+    del values, table
+    # every id token must be the canonical decimal of its number ("007", "+7", "7.0" are other ids)
+    token_len = (stop - first).reshape(-1, k)[:, :2].reshape(-1)
+    if not np.array_equal(decimal_len(ends_ids.reshape(-1)), token_len):
+        return None
+    return ends_ids, weight, per_line, k
 
 
 def _weighted_columns(raw: bytes, first: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -322,12 +368,13 @@ def numeric_table(text: str) -> NumericTable | None:
     edges = numeric_edges(text)
     if edges is None:
         return None
-    unique, inverse, weight, lineno = edges
+    unique, inverse, weight, fields = edges
     names = unique.astype(str)
     order = np.argsort(names, kind="stable")
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    return names[order], unique[order], rank[inverse], weight, lineno
+    lineno = np.flatnonzero(fields) + 1
+    return names[order], unique[order], rank[inverse], np.ones(len(inverse)) if weight is None else weight, lineno
 
 
 def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -400,9 +400,10 @@ class GraphLoader:
 
         table = numeric_edges(piece)  # ASCII numbers: straight from the bytes
         if table is not None:
-            values, pairs, weight, lineno = table
+            values, pairs, weight, fields = table
             small = pairs.astype(np.int32, copy=False) if len(values) < 2 ** 31 else pairs
             chunk = _Chunk(split, None, _narrow(values), small, weight)
+            lineno = None  # (found only to name a line: from the fields of each line)
         else:
             try:
                 text = piece.decode("utf-8")
@@ -421,7 +422,7 @@ class GraphLoader:
             bad = np.flatnonzero(chunk.weight < 0)
             if bad.size:
                 e = int(bad[0])
-                line = lines_above() + int(lineno[e])
+                line = lines_above() + int(np.flatnonzero(fields)[e] + 1 if lineno is None else lineno[e])
                 raise UsageError(f"{split.url}:{line}: negative weight {chunk.weight[e]:g} (sssp needs weights >= 0)")
         if not spec.weights or chunk.weight is None or bool((chunk.weight == 1.0).all()):  # unit: held as none
             chunk.weight = None

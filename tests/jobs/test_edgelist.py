@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mariana.errors import UsageError
+from mariana.jobs import edgelist
 from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, canonical_ints, example_graph_url,
                                    load_edges, numeric_edges, numeric_ids, parse_edges, plain_decimals)
 
@@ -268,7 +269,12 @@ def _random_file(rng: random.Random, weighted: bool, n: int = 300, m: int = 2000
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("weighted", [False, True])
-def test_the_numeric_fast_path_equals_the_line_parser(seed, weighted):
+@pytest.mark.parametrize("block", [None, 64, 700])
+def test_the_numeric_fast_path_equals_the_line_parser(seed, weighted, block, monkeypatch):
+    """... also when it reads the text in many blocks (``PARSE_BLOCK`` bytes of whole lines each;
+    64: a block of a line or two, of only blank or comment lines, or of lines with no line break)."""
+    if block is not None:
+        monkeypatch.setattr(edgelist, "PARSE_BLOCK", block)
     text = _random_file(random.Random(seed), weighted)
     fast = _parse_numeric(text, URL)
     assert fast is not None  # integer ids, same field count on every line: the fast path takes it
@@ -289,7 +295,21 @@ def test_plain_lines_take_the_quick_line_check_and_bytes_parse_as_text(seed, fie
     from_text, from_bytes = numeric_edges(text), numeric_edges(text.encode())
     assert from_text is not None and from_bytes is not None
     assert all(np.array_equal(a, b) for a, b in zip(from_text, from_bytes))
+    assert (from_text[2] is None) == (fields == 2)  # no weights: none made
     assert numeric_edges(text.encode() + b"1 2 3 4\n") is None  # one line too long
+
+
+@pytest.mark.parametrize("text", ["1 2\n" * 40 + "# c\n\n" * 30 + "3 4\n", "1 2\n" * 40 + "3 4 5\n" + "1 2\n" * 40,
+                                  "\n" * 50 + "1 2", "1 2\n" * 40 + "3\n" + "1 2\n" * 40])
+def test_blocks_of_lines_agree_on_the_fields_of_every_line(text, monkeypatch):
+    """Read in blocks, a text takes the fast path as it does whole: a block of blank or comment
+    lines only is no obstacle, a block whose lines have another field count than the others' is."""
+    whole = numeric_edges(text)
+    monkeypatch.setattr(edgelist, "PARSE_BLOCK", 16)
+    blocks = numeric_edges(text)
+    assert (whole is None) == (blocks is None)
+    if whole is not None and blocks is not None:
+        assert all(np.array_equal(a, b) for a, b in zip(whole, blocks))
 
 
 @pytest.mark.parametrize("text", [

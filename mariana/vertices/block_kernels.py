@@ -31,6 +31,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import threading
 import types
 from typing import Any, Iterator
 
@@ -95,6 +96,7 @@ __all__ = ["have_scipy", "import_traversals", "row_ids", "row_pieces", "row_edge
 
 
 _CSGRAPH: Any = None
+_CSGRAPH_LOCK = threading.Lock()
 
 
 def _csgraph() -> Any:
@@ -104,8 +106,9 @@ def _csgraph() -> Any:
     package's ``__init__``, which also imports ``scipy.sparse.linalg`` for its Laplacian: ~11 MiB
     of every WCC, BFS and SSSP process and ~40 ms of its start-up (``_DeferredPackage``)."""
     global _CSGRAPH
-    if _CSGRAPH is None:
-        _CSGRAPH = _load_csgraph()
+    with _CSGRAPH_LOCK:  # (blocks made on several threads: one package in sys.modules)
+        if _CSGRAPH is None:
+            _CSGRAPH = _load_csgraph()
     return _CSGRAPH
 
 

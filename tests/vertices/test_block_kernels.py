@@ -300,9 +300,13 @@ def test_the_sparse_loops_come_without_the_scipy_sparse_package():
         "assert bk.csr_sum(np.array([0, 2, 3]), np.array([1, 0, 1], np.int32))(np.array([1.5, 2.0])).tolist() == [3.5, 2.0]",
         "assert 'scipy.sparse' not in sys.modules, sorted(m for m in sys.modules if m.startswith('scipy'))",
     ])
+    _fresh_interpreter(code)
+
+
+def _fresh_interpreter(code: str) -> None:
+    """Run ``code`` in a new interpreter, scipy's kernels on (what it imports is what it checks)."""
     env = {k: v for k, v in os.environ.items() if k != "MARIANA_NO_SCIPY"}
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)
-
 
 
 @pytest.mark.timeout(60)
@@ -325,8 +329,8 @@ def test_the_traversals_come_without_the_csgraph_package_init():
         "assert 'scipy.sparse.linalg' in sys.modules and full._traversal.connected_components is cg.connected_components",
         "from scipy.sparse.csgraph import minimum_spanning_tree",
     ])
-    env = {k: v for k, v in os.environ.items() if k != "MARIANA_NO_SCIPY"}
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)
+    _fresh_interpreter(code)
+
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int16])
 @pytest.mark.parametrize("counts", [[3, 0, 2, 0, 0, 1], [], [0, 0], [5]])

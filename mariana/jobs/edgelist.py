@@ -183,8 +183,8 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
     is made: a worker that loads a part of a large graph holds 8 bytes per distinct id, not a
     string. Each ``PARSE_BLOCK`` of lines is read on its own (``_numeric_block``), then the ids
     of all of them are numbered at once."""
-    raw = text if isinstance(text, bytes) else text.encode() if text.isascii() else None
-    if raw is None or not raw.isascii():
+    raw = text if isinstance(text, bytes) else text.encode()
+    if not raw.isascii():
         return None
     blocks = []
     for block in _blocks(raw, PARSE_BLOCK):
@@ -195,7 +195,7 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
     k = {part[3] for part in blocks} - {0}  # (0: a block of blank or comment lines only)
     if len(k) != 1:
         return None
-    ends = blocks[0][0] if len(blocks) == 1 else np.concatenate([part[0] for part in blocks])
+    ends = _cat([part[0] for part in blocks])
     weight = None if k == {2} else _cat([part[1] for part in blocks if part[1] is not None])
     fields = _cat([part[2] for part in blocks])
     del blocks
@@ -204,6 +204,7 @@ def numeric_edges(text: str | bytes) -> NumericEdges | None:
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` that does not copy a single array."""
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 

@@ -35,7 +35,7 @@ from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lin
                               read_table_split, read_text_split)
 from ..vertices.block_kernels import first_of_runs, group_by
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
-from .edgelist import _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
+from .edgelist import _cat, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
 from ..storage.parts import part_url
 
 __all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part", "strkeys", "decode_keys",
@@ -215,11 +215,6 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     if values.size and -2 ** 31 < int(values.min()) and int(values.max()) < 2 ** 31:
         return values.astype(np.int32)
     return values
-
-
-def _cat(parts: list[np.ndarray]) -> np.ndarray:
-    """``np.concatenate`` that does not copy a single array."""
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class _Distinct:
@@ -403,7 +398,9 @@ class GraphLoader:
             values, pairs, weight, fields = table
             small = pairs.astype(np.int32, copy=False) if len(values) < 2 ** 31 else pairs
             chunk = _Chunk(split, None, _narrow(values), small, weight)
-            lineno = None  # (found only to name a line: from the fields of each line)
+
+            def edge_line(e: int) -> int:  # (only to name a line: from the fields of each line)
+                return int(np.flatnonzero(fields)[e]) + 1
         else:
             try:
                 text = piece.decode("utf-8")
@@ -417,12 +414,14 @@ class GraphLoader:
                 raise
             names = np.array(el.ids, dtype=str) if el.ids else np.empty(0, dtype="U1")
             chunk = _Chunk(split, names, None, np.stack([el.src, el.dst], axis=1), el.weight)
-            lineno = el.lineno
+
+            def edge_line(e: int) -> int:
+                return int(el.lineno[e])
         if spec.nonnegative and chunk.weight is not None:
             bad = np.flatnonzero(chunk.weight < 0)
             if bad.size:
                 e = int(bad[0])
-                line = lines_above() + int(np.flatnonzero(fields)[e] + 1 if lineno is None else lineno[e])
+                line = lines_above() + edge_line(e)
                 raise UsageError(f"{split.url}:{line}: negative weight {chunk.weight[e]:g} (sssp needs weights >= 0)")
         if not spec.weights or chunk.weight is None or bool((chunk.weight == 1.0).all()):  # unit: held as none
             chunk.weight = None

@@ -15,6 +15,7 @@ import gzip
 import os
 import posixpath
 import shutil
+import stat
 from typing import IO, Any
 
 __all__ = ["LocalFS", "LOCAL", "is_plain_path"]
@@ -69,8 +70,8 @@ class LocalFS:
             raise FileNotFoundError(path)
         if not detail:
             return names
-        return [{"name": n, "size": os.stat(n).st_size, "type": "directory" if os.path.isdir(n) else "file"}
-                for n in names]
+        return [{"name": n, "size": st.st_size, "type": "directory" if stat.S_ISDIR(st.st_mode) else "file"}
+                for n, st in ((n, os.stat(n)) for n in names)]
 
     def find(self, path: str, maxdepth: int | None = None) -> list[str]:
         """Every file below ``path`` (``maxdepth`` levels at most), sorted; a file: itself."""

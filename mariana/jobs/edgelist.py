@@ -450,7 +450,8 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
 
     This is what ``mode=vertex`` reads; block mode loads in parts (jobs/graphload.py).
     """
-    from ..storage.splits import Split, list_inputs, read_table_split, read_text_split
+    from ..storage.compression import COMPRESSED_EXTS
+    from ..storage.splits import Split, list_inputs, read_table_split, read_text_split, whole_split
 
     if url == "":
         raise UsageError("config key 'graph' is empty: give an edge-list path or URL, or leave it out for the example")
@@ -458,7 +459,7 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
     files = list_inputs(url)
     from ..storage.parquet import PARQUET_EXTS
 
-    if len(files) == 1 and files[0][0] == url and not url.endswith((".gz", ".npy", ".npz", *PARQUET_EXTS)):
+    if len(files) == 1 and files[0][0] == url and not url.endswith((*COMPRESSED_EXTS, ".npy", ".npz", *PARQUET_EXTS)):
         try:
             text = read_text(url)
         except StorageError as exc:
@@ -479,7 +480,7 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
                                                             t.get("weight", np.ones(len(t["src"]))).tolist())]
                 parts.append(parse_edges("\n".join(lines) + "\n", f))
                 continue
-            raw = read_text_split(Split(f, 0, -1, "gz") if f.endswith(".gz") else Split(f, 0, size))
+            raw = read_text_split(whole_split(f, size))
             try:
                 parts.append(parse_edges(raw.decode("utf-8"), f))
             except UnicodeDecodeError as exc:
@@ -487,7 +488,7 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
     extra: list[str] = []
     if vertices:
         for f, size in list_inputs(vertices):
-            raw = read_text_split(Split(f, 0, -1, "gz") if f.endswith(".gz") else Split(f, 0, size))
+            raw = read_text_split(whole_split(f, size))
             extra += [t for t in (line.split("#", 1)[0].strip() for line in raw.decode("utf-8").splitlines()) if t]
     return _combine(parts, url, extra)
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import StorageError, UsageError
 from ..storage import read_text, write_text
+from ..storage.compression import require
 from .edgelist import EdgeList, load_edges
 from .registry import Key
 
@@ -90,6 +91,7 @@ def with_vertices(edges: EdgeList, vertex_ids: Sequence[str], vertices_url: str)
 def load_graph(config: dict[str, Any]) -> EdgeList:
     """The edge list of ``graph=`` over the vertices of ``vertices=`` (if set), as stored: the
     caller applies ``directed`` (see ``follow``)."""
+    require(config.get("output"))  # (the output's format: said before the run, not after it)
     edges = load_edges(config["graph"])
     if config.get("vertices"):
         edges = with_vertices(edges, read_vertices(config["vertices"]), config["vertices"])

@@ -9,6 +9,7 @@ from ..engine import Graph, RunResult, Vertex
 from ..errors import StorageError, UsageError
 from ..partitioner import ExplicitStrategy, RangeStrategy
 from ..storage import write_text
+from ..storage.compression import require
 from ..storage.parts import commit_parts, discard_parts
 from ..storage.splits import list_inputs
 from .edgelist import EdgeList, example_graph_url
@@ -93,7 +94,8 @@ def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
                     undirected=undirected, weights=weights, nonnegative=nonnegative, split_mb=config["split_mb"],
                     placement="range" if range_ else "hash", output=config["output"] or None,
                     graphalytics=output_format(config) == "graphalytics")
-    list_inputs(spec.graph)
+    for url in [spec.output, *(f for f, _ in list_inputs(spec.graph))]:
+        require(url)  # (a .zst name without its package: said now, not after the run)
     if spec.vertices:
         try:
             list_inputs(spec.vertices)

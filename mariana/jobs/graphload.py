@@ -30,6 +30,7 @@ from ..engine.memory import (LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD, avoid_huge
                              trim_heap)
 from ..errors import StorageError, UsageError
 from ..storage import write_lines
+from ..storage.compression import compression_of
 from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
                               read_table_split, read_text_split)
@@ -345,7 +346,7 @@ class GraphLoader:
     def _parse(self, ctx: Context) -> None:
         spec, w = self.spec, self.workers
         files = list_inputs(spec.graph)
-        cuttable = sum(size for url, size in files if not url.endswith(".gz"))  # text and tables
+        cuttable = sum(size for url, size in files if not compression_of(url))  # text and tables
         split_bytes = min(int(spec.split_mb * (1 << 20)), max(math.ceil(cuttable / w), 1))
         splits = make_splits(files, split_bytes)
         for _, split in assigned(splits, self.index, w):

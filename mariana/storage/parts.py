@@ -11,7 +11,7 @@ untouched: a job that fails leaves no half-written output.
 from __future__ import annotations
 
 import posixpath
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -209,7 +209,7 @@ def commit_parts(output: str, parts: list[str], order: str = "string") -> str:
             return output.rstrip("/") + "/"
         readers = [fs.open(_fs(p)[1], "rb") for p in parts]
         try:
-            with _open_whole(fs, path, fsync=False) as out:
+            with _open_whole(fs, path, fsync=False, compress=True) as out:  # (OUT.tsv.gz: gzip)
                 merge_sorted(readers, out, order=order)
         finally:
             for r in readers:
@@ -230,11 +230,3 @@ def discard_parts(output: str) -> None:
             fs.rm(path, recursive=True)
     except _FS_ERRORS:
         pass
-
-
-def iter_lines(url: str) -> Iterator[str]:
-    """The lines of a text file at any URL (for tests and tools)."""
-    fs, path = _fs(url)
-    with fs.open(path, "rt", encoding="utf-8") as f:
-        yield from f
-

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import io
 import json
 import logging
 import os
@@ -34,7 +35,8 @@ import uuid
 from contextlib import contextmanager, suppress
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from ..errors import MarianaError, StorageError
+from ..errors import MarianaError, StorageError, UsageError
+from .compression import compressed, compression_of, decompressed
 from .localfs import LOCAL, LocalFS, is_plain_path
 from .retry import cause, retrying
 
@@ -70,8 +72,16 @@ def _in_process(fs: Any) -> bool:
 
 
 def read_text(url: str) -> str:
-    """The whole text of a file at a path or fsspec URL (UTF-8)."""
+    """The whole text of a file at a path or fsspec URL (UTF-8; a compressed name decompressed)."""
     data = read_bytes(url)
+    if compression_of(url):
+        try:
+            with decompressed(io.BytesIO(data), url) as f:
+                data = f.read()
+        except UsageError:
+            raise
+        except Exception as exc:  # (each format raises its own: OSError, EOFError, lzma.LZMAError, ...)
+            raise StorageError(f"{url}: not a readable {compression_of(url)} file: {exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -279,23 +289,26 @@ def jsonl(record: dict[str, Any]) -> str:
 
 
 def write_text(url: str, text: str) -> None:
-    """Write a whole text file at a path or fsspec URL (temp file + rename on a local disk)."""
-    write_bytes(url, text.encode("utf-8"))
+    """Write a whole text file at a path or fsspec URL (temp file + rename on a local disk); a
+    compressed name (``.gz``, ...: ``storage.compression``) is written in that format."""
+    write_lines(url, lambda: (text,))
 
 
 def write_lines(url: str, pieces: Callable[[], Iterable[str]]) -> None:
     """Write a text file piece by piece (``pieces()`` yields its text in order; called again if a
     transient error makes the write start over): a large output never exists whole in memory,
-    and appears at ``url`` whole or not at all, as with ``write_text``."""
+    and appears at ``url`` whole or not at all, as with ``write_text``, compressed as its name says."""
     fs, path = _fs(url)
 
     def write() -> None:
-        with _open_whole(fs, path, fsync=False) as f:
+        with _open_whole(fs, path, fsync=False, compress=True) as f:
             for text in pieces():
                 f.write(text.encode("utf-8"))
 
     try:
         retrying(f"writing {url}", write)
+    except MarianaError:  # (a .zst name without its package: the user's to fix, said as it is)
+        raise
     except _FS_ERRORS as exc:
         raise StorageError(f"cannot write {url}: {cause(exc)}") from exc
 
@@ -315,15 +328,19 @@ def _write_whole(fs: Any, path: str, data: bytes, fsync: bool) -> None:
 
 
 @contextmanager
-def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Iterator[IO[bytes]]:
-    """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one upload."""
+def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress: bool = False) -> Iterator[IO[bytes]]:
+    """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one upload.
+    ``compress``: a compressed name (``.gz``, ...: ``storage.compression``) writes that format (text
+    outputs; bytes are written as they are: a downloaded ``.gz`` stays the file it was)."""
+    codec_path = path if compress else ""
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
     if not isinstance(fs, LocalFS):
         f = fs.open(path, "wb")
         try:
-            yield f
+            with compressed(f, codec_path) as out:
+                yield out
             written = f.tell()
         except BaseException:
             if hasattr(f, "discard"):
@@ -338,7 +355,8 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True) -> Itera
     try:
         with open(tmp, "wb", buffering=0) as raw:
             f = _FullWriter(raw)
-            yield f  # type: ignore[misc]  # a file object in all but name
+            with compressed(f, codec_path) as out:  # type: ignore[arg-type]  # a file object in all but name
+                yield out
             size = os.fstat(raw.fileno()).st_size
             if size != f.written:
                 raise OSError(errno.EIO, f"short write: {size} of {f.written} bytes reached the file")

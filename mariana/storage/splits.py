@@ -4,10 +4,11 @@ and Pregel read their inputs.
 An input is one file, a directory of part files (names starting with ``_`` or ``.`` skipped, as
 Hadoop's ``_SUCCESS``) or a glob, at any fsspec URL. A text file is cut into byte ranges; a split
 owns every line that *starts* inside its range, so reading a split means one range read plus the
-rest of its last line (``read_text_split``). A ``.gz`` file cannot be entered in the middle: it
-is one split. A ``.npy``/``.npz`` edge table is cut into row ranges, a Parquet file
-(``storage.parquet``) into runs of row groups. Nothing here reads more than its own split,
-except to count the lines before a split when a malformed line must be named.
+rest of its last line (``read_text_split``). A compressed file (``.gz``, ``.bz2``, ``.xz``,
+``.zst``: ``storage.compression``) cannot be entered in the middle: it is one split. A
+``.npy``/``.npz`` edge table is cut into row ranges, a Parquet file (``storage.parquet``) into
+runs of row groups. Nothing here reads more than its own split, except to count the lines before
+a split when a malformed line must be named.
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ import io
 import posixpath
 import zipfile
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator
+from typing import IO, Any, Iterator
 
 import numpy as np
 
 from ..errors import StorageError, UsageError
+from .compression import compression_of, decompressed
 from .parquet import PARQUET_EXTS, parquet_splits
 from .rundir import _FS_ERRORS, _fs
 
-__all__ = ["Split", "list_inputs", "make_splits", "read_text_split", "iter_text_split", "read_table_split",
-           "lines_before", "assigned"]
+__all__ = ["Split", "list_inputs", "make_splits", "whole_split", "read_text_split", "iter_text_split",
+           "read_table_split", "lines_before", "assigned"]
 
 _CHUNK = 1 << 20
 TABLE_EXTS = (".npy", ".npz")
@@ -35,7 +37,7 @@ TABLE_EXTS = (".npy", ".npz")
 class Split:
     """``url`` [``start``, ``end``): bytes of a text file, rows of a table (``kind`` ``npy``/``npz``),
     row groups of a Parquet file (``kind`` ``parquet``), or a whole compressed file (``kind``
-    ``gz``, ``end`` = -1)."""
+    ``compressed``, ``end`` = -1)."""
 
     url: str
     start: int
@@ -87,8 +89,8 @@ def make_splits(files: list[tuple[str, int]], split_bytes: int) -> list[Split]:
     split_bytes = max(int(split_bytes), 1)
     out: list[Split] = []
     for url, size in files:
-        if url.endswith(".gz"):
-            out.append(Split(url, 0, -1, "gz"))
+        if compression_of(url):
+            out.append(whole_split(url, size))
         elif url.endswith(PARQUET_EXTS):
             out.extend(Split(url, a, b, "parquet") for a, b in parquet_splits(url, size, split_bytes))
         elif url.endswith(TABLE_EXTS):
@@ -101,6 +103,11 @@ def make_splits(files: list[tuple[str, int]], split_bytes: int) -> list[Split]:
     return out
 
 
+def whole_split(url: str, size: int) -> Split:
+    """A text file as one split, compressed or not."""
+    return Split(url, 0, -1, "compressed") if compression_of(url) else Split(url, 0, size)
+
+
 def assigned(splits: list[Split], worker: int, workers: int) -> list[tuple[int, Split]]:
     """The splits worker ``worker`` of ``workers`` reads: every ``workers``-th, from its index."""
     return [(i, s) for i, s in enumerate(splits) if i % workers == worker]
@@ -110,8 +117,8 @@ def read_text_split(split: Split) -> bytes:
     """The lines of a text split: those starting in [start, end), each with its newline."""
     fs, path = _input_fs(split.url)
     try:
-        if split.kind == "gz":
-            with fs.open(path, "rb", compression="gzip") as f:
+        if split.kind == "compressed":
+            with fs.open(path, "rb") as raw, decompressed(raw, split.url) as f:
                 return f.read()
         with fs.open(path, "rb") as f:
             lo = max(split.start - 1, 0)
@@ -137,6 +144,8 @@ def read_text_split(split: Split) -> bytes:
                     tail.append(more)
                 data = b"".join(tail)
             return data
+    except UsageError:
+        raise
     except _FS_ERRORS as exc:
         raise UsageError(f"cannot read graph input {split.url}: {exc}") from None
 
@@ -146,19 +155,21 @@ def iter_text_split(split: Split, block: int) -> Iterator[bytes]:
     ending at a line end (a longer line is one longer block): a split is never held whole."""
     fs, path = _input_fs(split.url)
     try:
-        if split.kind == "gz":
-            with fs.open(path, "rb", compression="gzip") as f:
+        if split.kind == "compressed":
+            with fs.open(path, "rb") as raw, decompressed(raw, split.url) as f:
                 yield from _line_blocks(f, block, None, skip_first=False)
             return
         with fs.open(path, "rb") as f:
             lo = max(split.start - 1, 0)
             f.seek(lo)
             yield from _line_blocks(f, block, split.end - lo, skip_first=split.start > 0)
+    except UsageError:
+        raise
     except _FS_ERRORS as exc:
         raise UsageError(f"cannot read graph input {split.url}: {exc}") from None
 
 
-def _line_blocks(f: BinaryIO, block: int, limit: int | None, skip_first: bool) -> Iterator[bytes]:
+def _line_blocks(f: IO[bytes], block: int, limit: int | None, skip_first: bool) -> Iterator[bytes]:
     """Blocks of whole lines read from ``f``: ``limit`` bytes of it (None: to the end), then the
     rest of the last line started in them; ``skip_first``: the first line (up to its newline)
     belongs to the previous split."""

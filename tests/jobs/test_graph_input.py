@@ -7,10 +7,13 @@ single-file, one-worker and vertex-mode results byte for byte.
 
 from __future__ import annotations
 
+import bz2
 import gzip
-import time
 import io
+import lzma
+import time
 import random
+import sys
 import uuid
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import fsspec
 import networkx as nx
 import numpy as np
 import pytest
+import zstandard
 
 from mariana.errors import StorageError
 from mariana.cli import main
@@ -265,6 +269,56 @@ def test_pagerank_to_one_file_merges_parts_sorted_by_id(capsys, tmp_path):
     assert all(r == pytest.approx(want[v], abs=1e-8) for v, r in rows)
 
 
+PACK = {".gz": (gzip.compress, gzip.decompress), ".bz2": (bz2.compress, bz2.decompress),
+        ".xz": (lzma.compress, lzma.decompress),
+        ".zst": (zstandard.ZstdCompressor().compress,
+                 lambda b: zstandard.ZstdDecompressor().stream_reader(io.BytesIO(b)).read())}
+
+
+@pytest.mark.parametrize("ext", sorted(PACK))
+def test_compressed_inputs_and_outputs_by_their_names(capsys, tmp_path, ext):
+    """An edge list, a vertices file and an output named .gz, .bz2, .xz or .zst are read and written in
+    that format, in block mode (parts merged, or one worker's file) and in vertex mode alike."""
+    pack, unpack = PACK[ext]
+    rg = RandomGraph(45, 200, 3)
+    ids = "".join(f"{v}\n" for v in [*rg.ids, "99999"])  # one isolated vertex
+    (tmp_path / "g.e").write_text(rg.text)
+    (tmp_path / "g.v").write_text(ids)
+    (tmp_path / f"g.e{ext}").write_bytes(pack(rg.text.encode()))
+    (tmp_path / f"g.v{ext}").write_bytes(pack(ids.encode()))
+    want = tmp_path / "want.tsv"
+    assert run(capsys, "wcc", tmp_path / "g.e", want, f"vertices={tmp_path / 'g.v'}", workers=2)[0] == 0
+    assert "99999 99999\n" in want.read_text()
+    for mode, workers in (("block", 2), ("block", 1), ("vertex", 1)):
+        out = tmp_path / f"{mode}-{workers}.tsv{ext}"
+        rc, err = run(capsys, "wcc", tmp_path / f"g.e{ext}", out, f"vertices={tmp_path / f'g.v{ext}'}",
+                      f"mode={mode}", workers=workers)
+        assert rc == 0, (mode, workers, err)
+        assert unpack(out.read_bytes()).decode() == want.read_text(), (mode, workers)
+    assert sorted(p.name for p in tmp_path.iterdir() if "tmp" in p.name) == []
+
+
+@pytest.mark.parametrize("mode", ["block", "vertex"])
+def test_a_zst_output_without_zstandard_fails_before_the_run(capsys, tmp_path, monkeypatch, mode):
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as if the [zstd] extra were not installed
+    rg = RandomGraph(49, 50, 2)
+    (tmp_path / "g.e").write_text(rg.text)
+    rc, err = run(capsys, "wcc", tmp_path / "g.e", tmp_path / "labels.tsv.zst", f"mode={mode}", workers=2)
+    assert rc == 2 and "labels.tsv.zst: reading or writing .zst files needs the 'zstandard' package" in err
+    assert "superstep" not in err.lower()  # said before anything ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.e"]
+
+
+def test_a_corrupt_compressed_input_fails_with_its_name_and_no_output(capsys, tmp_path):
+    rg = RandomGraph(46, 100, 3)
+    (tmp_path / "g.e.gz").write_bytes(gzip.compress(rg.text.encode())[:-30])  # its end cut off
+    for mode in ("block", "vertex"):
+        out = tmp_path / f"{mode}.tsv"
+        rc, err = run(capsys, "pagerank", tmp_path / "g.e.gz", out, f"mode={mode}", workers=2)
+        assert rc == 2 and "g.e.gz" in err, (mode, err)
+        assert not out.exists()
+
+
 # ----------------------------------------------------------------------------------------------
 # nothing whole-graph sized on any worker
 # ----------------------------------------------------------------------------------------------
@@ -415,3 +469,16 @@ def test_graph_parts_on_s3_in_and_out(capsys, tmp_path, s3_url):
         else:
             assert fs.cat(out.split("://", 1)[1]).decode() == want.read_text()
     assert not [k for k in fs.find(s3_url.split("://", 1)[1]) if "tmp-parts" in k]
+
+
+@pytest.mark.timeout(180)
+def test_a_compressed_graph_and_output_on_s3(capsys, tmp_path, s3_url):
+    rg = RandomGraph(48, 200, 3)
+    fs, _ = fsspec.core.url_to_fs(s3_url)
+    fs.pipe(f"{s3_url}/graph/g.e.bz2".split("://", 1)[1], bz2.compress(rg.text.encode()))
+    (tmp_path / "g.e").write_text(rg.text)
+    want = tmp_path / "want.tsv"
+    assert run(capsys, "wcc", tmp_path / "g.e", want)[0] == 0
+    rc, err = run(capsys, "wcc", f"{s3_url}/graph/g.e.bz2", f"{s3_url}/out/labels.tsv.gz", workers=2, runtime="cluster")
+    assert rc == 0, err
+    assert gzip.decompress(fs.cat(f"{s3_url}/out/labels.tsv.gz".split("://", 1)[1])).decode() == want.read_text()

@@ -297,8 +297,7 @@ class Worker:
             self.shm.pool.peers = set(self.peers)
             self.partition.send_buffers = self.shm.pool.buffer  # Context.send_buffer: shared memory
         self.partition.trace = welcome.trace
-        if not self.partition.combiners:  # combining needs the whole batch: stream only without combiners
-            self.partition.stream = self._stream
+        self.partition.stream = self._stream  # (a queue with a message to combine waits: Partition.flush)
         if welcome.capture and self.run_url:
             self.partition.capture = Capture(welcome.capture, RunDir(self.run_url), welcome.capture_limit)
         if welcome.restore is not None:
@@ -574,13 +573,14 @@ class Worker:
 
     # -- data plane -------------------------------------------------------------------------
     def _stream(self, peer: int, msgs: list[Message]) -> None:
-        """``Partition.stream``: a part of this superstep's batch for ``peer``, sent now."""
-        self._send_part(peer, msgs, last=False)
+        """``Partition.stream``: a part of this superstep's batch for ``peer``, sent now, as a
+        copy (``send_frames``: the vertex computes on, and zero-copy frames would stay alive)."""
+        self._send_part(peer, msgs, last=False, copy=True)
 
-    def _send_part(self, peer: int, msgs: list[Message], last: bool) -> None:
+    def _send_part(self, peer: int, msgs: list[Message], last: bool, copy: bool = False) -> None:
         frames = self._encode_part(peer, msgs, last)
         assert frames is not None
-        self._send(peer, frames)
+        self._send(peer, frames, copy)
 
     def _encode_part(self, peer: int, msgs: list[Message], last: bool, skip_empty: bool = False) -> list | None:
         """The frames of a part of this superstep's batch for ``peer`` (counted as sent); None
@@ -608,10 +608,10 @@ class Worker:
         out.encode_s += clock() - t0
         return frames
 
-    def _send(self, peer: int, frames: list) -> None:
+    def _send(self, peer: int, frames: list, copy: bool = False) -> None:
         clock = time.perf_counter
         t0 = clock()
-        send_frames(self.peers[peer], frames)
+        send_frames(self.peers[peer], frames, copy=copy)
         self._out.send_s += clock() - t0
 
     def _drain_data(self) -> None:

@@ -242,16 +242,23 @@ def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None
     return send_frames(sock, codec.encode(header), identity, nowait)
 
 
-def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None, nowait: bool = False) -> int:
-    """Send already encoded frames with ``copy=False`` (pyzmq copies frames below its copy
-    threshold anyway); returns bytes sent. (``send_multipart`` frame by frame, without its
-    per-call checks and enum flags: this is every message's path.)"""
+def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None, nowait: bool = False,
+                copy: bool = False) -> int:
+    """Send already encoded frames, by default with ``copy=False`` (pyzmq copies frames below its
+    copy threshold anyway); returns bytes sent. (``send_multipart`` frame by frame, without its
+    per-call checks and enum flags: this is every message's path.)
+
+    ``copy=True`` where the caller goes on computing: a zero-copy frame stays alive until pyzmq's
+    garbage-collector thread hears that libzmq sent it, and that thread takes the GIL once per
+    frame, which a thread computing in numpy hands over once per switch interval (5 ms): a
+    scale-21 route sent while its worker went on routing was still held, 136 MiB in 348 frames,
+    when the next superstep began. A copy is libzmq's own, freed by its IO thread once sent."""
     last, flags = len(frames) - 1, _NOBLOCK if nowait else 0
     try:
         if identity is not None:
             _send(sock, identity, _SNDMORE | flags)
         for i, frame in enumerate(frames):
-            _send(sock, frame, (_SNDMORE if i < last else 0) | flags, False)
+            _send(sock, frame, (_SNDMORE if i < last else 0) | flags, copy)
     except zmq.ZMQError as exc:
         if exc.errno == zmq.EHOSTUNREACH:
             raise Unreachable(identity) from None

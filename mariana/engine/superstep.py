@@ -4,10 +4,11 @@ Two pure state machines, shared by every runtime:
 
 - ``Partition``: one worker's vertices. ``compute(begin)`` runs every active vertex (or one
   with messages) once, in sorted id order, and returns the outgoing batches, one per worker,
-  combined sender-side, plus a ``Done`` report. With a ``stream`` callback (the cluster worker,
-  graphs without combiners) a remote worker's messages are handed over early, in order, as parts
-  of its batch: after a vertex's compute once they hold ``stream_bytes`` of arrays, and when a
-  vertex calls ``ctx.flush()``; the batch returned is then the rest. ``deliver(batches)`` builds the next inbox in
+  combined sender-side, plus a ``Done`` report. With a ``stream`` callback (the cluster worker)
+  a remote worker's messages are handed over early, in order, as parts of its batch: after a
+  vertex's compute once they hold ``stream_bytes`` of arrays, and when a vertex calls
+  ``ctx.flush()``, unless a message with a combiner waits among them (combining needs the whole
+  batch); the batch returned is then the rest. ``deliver(batches)`` builds the next inbox in
   the deterministic order (source vertex id, send order) and combines receiver-side.
 - ``Coordinator``: the master's side. ``next_begin()`` decides whether the job goes on (halt
   conditions, ``max_supersteps``, master compute) and ``barrier(dones)`` reduces aggregates.
@@ -103,6 +104,7 @@ class Partition:
         #: ``(size, dtype) -> array`` for ``Context.send_buffer``; a worker with shared memory sets it
         self.send_buffers: Any = None
         self._pending = [0] * self.num_workers  # array bytes queued per worker since its last part
+        self._combinable = [0] * self.num_workers  # queued messages with a combiner: that queue waits
         self._flush_due = False  # some worker's queue holds stream_bytes: flush after this vertex
         self._streamed = [0] * self.num_workers  # messages handed over early, per worker (not kept)
         self._flags: list[dict[str, Any]] = []  # this superstep's NaN/Inf findings (``trace``)
@@ -121,6 +123,8 @@ class Partition:
         if self._sends is not None:
             self._sends.append(m)
         if self.stream is not None and w != self.worker:
+            if self.combiners and tag in self.combiners:
+                self._combinable[w] += 1
             pending = self._pending[w] = self._pending[w] + _array_bytes(payload)
             if pending >= self.stream_bytes:
                 self._flush_due = True
@@ -132,11 +136,15 @@ class Partition:
 
     def flush(self, threshold: int = 0) -> None:
         """Hand every remote worker's queued messages (holding at least ``threshold`` bytes of
-        arrays) to ``stream`` now; a no-op without a stream (LocalRuntime, graphs with combiners)."""
+        arrays) to ``stream`` now; a no-op without a stream (LocalRuntime). A queue holding a
+        message with a combiner waits for the end of compute, whole: combining needs the whole
+        batch (a graph job's loading supersteps, whose messages have none, stream all the same:
+        held to the end, a scale-21 route was a worker's peak, the ~120 MiB it sent the other
+        worker on top of the ~280 MiB it kept)."""
         if self.stream is None:
             return
         for w, queued in enumerate(self._out):
-            if queued and w != self.worker and self._pending[w] >= threshold:
+            if queued and w != self.worker and self._pending[w] >= threshold and not self._combinable[w]:
                 self._out[w] = []
                 self._pending[w] = 0
                 self._streamed[w] += len(queued)
@@ -237,6 +245,7 @@ class Partition:
         if self.stream is not None:
             self._streamed = [0] * self.num_workers
             self._pending = [0] * self.num_workers
+            self._combinable = [0] * self.num_workers
             self._flush_due = False
         self._partials = {}
         return batches, done

@@ -373,13 +373,22 @@ class Streamer(Logger):
             ctx.send(dst, {"x": rng.standard_normal(5)}, tag="c")
 
 
+def _add_c(a, b):
+    return {"x": a["x"] + b["x"]}
+
+
 def build_streamed(config, bctx: BuildContext) -> Graph:
+    """``combined=true``: tag 'c' has a combiner; a worker's queue holding a 'c' message waits for
+    the end of compute (combined there), and the other tags still stream before it."""
     g = Graph("streamed")
     n = 5
     for i in range(n):
-        g.add_vertex(Streamer(f"v{i}", [(f"v{(i + k) % n}", None) for k in (1, 2)]))
+        g.add_vertex(Streamer(f"v{i}", [(f"v{(i + k) % n}", None) for k in range(1, 1 + config.get("fanin", 2))]))
+    if config.get("combined"):
+        g.add_combiner(_add_c, tag="c")
     g.placement = bctx.placement
     return g
 
 
-streamed = _job("streamed", build_streamed)
+streamed = _job("streamed", build_streamed, Key("combined", False, "bool", "a combiner for tag 'c'"),
+                Key("fanin", 2, "int", "messages of each tag into each vertex (at most 4)"))

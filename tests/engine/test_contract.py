@@ -122,3 +122,21 @@ def test_batches_streamed_in_parts_deliver_as_one_batch(tmp_path, runtime, place
         assert any(n > 1 for p in parts for n in p.values())  # it did stream
     else:
         assert not any(parts)
+
+
+@pytest.mark.parametrize("placement,workers", [("hash", 2), ("range", 3)])
+def test_a_combiner_holds_back_only_a_queue_with_a_message_to_combine(tmp_path, runtime, placement, workers):
+    """Tag 'c' has a (float) combiner: a peer's queue holding a 'c' message waits for the end of
+    compute and is combined there whole, as on one process, so the sums are bit-identical to the
+    local runtime's on the same placement; the messages queued before it still leave in parts."""
+    from mariana.storage import RunDir
+
+    sets = ("combined=true", "fanin=4")  # 4 senders a vertex: how they are grouped shows in the float sums
+    reference = run("local", "streamed", *sets, workers=workers, placement=placement).values
+    rd = RunDir(str(tmp_path / "run"))
+    r = run(runtime, "streamed", *sets, workers=workers, placement=placement, run_dir=rd)
+    assert r.values == reference
+    assert any(sum(m[1] == "c" for m in log[s]) == 1 for log in reference.values() for s in range(1, 5))  # combined
+    parts = [rec.get("parts_out", {}) for w in range(workers) for rec in rd.read_jsonl(f"trace/worker-{w}.jsonl")]
+    if runtime != "local":
+        assert any(n > 1 for p in parts for n in p.values())  # the other messages still streamed

@@ -38,6 +38,18 @@ def _in_a_fresh_process(test: str, why: str) -> None:
     assert out.returncode == 0, f"(run in a fresh process: this one cannot fork: {why})\n{out.stdout}{out.stderr}"
 
 
+def _may_fork_here(request) -> bool:
+    """Whether this process may fork; where it may not (an earlier test left a thread: fsspec's IO
+    loop after the S3 tests, and the cluster would spawn its workers instead), the test runs again
+    in a fresh pytest process, and False says it is done."""
+    why = fork_is_safe()
+    if why is None:
+        return True
+    assert os.environ.get(_FRESH) is None, f"this test process cannot fork: {why}"
+    _in_a_fresh_process(request.node.name, why)
+    return False
+
+
 def _cmdline(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes()
 
@@ -73,12 +85,9 @@ def test_mariana_run_forks_its_workers_unless_told_not_to(tmp_path, fork):
             proc.wait()
 
 
-def test_forked_and_spawned_workers_train_bit_identical_parameters(monkeypatch):
-    why = fork_is_safe()
-    if why is not None and os.environ.get(_FRESH) is None:  # (an earlier test left a thread: fsspec's IO loop)
-        _in_a_fresh_process("test_forked_and_spawned_workers_train_bit_identical_parameters", why)
+def test_forked_and_spawned_workers_train_bit_identical_parameters(monkeypatch, request):
+    if not _may_fork_here(request):
         return
-    assert why is None, f"this test process cannot fork: {why}"
     forked, fprocs = _train()
     assert [type(p) for p in fprocs] == [ForkedWorker, ForkedWorker]
     spawned, sprocs = _train(fork=False)
@@ -106,9 +115,11 @@ def test_worker_log_lines_reach_stderr_as_from_spawned_workers(tmp_path):
 
 
 @pytest.mark.parametrize("fork", [True, False])
-def test_a_job_that_fails_to_build_leaves_no_worker(tmp_path, fork):
+def test_a_job_that_fails_to_build_leaves_no_worker(tmp_path, fork, request):
     """Forking: the graph is built before the fork (the children inherit the data set), so a
     failed build forks nothing; spawning: the workers started first are stopped."""
+    if fork and not _may_fork_here(request):
+        return
     before = set(children(os.getpid()))
     procs: list = []
     with pytest.raises(mariana.MarianaError):
@@ -119,7 +130,9 @@ def test_a_job_that_fails_to_build_leaves_no_worker(tmp_path, fork):
     assert set(children(os.getpid())) <= before
 
 
-def test_workers_forked_before_a_failed_bind_exit_0_quietly(monkeypatch, capfd):
+def test_workers_forked_before_a_failed_bind_exit_0_quietly(monkeypatch, capfd, request):
+    if not _may_fork_here(request):
+        return
     forked: list[ForkedWorker] = []
 
     def fork_and_keep(n: int, thread_vars: dict[str, str], build) -> list[ForkedWorker]:

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..engine import Context, Message
-from ..engine.memory import (LOAD_MMAP_THRESHOLD, RUN_MMAP_THRESHOLD, avoid_hugepage_stalls, set_mmap_threshold,
-                             trim_heap)
+from ..engine.memory import (LOAD_MMAP_THRESHOLD, PARSE_HEAP_KEEP, RUN_MMAP_THRESHOLD, avoid_hugepage_stalls,
+                             set_mmap_threshold, trim_heap)
 from ..errors import StorageError, UsageError
 from ..storage import write_lines
 from ..storage.compression import compression_of
@@ -371,7 +371,8 @@ class GraphLoader:
 
     def _parse_split(self, split: Split) -> list[_Chunk]:
         """The edges of one split, parsed in pieces of at most ``PIECE`` bytes (cut at line ends),
-        so the parser's temporaries stay small whatever the split size."""
+        so the parser's temporaries stay small whatever the split size; each piece's reuse the
+        heap the last one freed (``PARSE_HEAP_KEEP``: no trim between pieces)."""
         if split.kind == "parquet":
             return [self._table_chunk(split, t, first) for t, first in
                     read_parquet_split(split.url, (split.start, split.end), self.spec.weights, TABLE_PIECE)]
@@ -384,7 +385,6 @@ class GraphLoader:
             chunks.append(self._parse_piece(split, piece, above))
             above += piece.count(b"\n")
             del piece
-            trim_heap()
         return chunks
 
     def _parse_piece(self, split: Split, piece: bytes, above: int) -> _Chunk:
@@ -741,9 +741,10 @@ class GraphLoader:
             if s == 0:
                 self.parsed = True
                 avoid_hugepage_stalls()
-                set_mmap_threshold(LOAD_MMAP_THRESHOLD)
+                set_mmap_threshold(LOAD_MMAP_THRESHOLD, keep=PARSE_HEAP_KEEP)
                 self._parse(ctx)
             elif s == 1:
+                set_mmap_threshold(LOAD_MMAP_THRESHOLD)
                 self._route(ctx)
             elif s == LOAD_STEPS - 1:
                 try:

@@ -303,10 +303,28 @@ def test_a_zst_output_without_zstandard_fails_before_the_run(capsys, tmp_path, m
     monkeypatch.setitem(sys.modules, "zstandard", None)  # as if the [zstd] extra were not installed
     rg = RandomGraph(49, 50, 2)
     (tmp_path / "g.e").write_text(rg.text)
-    rc, err = run(capsys, "wcc", tmp_path / "g.e", tmp_path / "labels.tsv.zst", f"mode={mode}", workers=2)
+    rc = main(["run", "wcc", "--set", f"graph={tmp_path / 'g.e'}", "--set", f"output={tmp_path / 'labels.tsv.zst'}",
+               "--set", f"mode={mode}", "--workers", "2", "--runtime", "local", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
     assert rc == 2 and "labels.tsv.zst: reading or writing .zst files needs the 'zstandard' package" in err
-    assert "superstep" not in err.lower()  # said before anything ran
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.e"]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # said before any superstep ran
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "run") == ["g.e"]
+
+
+@pytest.mark.parametrize("job", ["wcc", "pagerank"])
+def test_routed_edges_leave_piece_by_piece_with_a_combiner_too(capsys, tmp_path, job):
+    """The route flushes after each piece: on the cluster the edges for the other worker leave in
+    parts while it routes, for WCC (which has a combiner) as for PageRank, not all at the end."""
+    from mariana.storage import RunDir
+
+    rg = RandomGraph(50, 200, 3)
+    (tmp_path / "g.e").write_text(rg.text)
+    rc = main(["run", job, "--set", f"graph={tmp_path / 'g.e'}", "--set", TINY, "--workers", "2",
+               "--runtime", "cluster", "--run-dir", str(tmp_path / "run")])
+    assert rc == 0, capsys.readouterr().err
+    route = [rec for w in range(2) for rec in RunDir(str(tmp_path / "run")).read_jsonl(f"trace/worker-{w}.jsonl")
+             if rec.get("superstep") == 1]
+    assert len(route) == 2 and all(max(rec.get("parts_out", {}).values(), default=0) > 3 for rec in route), route
 
 
 def test_a_corrupt_compressed_input_fails_with_its_name_and_no_output(capsys, tmp_path):

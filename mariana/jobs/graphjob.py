@@ -20,8 +20,10 @@ from .registry import BuildContext, Key
 __all__ = ["GRAPH_KEYS", "build_graph", "build_loaded_graph", "collect", "write_output", "parted_results"]
 
 GRAPH_KEYS = (
-    Key("graph", None, "str", "edge list (path or fsspec URL): 'src dst [weight]' per line; default: shipped example"),
-    Key("output", None, "str", "write 'vertex<TAB>value' lines here, sorted by vertex id"),
+    Key("graph", None, "str", "edge list (path or fsspec URL; a file, directory or glob; .gz/.bz2/.xz/.zst read "
+        "decompressed): 'src dst [weight]' per line; default: shipped example"),
+    Key("output", None, "str", "write 'vertex<TAB>value' lines here, sorted by vertex id (OUT/: one part per "
+        "worker; .gz/.bz2/.xz/.zst: compressed)"),
     Key("mode", "block", "str", "block: one numpy block vertex per worker (fast); vertex: one vertex per graph vertex",
         choices=("block", "vertex")),
     Key("top", 10, "int", "how many results to print"),

@@ -46,24 +46,33 @@ def require(url: str | None) -> None:
         _zstandard(url)
 
 
+def _codec_file(raw: IO[bytes], url: str, name: str, mode: str) -> Any:
+    """A file object that reads (``mode`` "rb") or writes ("wb") format ``name`` through ``raw``,
+    leaving ``raw`` open when closed. (The formats' modules are imported on first use: most
+    processes never read one.)"""
+    if name == "gzip":
+        import gzip
+
+        return gzip.GzipFile(filename="", fileobj=raw, mode=mode, mtime=0)  # (no name, no time: same output, same bytes)
+    if name == "bz2":
+        import bz2
+
+        return bz2.BZ2File(raw, mode)  # type: ignore[call-overload]
+    if name == "xz":
+        import lzma
+
+        return lzma.LZMAFile(raw, mode)
+    zstd = _zstandard(url)
+    if mode == "rb":
+        return zstd.ZstdDecompressor().stream_reader(raw, closefd=False)
+    return zstd.ZstdCompressor().stream_writer(raw, closefd=False)
+
+
 def decompressed(raw: IO[bytes], url: str) -> IO[bytes]:
     """A stream of the decompressed bytes of ``raw`` (the file ``url``; uncompressed: ``raw``).
-    Closing it leaves ``raw`` open. (The formats' modules are imported on first use: most
-    processes never read one.)"""
-    import bz2
-    import gzip
-    import lzma
-
+    Closing it leaves ``raw`` open."""
     name = compression_of(url)
-    if name == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    if name == "bz2":
-        return bz2.BZ2File(raw, "rb")  # type: ignore[return-value]
-    if name == "xz":
-        return lzma.LZMAFile(raw, "rb")  # type: ignore[return-value]
-    if name == "zstd":
-        return _zstandard(url).ZstdDecompressor().stream_reader(raw, closefd=False)  # type: ignore[no-any-return]
-    return raw
+    return raw if name is None else _codec_file(raw, url, name, "rb")  # type: ignore[no-any-return]
 
 
 @contextmanager
@@ -74,19 +83,7 @@ def compressed(raw: IO[bytes], url: str) -> Iterator[IO[bytes]]:
     if name is None:
         yield raw
         return
-    import bz2
-    import gzip
-    import lzma
-
-    out: Any
-    if name == "gzip":
-        out = gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0)  # (no name, no time: same output, same bytes)
-    elif name == "bz2":
-        out = bz2.BZ2File(raw, "wb")
-    elif name == "xz":
-        out = lzma.LZMAFile(raw, "wb")
-    else:
-        out = _zstandard(url).ZstdCompressor().stream_writer(raw, closefd=False)
+    out = _codec_file(raw, url, name, "wb")
     try:
         yield out
     finally:  # (after a failure too: its trailer goes into a file that is discarded, not committed)

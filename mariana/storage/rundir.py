@@ -32,7 +32,7 @@ import os
 import posixpath
 import time
 import uuid
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from ..errors import MarianaError, StorageError, UsageError
@@ -74,14 +74,15 @@ def _in_process(fs: Any) -> bool:
 def read_text(url: str) -> str:
     """The whole text of a file at a path or fsspec URL (UTF-8; a compressed name decompressed)."""
     data = read_bytes(url)
-    if compression_of(url):
+    name = compression_of(url)
+    if name is not None:
         try:
             with decompressed(io.BytesIO(data), url) as f:
                 data = f.read()
         except UsageError:
             raise
         except Exception as exc:  # (each format raises its own: OSError, EOFError, lzma.LZMAError, ...)
-            raise StorageError(f"{url}: not a readable {compression_of(url)} file: {exc}") from None
+            raise StorageError(f"{url}: not a readable {name} file: {exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -332,14 +333,13 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress
     """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one upload.
     ``compress``: a compressed name (``.gz``, ...: ``storage.compression``) writes that format (text
     outputs; bytes are written as they are: a downloaded ``.gz`` stays the file it was)."""
-    codec_path = path if compress else ""
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
     if not isinstance(fs, LocalFS):
         f = fs.open(path, "wb")
         try:
-            with compressed(f, codec_path) as out:
+            with compressed(f, path) if compress else nullcontext(f) as out:
                 yield out
             written = f.tell()
         except BaseException:
@@ -355,8 +355,8 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress
     try:
         with open(tmp, "wb", buffering=0) as raw:
             f = _FullWriter(raw)
-            with compressed(f, codec_path) as out:  # type: ignore[arg-type]  # a file object in all but name
-                yield out
+            with compressed(f, path) if compress else nullcontext(f) as out:  # type: ignore[arg-type]  # (a file in all but name)
+                yield out  # type: ignore[misc]
             size = os.fstat(raw.fileno()).st_size
             if size != f.written:
                 raise OSError(errno.EIO, f"short write: {size} of {f.written} bytes reached the file")

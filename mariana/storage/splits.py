@@ -90,7 +90,7 @@ def make_splits(files: list[tuple[str, int]], split_bytes: int) -> list[Split]:
     out: list[Split] = []
     for url, size in files:
         if compression_of(url):
-            out.append(whole_split(url, size))
+            out.append(Split(url, 0, -1, "compressed"))
         elif url.endswith(PARQUET_EXTS):
             out.extend(Split(url, a, b, "parquet") for a, b in parquet_splits(url, size, split_bytes))
         elif url.endswith(TABLE_EXTS):

@@ -606,7 +606,7 @@ class GraphLoader:
                     mine[used] = False
                     del used
                 if mine.any():
-                    payload["listed" if listed else "ann"] = pack_keys(keys[mine])
+                    payload["listed" if listed else "ann"] = pack_keys(np.compress(mine, keys))
                 del mine
                 payload.update({k: _cat(box.pop(k)) for k in list(box)})  # the weights
                 ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
@@ -631,9 +631,9 @@ class GraphLoader:
         for m in msgs:  # pass 1: the distinct ids (each message's key table is sorted and distinct)
             p = m.payload
             if "kt" in p:  # its sources, and every key owned here (not announced again)
-                kt, role = unpack_keys(p["kt"]), p["kr"]
-                sources.add(kt[(role & 1).view(bool) | (p["ko"] == self.index)])
-                dests.add(kt[(role >> 1).view(bool)])
+                kt, role = unpack_keys(p["kt"]), p["kr"]  # (np.compress, not kt[mask]: block_kernels)
+                sources.add(np.compress((role & 1).view(bool) | (p["ko"] == self.index), kt))
+                dests.add(np.compress((role >> 1).view(bool), kt))
             if "ann" in p:
                 sources.add(unpack_keys(p.pop("ann")))
             if "listed" in p:
@@ -675,7 +675,7 @@ class GraphLoader:
                 continue
             kt, role, ko = unpack_keys(p.pop("kt")), p.pop("kr"), p.pop("ko")
             row_of, slot_of = np.zeros(len(kt), row_t), np.zeros(len(kt), slot_t)
-            is_src, is_dst = (role & 1).view(bool), (role >> 1).view(bool)
+            is_src, is_dst = np.flatnonzero(role & 1), np.flatnonzero(role >> 1)  # (positions, not masks)
             row_of[is_src] = np.searchsorted(own, kt[is_src])  # (only where a key is a source,
             at = np.searchsorted(targets, kt[is_dst])  # or a destination)
             slot_of[is_dst] = at

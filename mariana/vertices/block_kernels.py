@@ -22,6 +22,10 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
   in float64, and seeds that all start at the same depth take a breadth-first search instead of
   Dijkstra (scipy's traversal; the depths from its queue order, one search per level).
 - LCC's triangle counts live in ``vertices.triangles``.
+
+A block-sized selection by a mask goes through ``select``: ``np.compress`` a piece at a time.
+``a[mask]`` branches per element (slow on a mask with no pattern), and ``np.compress`` of a
+whole array first makes the int64 position of every entry it keeps (8 bytes each).
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def _by_column(n_row: int, n_col: int, indptr: np.ndarray, indices: np.ndarray,
 
 
 __all__ = ["have_scipy", "import_traversals", "row_ids", "row_pieces", "row_edges", "row_edge_pieces", "first_of_runs",
-           "csr_sum", "transpose", "group_by", "stable_argsort", "components", "relax"]
+           "select", "csr_sum", "transpose", "group_by", "stable_argsort", "components", "relax"]
 
 
 _CSGRAPH: Any = None
@@ -236,6 +240,25 @@ def first_of_runs(a: np.ndarray) -> np.ndarray:
     first[:1] = True
     np.not_equal(a[1:], a[:-1], out=first[1:])
     return first
+
+
+#: ``select`` keeps entries of this many at a time (its positions: 512 KB)
+SELECT_PIECE = 1 << 16
+
+
+def select(mask: np.ndarray, a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a[mask]`` (1-D), into ``out`` if given (exactly the size kept), by ``np.compress`` of a
+    piece at a time. Half of a scale-19 worker's 8.3M slots in a fresh process: 15-17 ms and
+    +16 MiB (the result), where ``a[mask]`` took 20 ms and ``np.compress`` of the whole +47 MiB."""
+    if out is None:
+        out = np.empty(int(np.count_nonzero(mask)), dtype=a.dtype)
+    at = 0
+    for lo in range(0, len(a), SELECT_PIECE):
+        m = mask[lo:lo + SELECT_PIECE]
+        n = int(np.count_nonzero(m))
+        np.compress(m, a[lo:lo + SELECT_PIECE], out=out[at:at + n])
+        at += n
+    return out
 
 
 #: ``csr_sum`` sums its rows in pieces of about this many entries, so that the unit data its matvec

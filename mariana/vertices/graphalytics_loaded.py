@@ -122,6 +122,9 @@ class WCCComponentsLoaded(LoadedBlock):
             self.boundary_indptr, self.boundary_slots = np.zeros(len(g.own) + 1, np.int64), np.empty(0, g.slot.dtype)
         else:
             sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
+            # the split holds every edge: the graph's copy goes before the labelling (4 bytes an
+            # edge: a two-worker scale-19 WCC's first step held both, its peak)
+            g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()
             self.comp = components(sp.indptr, sp.indices, symmetric=True)
             # the boundary edges by row (no row per edge: 4 bytes an edge less for the whole run)
             self.boundary_indptr, self.boundary_slots = sp.b_indptr, sp.b_slot

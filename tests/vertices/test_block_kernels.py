@@ -246,6 +246,19 @@ def test_group_by_is_a_stable_counting_sort(form, n, nkeys):
     np.testing.assert_array_equal(np.diff(indptr), np.bincount(keys, minlength=nkeys))
 
 
+@pytest.mark.parametrize("n, piece", [(0, 4), (1, 4), (37, 4), (40, 8), (70000, 1 << 16)])
+@pytest.mark.parametrize("dtype", [np.int32, np.float64])
+def test_select_keeps_what_a_mask_keeps_in_order_across_pieces(n, piece, dtype, monkeypatch):
+    monkeypatch.setattr(bk, "SELECT_PIECE", piece)
+    rng = np.random.default_rng(n)
+    a, mask = rng.integers(-50, 50, n).astype(dtype), rng.random(n) < 0.5
+    np.testing.assert_array_equal(bk.select(mask, a), a[mask])
+    out = np.full(int(mask.sum()) + 3, -7, dtype)  # into a given array's head
+    bk.select(mask, a, out=out[:int(mask.sum())])
+    np.testing.assert_array_equal(out[:int(mask.sum())], a[mask])
+    assert (out[int(mask.sum()):] == -7).all()
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_row_edge_pieces_give_every_entry_of_the_rows_in_bounded_pieces(seed):
     """The entries of some rows (row, index), in row order; in pieces of at most ``size`` entries,

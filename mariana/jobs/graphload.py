@@ -10,8 +10,9 @@ input splits and sends each edge to the block that owns its source vertex, in lo
 - superstep 1: turn ids into keys, send each edge to the owner of its source (an undirected
   graph: of both ends) and every id seen to its owner (a vertex seen only as a destination, or
   listed in the ``vertices=`` file, still exists): in the edge table sent to it, which names
-  each key's owner, or else announced;
-- superstep 2: build the block: sorted own keys, CSR out-edges; aggregate the vertex count.
+  each key's owner, or else announced (the tables' form: ``graphbuild``);
+- superstep 2: build the block: sorted own keys, CSR out-edges (``graphbuild.build_block``);
+  aggregate the vertex count.
 
 The owner of a vertex follows from its id alone: a hash of its key, or (``placement=range``,
 integer ids) its position in [smallest id, largest id]. No process holds a whole-graph array.
@@ -34,10 +35,11 @@ from ..storage.compression import compression_of
 from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
                               read_table_split, read_text_split)
-from ..vertices.block_kernels import first_of_runs, group_by
-from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys, unpack_keys
-from .edgelist import _cat, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
 from ..storage.parts import part_url
+from ..vertices.block_kernels import group_by
+from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
+from .edgelist import _cat, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
+from .graphbuild import build_block, edge_table
 
 __all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part", "strkeys", "decode_keys",
            "LOAD_AGGREGATORS", "MAX_DIGITS"]
@@ -50,12 +52,6 @@ TABLE_PIECE = 1 << 18
 #: and their bytes: ~300 bytes a row at once; 2^16 rows added ~20 MB to a scale-19 worker's
 #: last step, its peak for a one-worker SSSP: 237 -> 219 MB, and wrote no faster)
 OUTPUT_ROWS = 1 << 14
-#: The build turns routed edges into rows and slots in pieces of this many edges.
-BUILD_PIECE = 1 << 20
-#: ... and gives the heap back after placing this many bytes of messages (each trim costs the
-#: faults of what is allocated again: after every message, +0.4 s on a scale-19 WCC build; this
-#: often, none measurable, and one worker's peak 266-271 -> 258-261 MB)
-TRIM_BYTES = 32 << 20
 #: Integer ids up to this many characters (with the sign) are coded as int64 keys.
 MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
@@ -216,70 +212,6 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     if values.size and -2 ** 31 < int(values.min()) and int(values.max()) < 2 ** 31:
         return values.astype(np.int32)
     return values
-
-
-class _Distinct:
-    """The distinct values of parts, merged as they come: the parts of every message never exist
-    at once. Each part is sorted, so a merge is a stable sort of a few sorted runs (a merge of
-    runs, not a full sort), with no permutation array. A merge comes once the parts hold as many
-    keys as the merged ones (+ 64K): waiting for twice as many (+ 256K) made it the build's peak
-    on one worker and on two (scale-19 two-worker SSSP 133-141 -> 130-135 MiB, PageRank 107-113
-    -> 106-107; the merges' time the same, 123 -> 127 ms on one worker)."""
-
-    def __init__(self, empty: np.ndarray) -> None:
-        self.keys = empty
-        self.parts: list[np.ndarray] = []
-        self.held = 0
-
-    def add(self, keys: np.ndarray) -> None:
-        self.parts.append(keys)
-        self.held += len(keys)
-        if self.held > len(self.keys) + (1 << 16):
-            self._merge()
-
-    def _merge(self) -> None:
-        keys = np.concatenate([self.keys, *self.parts])
-        self.keys, self.parts, self.held = self.keys[:0], [], 0  # (copied: not held through the sort)
-        keys.sort(kind="stable")
-        self.keys = keys[first_of_runs(keys)]
-
-    def result(self) -> np.ndarray:
-        """The distinct keys, sorted."""
-        if self.parts:
-            self._merge()
-        return self.keys
-
-
-def _used(index: np.ndarray, n: int) -> np.ndarray:
-    """Which of ``n`` table entries ``index`` refers to (a mask)."""
-    mask = np.zeros(n, dtype=bool)
-    mask[index] = True
-    return mask
-
-
-def _edge_table(keys: np.ndarray, owner: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                both: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Edges as they travel to their block: the keys they use, once each and sorted (``kt``, with
-    each one's block ``ko`` and its use ``kr``: 1 a source, 2 a destination, 3 both), and per
-    edge two int32 indices into them: ``si``, ``di`` one way, and ``bi``, ``bj`` for the edges of
-    an undirected graph with both ends in the block (``both``), sent once for both directions.
-    ``src``, ``dst`` and ``both`` index ``keys``. ~8 bytes an edge plus ~11 a key, where the keys
-    of every edge took 18 bytes an edge; the receiver looks each key up once, not once per edge.
-    Also returns which of ``keys`` the table holds (indices)."""
-    is_src, is_dst = _used(src, len(keys)), _used(dst, len(keys))
-    if both is not None:
-        ends = _used(both[0], len(keys)) | _used(both[1], len(keys))
-        is_src |= ends
-        is_dst |= ends
-    used = np.flatnonzero(is_src | is_dst)
-    used = used[np.argsort(keys[used], kind="stable")]
-    at = np.empty(len(keys), dtype=np.int32)
-    at[used] = np.arange(len(used), dtype=np.int32)
-    role = is_src[used].view(np.uint8) | (is_dst[used].view(np.uint8) << 1)
-    table = {"kt": pack_keys(keys[used]), "ko": owner[used], "kr": role, "si": at[src], "di": at[dst]}
-    if both is not None:
-        table.update(bi=at[both[0]], bj=at[both[1]])
-    return table, used
 
 
 def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
@@ -601,136 +533,40 @@ class GraphLoader:
                 mine = (owner == blk) if len(seen) > 1 else np.ones(len(keys), bool)
                 if "s" in box or "bs" in box:
                     both_ends = (_cat(box.pop("bs")), _cat(box.pop("bd"))) if "bs" in box else None
-                    payload, used = _edge_table(keys, owner, _cat(box.pop("s", [none])), _cat(box.pop("d", [none])),
-                                                both_ends)
+                    payload, used = edge_table(keys, owner, _cat(box.pop("s", [none])), _cat(box.pop("d", [none])),
+                                               both_ends, _cat(box.pop("w")) if "w" in box else None)
                     mine[used] = False
                     del used
                 if mine.any():
                     payload["listed" if listed else "ann"] = pack_keys(np.compress(mine, keys))
                 del mine
-                payload.update({k: _cat(box.pop(k)) for k in list(box)})  # the weights
+                payload.update({k: _cat(box.pop(k)) for k in list(box)})  # the weights of "b" edges
                 ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
             del keys, owner
             ctx.flush()  # the other workers' messages leave now (cluster runtime), not at the end
 
     # -- superstep 2 ---------------------------------------------------------------------------
     def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:
-        """The block's CSR from the edges routed to it, in bounded extra memory: the distinct
-        sources and destinations first (per message, then merged), then each message's keys are
-        looked up once (a row and a slot per key) and each row's edges counted (a message of
-        one-way edges becomes its rows and slots there, and its key table goes), then a counting
-        sort by row places the slots (and weights) into CSR order, a piece of a message at a time
-        (``block_kernels.group_by``), and lets the message go. The peak is the routed messages
-        plus ~4 bytes an edge (a sort of the whole edge list held ~40); an undirected edge with
-        both ends here travels and waits once, and is placed twice. Inside a row the edges keep
-        message order (messages by sender), which no algorithm depends on: each re-sorts or
-        takes minima."""
-        msgs = sorted(messages, key=lambda m: m.src)  # the same order on every runtime
-        empty = np.empty(0, np.int64) if self.numeric else np.empty(0, f"S{self.width}")
-        sources, dests, listed_parts = _Distinct(empty), _Distinct(empty), []
-        for m in msgs:  # pass 1: the distinct ids (each message's key table is sorted and distinct)
-            p = m.payload
-            if "kt" in p:  # its sources, and every key owned here (not announced again)
-                kt, role = unpack_keys(p["kt"]), p["kr"]  # (np.compress, not kt[mask]: block_kernels)
-                sources.add(np.compress((role & 1).view(bool) | (p["ko"] == self.index), kt))
-                dests.add(np.compress((role >> 1).view(bool), kt))
-            if "ann" in p:
-                sources.add(unpack_keys(p.pop("ann")))
-            if "listed" in p:
-                listed_parts.append(unpack_keys(p.pop("listed")))
-        own, targets = sources.result(), dests.result()
-        del sources, dests
-        # each destination's block, from the messages' key owners (one per id: no conflict)
-        target_block = np.zeros(len(targets), dtype=np.int16)
-        if self.spec.vertices:  # every edge endpoint (all of them were announced) must be listed
-            listed = np.sort(np.concatenate(listed_parts)) if listed_parts else empty
-            twice = np.flatnonzero(listed[1:] == listed[:-1])
-            if twice.size:  # in two splits (one split names its line)
-                vid = str(decode_keys(listed[twice[:1]])[0])
-                raise UsageError(f"{self.spec.vertices}: vertex {vid!r} listed twice")
-            at = np.minimum(np.searchsorted(listed, own), max(len(listed) - 1, 0))
-            missing = np.flatnonzero(listed[at] != own) if len(listed) else np.arange(len(own))
-            if missing.size:
-                vid = str(decode_keys(own[missing[:1]])[0])
-                raise UsageError(f"{self.url}: vertex {vid!r} is not in {self.spec.vertices} "
-                                 f"(every edge endpoint must be listed there)")
-            own = listed
-        # no message with weights: every weight is 1.0, and a graph without them is the same graph
-        weighted = self.spec.weights and any("w" in m.payload or "bw" in m.payload for m in msgs)
-        k = len(own)
-        row_t = np.int32 if k < 2 ** 31 else np.int64
-        slot_t = np.int32 if len(targets) < 2 ** 31 else np.int64
-        counts = np.zeros(k, dtype=np.int64)
-        # per message: its edges as (source, destination, weight) sections, each an index array into
-        # a row and a slot per key of its table (``lookup``). A message of one-way edges is looked
-        # up at once: its sections hold the rows and slots themselves and ``lookup`` is None (no
-        # key table kept: 8 bytes a key less). An undirected edge with both ends here is read
-        # twice from one pair of index arrays, never stored twice.
-        Sections = list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
-        kept: list[tuple[tuple[np.ndarray, np.ndarray] | None, Sections]] = []
-        freed = 0
-        for m in msgs:  # pass 2: each key looked up once, each row's edges counted
-            p = m.payload
-            if "kt" not in p:
-                continue
-            kt, role, ko = unpack_keys(p.pop("kt")), p.pop("kr"), p.pop("ko")
-            row_of, slot_of = np.zeros(len(kt), row_t), np.zeros(len(kt), slot_t)
-            is_src, is_dst = np.flatnonzero(role & 1), np.flatnonzero(role >> 1)  # (positions, not masks)
-            row_of[is_src] = np.searchsorted(own, kt[is_src])  # (only where a key is a source,
-            at = np.searchsorted(targets, kt[is_dst])  # or a destination)
-            slot_of[is_dst] = at
-            target_block[at] = ko[is_dst]
-            del kt, role, ko, is_src, is_dst, at
-            w, bw = (p.pop("w", None), p.pop("bw", None)) if weighted else (None, None)
-            si, di = p.pop("si"), p.pop("di")
-            lookup: tuple[np.ndarray, np.ndarray] | None = None
-            if "bi" in p:
-                bi, bj = p.pop("bi"), p.pop("bj")
-                sections: Sections = [(si, di, w), (bi, bj, bw), (bj, bi, bw)]
-                lookup = (row_of, slot_of)
-                for src in (si, bi, bj):
-                    counts += np.bincount(row_of[src], minlength=k)
-            else:
-                sections = [(row_of[si], slot_of[di], w)]
-                counts += np.bincount(sections[0][0], minlength=k)
-                freed += si.nbytes + di.nbytes + row_of.nbytes + slot_of.nbytes
-            del si, di, row_of, slot_of
-            kept.append((lookup, sections))
-            if freed >= TRIM_BYTES:  # the lookups then go where the heap has room, not beside the holes
-                trim_heap()
-                freed = 0
-        indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        del counts
-        edges = int(indptr[-1])
-        slot = np.empty(edges, dtype=slot_t)
-        weight = np.empty(edges) if weighted else None
-        # each row's next place in the CSR: int32 where every place fits (the per-piece positions
-        # and their arange then take 4 bytes an edge each, not 8: ~8 MB less at the build's peak)
-        pos_t: Any = np.int32 if edges < 2 ** 31 else np.int64
-        cursor = indptr[:-1].astype(pos_t)
-        kept.reverse()
-        while kept:  # pass 3: a counting sort by row, a piece at a time (stable)
-            lookup, sections = kept.pop()
-            freed += sum(a.nbytes for a in (*(lookup or ()), *(a for sec in sections for a in sec)) if a is not None)
-            for src, dst, w in sections:
-                for lo in range(0, len(src), BUILD_PIECE):
-                    hi = lo + BUILD_PIECE
-                    ptr, order = group_by(src[lo:hi] if lookup is None else lookup[0][src[lo:hi]], k)
-                    n_row = np.diff(ptr)
-                    at = np.repeat(cursor - ptr[:-1], n_row)
-                    at += np.arange(len(order), dtype=pos_t)
-                    slot[at] = dst[lo:hi][order] if lookup is None else lookup[1][dst[lo:hi][order]]
-                    if weight is not None:
-                        weight[at] = 1.0 if w is None else w[lo:hi][order]
-                    cursor += n_row
-                    del ptr, order, n_row, at
-            del lookup, sections
-            if freed >= TRIM_BYTES:  # the placed messages were heap holes; the slots (one mapping) cannot reuse them
-                trim_heap()
-                freed = 0
-        ctx.aggregate("load_vertices", k)
-        ctx.aggregate("load_edges", edges)
-        return LocalGraph(own, indptr, slot, targets, target_block, weight, self.blocks)
+        """The block's CSR from the edge tables routed to it (``graphbuild.build_block``)."""
+        return build_block(ctx, messages, numeric=self.numeric, width=self.width, index=self.index,
+                           blocks=self.blocks, weights=self.spec.weights,
+                           listed=self._listed if self.spec.vertices else None)
+
+    def _listed(self, own: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
+        """The block's vertices with a ``vertices=`` file: its ids owned here (``parts``), each
+        listed once, and every edge endpoint owned here (``own``) among them."""
+        listed = np.sort(np.concatenate(parts)) if parts else own[:0]
+        twice = np.flatnonzero(listed[1:] == listed[:-1])
+        if twice.size:  # in two splits (one split names its line)
+            vid = str(decode_keys(listed[twice[:1]])[0])
+            raise UsageError(f"{self.spec.vertices}: vertex {vid!r} listed twice")
+        at = np.minimum(np.searchsorted(listed, own), max(len(listed) - 1, 0))
+        missing = np.flatnonzero(listed[at] != own) if len(listed) else np.arange(len(own))
+        if missing.size:
+            vid = str(decode_keys(own[missing[:1]])[0])
+            raise UsageError(f"{self.url}: vertex {vid!r} is not in {self.spec.vertices} "
+                             f"(every edge endpoint must be listed there)")
+        return listed
 
     def step(self, ctx: Context, messages: list[Message]) -> LocalGraph | None:
         s = ctx.superstep

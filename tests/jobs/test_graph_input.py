@@ -26,7 +26,8 @@ import zstandard
 from mariana.errors import StorageError
 from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.jobs.graphload import _Distinct, decode_keys, intkeys, strkeys
+from mariana.jobs.graphbuild import _Distinct
+from mariana.jobs.graphload import decode_keys, intkeys, strkeys
 from mariana.storage.parts import merge_sorted
 from mariana.storage.splits import iter_text_split, lines_before, make_splits, read_text_split
 from mariana.vertices.graph_blocks import LoadedBlock

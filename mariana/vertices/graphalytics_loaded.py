@@ -121,9 +121,9 @@ class WCCComponentsLoaded(LoadedBlock):
             self.comp = components(g.indptr, g.slot, symmetric=True, cols=cols)
             self.boundary_indptr, self.boundary_slots = np.zeros(len(g.own) + 1, np.int64), np.empty(0, g.slot.dtype)
         else:
-            sp = _Split(g, g.blocks.index(self.id))  # loaded both ways: the internal CSR is symmetric
-            # the split holds every edge: the graph's copy goes before the labelling (4 bytes an
-            # edge: a two-worker scale-19 WCC's first step held both, its peak)
+            # loaded both ways: the internal CSR is symmetric. The split is made in the graph's
+            # slots, which go from the graph (it then holds every edge once)
+            sp = _Split(g, g.blocks.index(self.id), consume=True)
             g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()
             self.comp = components(sp.indptr, sp.indices, symmetric=True)
             # the boundary edges by row (no row per edge: 4 bytes an edge less for the whole run)

@@ -219,10 +219,10 @@ def _blocks(raw: bytes, size: int) -> Iterator[bytes]:
 
 
 def _numeric_block(block: bytes) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int] | None:
-    """One block of ``numeric_edges``: (its edges' ids, int64 (m, 2); the weights or None; the
-    fields on each of its lines, int8; the fields a line with edges has: 2, 3, or 0 where no line
-    has any), or None. A few passes over the bytes, and where every line has the same 2 or 3
-    fields no search for line numbers."""
+    """One block of ``numeric_edges``: (its edges' ids, (m, 2), int32 where every one fits, else
+    int64; the weights or None; the fields on each of its lines, int8; the fields a line with
+    edges has: 2, 3, or 0 where no line has any), or None. A few passes over the bytes, and
+    where every line has the same 2 or 3 fields no search for line numbers."""
     tokens = _tokens(block)
     if tokens is None:
         return None
@@ -248,7 +248,7 @@ def _numeric_block(block: bytes) -> tuple[np.ndarray, np.ndarray | None, np.ndar
     del newlines
     columns = _weighted_columns(raw, first, stop) if k == 3 else None
     if columns is not None:  # canonical by construction
-        return columns[0], columns[1], per_line, k
+        return _narrow(columns[0]), columns[1], per_line, k
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -274,7 +274,7 @@ def _numeric_block(block: bytes) -> tuple[np.ndarray, np.ndarray | None, np.ndar
     token_len = (stop - first).reshape(-1, k)[:, :2].reshape(-1)
     if not np.array_equal(decimal_len(ends_ids.reshape(-1)), token_len):
         return None
-    return ends_ids, weight, per_line, k
+    return _narrow(ends_ids), weight, per_line, k  # (int32: a piece's blocks and their concatenation, half the bytes)
 
 
 def _weighted_columns(raw: bytes, first: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -378,12 +378,21 @@ def numeric_table(text: str) -> NumericTable | None:
     return names[order], unique[order], rank[inverse], np.ones(len(inverse)) if weight is None else weight, lineno
 
 
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """int64 ids as int32 when every one fits (``graphload._Chunk.ints`` widens them again)."""
+    if values.size and -2 ** 31 < int(values.min()) and int(values.max()) < 2 ** 31:
+        return values.astype(np.int32)
+    return values
+
+
 def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(a, return_inverse=True)``; by a lookup table when the ids are dense (no sort;
-    the inverse int32 where it fits, as the loader keeps it)."""
+    """``np.unique(a, return_inverse=True)`` with the distinct values as int64 (``a``: int32 or
+    int64); by a lookup table when the ids are dense (no sort; the inverse int32 where it fits,
+    as the loader keeps it)."""
     lo, hi = int(a.min()), int(a.max())
     if hi - lo > 4 * a.size + 1024:
-        return np.unique(a, return_inverse=True)
+        unique, inverse = np.unique(a, return_inverse=True)
+        return unique.astype(np.int64, copy=False), inverse
     if 0 < lo and hi <= 4 * a.size + 1024:  # a table from 0: no shifted copy of a
         lo = 0
     at = a - lo if lo else a

@@ -38,7 +38,7 @@ from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lin
 from ..storage.parts import part_url
 from ..vertices.block_kernels import group_by
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
-from .edgelist import _cat, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
+from .edgelist import _cat, _narrow, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
 from .graphbuild import build_block, edge_table
 
 __all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part", "strkeys", "decode_keys",
@@ -205,13 +205,6 @@ class _Chunk:
             assert self.values is not None
             return int(decimal_len(self.values).max())
         return int(np.char.str_len(self.names).max())
-
-
-def _narrow(values: np.ndarray) -> np.ndarray:
-    """int64 ids as int32 when every one fits (``_Chunk.ints`` widens them again)."""
-    if values.size and -2 ** 31 < int(values.min()) and int(values.max()) < 2 ** 31:
-        return values.astype(np.int32)
-    return values
 
 
 def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:

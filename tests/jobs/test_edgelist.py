@@ -312,6 +312,25 @@ def test_blocks_of_lines_agree_on_the_fields_of_every_line(text, monkeypatch):
         assert all(np.array_equal(a, b) for a, b in zip(whole, blocks))
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_blocks_whose_ids_fit_int32_and_blocks_whose_ids_do_not_parse_alike(weighted, monkeypatch):
+    """Each block keeps its ids as int32 where they fit: blocks of small ids beside blocks of ids
+    past 2^31 (and negative ones) give the ids and edges of the text read whole."""
+    monkeypatch.setattr(edgelist, "PARSE_BLOCK", 40)
+    rng = random.Random(3)
+    big, small = [2 ** 31 + 5, 2 ** 40, -2 ** 31 - 1], [0, 7, -3, 2 ** 31 - 1]
+    lines = [f"{rng.choice(big if i % 9 < 3 else small)} {rng.choice(small)}" + (" 0.5" if weighted else "")
+             for i in range(120)]
+    text = "\n".join(lines) + "\n"
+    got = numeric_edges(text)
+    assert got is not None
+    ids, pairs = got[0], got[1]
+    assert ids.dtype == np.int64
+    assert [(int(ids[a]), int(ids[b])) for a, b in pairs] == [tuple(int(x) for x in ln.split()[:2]) for ln in lines]
+    sparse = numeric_edges("0 2147483647\n5 9\n")  # int32 ids too far apart for a lookup table
+    assert sparse is not None and sparse[0].dtype == np.int64 and sparse[0].tolist() == [0, 5, 9, 2147483647]
+
+
 @pytest.mark.parametrize("text", [
     "007 1\n", "+1 2\n", "1.0 2 3\n", "1e3 2\n", "-0 1\n", "a b\n", "1 2\n3 4 5\n", "1 2\n3\n", "1 2 nan\n",
     "1 2 1_000\n", "99999999999999999999 1\n", "9223372036854775808 1\n", "9007199254740993 1 1e400\n",

@@ -32,7 +32,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     if config["mode"] == "block":
         g = build_loaded_graph("bfs", config, bctx, lambda bid, io: BFSLoaded(bid, io, source),
                                undirected=not config["directed"], summarize=_summarize,
-                               fmt=value_format(config, "depth"))
+                               fmt=value_format(config, "depth"), traversals=True)
     else:
         edges = follow(load_graph(config), config)
         require_source(edges, source)

@@ -36,7 +36,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
 
         g = build_loaded_graph("sssp", config, bctx, lambda bid, io: SSSPLoaded(bid, io, source),
                                undirected=not config["directed"], weights=True, nonnegative=True,
-                               summarize=summarize, fmt=value_format(config, "float"))
+                               summarize=summarize, fmt=value_format(config, "float"), traversals=True)
     else:
         g = _whole_graph(config, bctx, source)
     g.add_combiner("min")

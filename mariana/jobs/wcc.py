@@ -25,7 +25,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
     if config["mode"] == "block":  # Graphalytics names a component by its numerically smallest member
         numeric = output_format(config) == "graphalytics"
         g = build_loaded_graph("wcc", config, bctx, lambda bid, io: WCCComponentsLoaded(bid, io, numeric),
-                               undirected=True, summarize=_summarize)
+                               undirected=True, summarize=_summarize, traversals=True)
     else:
         edges = load_graph(config).undirected()
         g = build_graph("wcc", edges, bctx, WCCVertex)

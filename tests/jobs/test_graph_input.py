@@ -434,6 +434,25 @@ def test_the_master_reads_no_graph_to_build_the_job(tmp_path, monkeypatch):
         assert len(g) == 3  # one lazy block per worker, nothing loaded
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("job,traversals", [("wcc", True), ("sssp", True), ("bfs", True), ("pagerank", False)])
+def test_the_build_imports_the_traversals_its_blocks_use(tmp_path, job, traversals):
+    """Workers forked after the build inherit scipy's traversals instead of each importing them
+    (in a fresh interpreter: what the build imports is what it checks); PageRank needs none."""
+    import subprocess
+
+    (tmp_path / "g.e").write_text("1 2\n2 3\n")
+    sets = [f"graph={tmp_path / 'g.e'}"] + (["source=1"] if job in ("sssp", "bfs") else [])
+    code = "\n".join([
+        "from mariana.jobs import BuildContext, get_job, resolve_config",
+        "from mariana.vertices import block_kernels as bk",
+        f"j = get_job({job!r})",
+        f"j.build(resolve_config(j, None, {sets!r}), BuildContext(workers=2))",
+        f"assert (bk._CSGRAPH is not None) == ({traversals} and bk.have_scipy()), bk._CSGRAPH",
+    ])
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 @pytest.mark.slow
 def test_a_load_longer_than_worker_timeout_is_not_a_lost_worker(tmp_path):
     from mariana.jobs.launch import run_job

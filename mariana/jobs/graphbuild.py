@@ -198,9 +198,8 @@ def build_block(ctx: Context, messages: list[Message], *, numeric: bool, width: 
             is_src = np.flatnonzero(role & 1)
             row_of = np.zeros(len(kt), row_t)
             row_of[is_src] = np.searchsorted(own, kt[is_src])
-            bi, bj = p.pop("bi"), p.pop("bj")
-            lookup, pairs = (row_of, slot_of), [(bi, bj, p.pop("bw", None) if weighted else None)]
-            pairs.append((bj, bi, pairs[0][2]))
+            bi, bj, bw = p.pop("bi"), p.pop("bj"), p.pop("bw", None) if weighted else None
+            lookup, pairs = (row_of, slot_of), [(bi, bj, bw), (bj, bi, bw)]
             for src in (bi, bj):
                 counts += np.bincount(row_of[src], minlength=k)
             rows = row_of[np.flatnonzero(role & 4)]
@@ -216,7 +215,7 @@ def build_block(ctx: Context, messages: list[Message], *, numeric: bool, width: 
             if b > a:
                 e0, e1 = int(starts[a]), int(starts[b])
                 stripe.append((rows[a:b], runs[a:b], slot_of[di[e0:e1]], None if w is None else w[e0:e1].copy()))
-        freed += di.nbytes + (0 if lookup else slot_of.nbytes)
+        freed += di.nbytes + (slot_of.nbytes if lookup is None else 0)
         del di, slot_of, w
         if lookup is not None:
             kept.append((lookup, pairs))

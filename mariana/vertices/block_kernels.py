@@ -248,8 +248,9 @@ SELECT_PIECE = 1 << 16
 
 def select(mask: np.ndarray, a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``a[mask]`` (1-D), into ``out`` if given (exactly the size kept; ``a``'s own head too: a
-    compaction in place), by ``np.compress`` of a piece at a time. Half of a scale-19 worker's 8.3M slots in a fresh process: 15-17 ms and
-    +16 MiB (the result), where ``a[mask]`` took 20 ms and ``np.compress`` of the whole +47 MiB."""
+    compaction in place), by ``np.compress`` of a piece at a time. Half of a scale-19 worker's
+    8.3M slots in a fresh process: 15-17 ms and +16 MiB (the result), where ``a[mask]`` took
+    20 ms and ``np.compress`` of the whole +47 MiB."""
     if out is None:
         out = np.empty(int(np.count_nonzero(mask)), dtype=a.dtype)
     at = 0

@@ -277,30 +277,41 @@ class LoadedBlock(Vertex):
         return self.out.result(g.own, self.value, labels=False)
 
 
-def _internal_csr(g: LocalGraph, me: int, room: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The block's internal edges (both ends in block ``me``) as a CSR over local rows:
-    ``(indptr, destination rows, inside)``; ``inside`` (the mask of internal edges) is None when
-    every edge is internal (one block), where the CSR is ``g``'s own. The distinct targets are
-    looked up once; when they are the block's own vertices (every vertex has in-edges), a slot is
-    a row and there is nothing to look up. Each row's count of internal edges is a segmented sum
-    of the mask (no row per edge: that and its ``bincount`` took ~3x as long). ``room`` (several
-    blocks only): the destination rows' array has that many entries more after the CSR's.
-    The internal slots are selected into that array and looked up there, in place (no second
-    array of 4 bytes an internal edge: a two-worker scale-19 WCC's first step, its peak)."""
+def _inside(g: LocalGraph, me: int) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """What a split of block ``me``'s edges needs: ``(local, inside, indptr)``. ``local``: the row
+    of each target, looked up once (None when the targets are the block's own vertices, every
+    vertex with in-edges: a slot is a row); ``inside``: the mask of internal edges (both ends in
+    the block), None when every edge is (one block), where ``indptr`` is ``g``'s own, else each
+    row's count of internal edges cumulated (a segmented sum of the mask: a row per edge and its
+    ``bincount`` took ~3x as long)."""
     local = None if g.slots_are_rows() else _int32(g.local(g.targets))
     inside_t = g.target_block == me
     if inside_t.all():
-        return g.indptr, g.slot if local is None else local[g.slot], None
+        return local, None, g.indptr
     inside = inside_t[g.slot]
-    indptr = np.concatenate(([0], np.cumsum(_row_counts(g.indptr, inside))))
-    n = int(indptr[-1])
+    return local, inside, np.concatenate(([0], np.cumsum(_row_counts(g.indptr, inside))))
+
+
+def _internal_rows(g: LocalGraph, local: np.ndarray | None, inside: np.ndarray, n: int, room: int = 0) -> np.ndarray:
+    """The destination rows of the ``n`` internal edges, in CSR order, and ``room`` entries more:
+    the internal slots selected into that array and looked up there, in place (no second array
+    of 4 bytes an internal edge: a two-worker scale-19 WCC's first step, its peak)."""
     rows = np.empty(n + room, dtype=g.slot.dtype)
     select(inside, g.slot, out=rows[:n])
     if local is not None and local.dtype == rows.dtype:
         _look_up(local, rows[:n])
     elif local is not None:  # (rows beyond int32: another array)
         rows = np.concatenate((local[rows[:n]], np.empty(room, local.dtype)))
-    return indptr, rows, inside
+    return rows
+
+
+def _internal_csr(g: LocalGraph, me: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The block's internal edges as a CSR over local rows: ``(indptr, destination rows, inside)``
+    (``_inside``); with one block the CSR is ``g``'s own."""
+    local, inside, indptr = _inside(g, me)
+    if inside is None:
+        return indptr, g.slot if local is None else local[g.slot], None
+    return indptr, _internal_rows(g, local, inside, int(indptr[-1])), inside
 
 
 def _look_up(table: np.ndarray, a: np.ndarray) -> None:
@@ -530,46 +541,41 @@ class _Split:
 
     def __init__(self, g: LocalGraph, me: int, room: int = 0, consume: bool = False) -> None:
         k = len(g.own)
-        if consume and not room and g.weight is None and self._in_place(g, me):
-            return
-        self.indptr, self.indices, inside = _internal_csr(g, me, room)
+        local, inside, self.indptr = _inside(g, me)
         if inside is None:  # one block (one worker): no boundary
+            self.indices = g.slot if local is None else local[g.slot]
             self.weight = g.weight
             self.b_indptr, self.b_slot, self.b_weight = np.zeros(k + 1, dtype=np.int64), g.slot[:0], None
             return
+        n = int(self.indptr[-1])
+        self.b_indptr = g.indptr - self.indptr  # each row's edges less its internal ones, cumulated
+        if consume and not room and g.weight is None and (local is None or local.dtype == g.slot.dtype):
+            self._in_place(g, local, inside, n)
+            return
+        self.indices = _internal_rows(g, local, inside, n, room)
         if g.weight is None:
             self.weight = None
         else:
-            self.weight = np.empty(int(self.indptr[-1]) + room)
-            select(inside, g.weight, out=self.weight[:int(self.indptr[-1])])
+            self.weight = np.empty(n + room)
+            select(inside, g.weight, out=self.weight[:n])
         out = np.logical_not(inside, out=inside)  # (in place: the mask is not needed again)
-        self.b_indptr = g.indptr - self.indptr  # each row's edges less its internal ones, cumulated
         self.b_slot = select(out, g.slot)
         self.b_weight = None if g.weight is None else select(out, g.weight)
 
-    def _in_place(self, g: LocalGraph, me: int) -> bool:
+    def _in_place(self, g: LocalGraph, local: np.ndarray | None, inside: np.ndarray, n: int) -> None:
         """``consume`` (the caller lets ``g.slot`` go): the split made in ``g.slot`` itself, the
-        internal edges' rows first, the boundary slots after, each part in CSR order (a two-worker
-        scale-19 WCC's first step: one array of 4 bytes an edge and a boundary copy at once, not
-        three halves and the graph's); False where there is no boundary or a row needs int64."""
-        local = None if g.slots_are_rows() else _int32(g.local(g.targets))
-        inside_t = g.target_block == me
+        ``n`` internal edges' rows first, the boundary slots after, each part in CSR order (a
+        two-worker scale-19 WCC's first step: one array of 4 bytes an edge and a boundary copy at
+        once, not three halves and the graph's)."""
         slot = g.slot
-        if inside_t.all() or (local is not None and local.dtype != slot.dtype):
-            return False
-        inside = inside_t[slot]
-        self.indptr = np.concatenate(([0], np.cumsum(_row_counts(g.indptr, inside))))
-        n = int(self.indptr[-1])
         boundary = select(np.logical_not(inside, out=inside), slot)  # (the mask negated in place, and back)
         select(np.logical_not(inside, out=inside), slot, out=slot[:n])  # (compacted forwards in place)
-        del inside
         slot[n:] = boundary
         del boundary
         if local is not None:
             _look_up(local, slot[:n])
         self.indices, self.weight = slot[:n], None
-        self.b_indptr, self.b_slot, self.b_weight = g.indptr - self.indptr, slot[n:], None
-        return True
+        self.b_slot, self.b_weight = slot[n:], None
 
     def whole(self, g: LocalGraph) -> tuple[np.ndarray, np.ndarray | None]:
         """``g``'s slots and weights again, in the CSR of ``g.indptr``: each row's internal edges,

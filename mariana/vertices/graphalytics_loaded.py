@@ -120,16 +120,16 @@ class WCCComponentsLoaded(LoadedBlock):
             cols = None if g.slots_are_rows() else g.local(g.targets)
             self.comp = components(g.indptr, g.slot, symmetric=True, cols=cols)
             self.boundary_indptr, self.boundary_slots = np.zeros(len(g.own) + 1, np.int64), np.empty(0, g.slot.dtype)
+            # only the boundary is needed from here (empty copies: a [:0] view keeps the whole array)
+            g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()
         else:
             # loaded both ways: the internal CSR is symmetric. The split is made in the graph's
-            # slots, which go from the graph (it then holds every edge once)
+            # slots, which go from the graph before the labelling (the split holds every edge once)
             sp = _Split(g, g.blocks.index(self.id), consume=True)
             g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()
             self.comp = components(sp.indptr, sp.indices, symmetric=True)
             # the boundary edges by row (no row per edge: 4 bytes an edge less for the whole run)
             self.boundary_indptr, self.boundary_slots = sp.b_indptr, sp.b_slot
-        # the boundary is all that is needed from here (empty copies: a [:0] view keeps the whole array)
-        g.slot, g.indptr = np.empty(0, g.slot.dtype), g.indptr[:1].copy()
 
     def run(self, ctx: Context, messages: list[Message], s: int) -> None:
         from .graph_blocks import _send_min, group_min

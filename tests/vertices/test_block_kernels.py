@@ -345,6 +345,31 @@ def test_the_traversals_come_without_the_csgraph_package_init():
     _fresh_interpreter(code)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not bk.have_scipy(), reason="scipy's traversals")
+def test_the_traversals_leave_numpys_unused_subpackages_unimported():
+    """Importing ``scipy.sparse`` for the traversals does not load numpy's f2py, testing, ma,
+    polynomial or ctypeslib (~8 MiB, ~60 ms); numpy keeps every one of them as it was (its own
+    lazy import on first use), and scipy's copy of numpy's names reads through to the same."""
+    code = "\n".join([
+        "import sys, numpy as np",
+        "from mariana.vertices import block_kernels as bk",
+        "bk.import_traversals()",
+        "assert 'scipy.sparse' in sys.modules",
+        "gone = [f'numpy.{n}' for n in bk.NUMPY_UNUSED]",
+        "assert not [m for m in gone if m in sys.modules], [m for m in gone if m in sys.modules]",
+        "assert not [n for n in bk.NUMPY_UNUSED if n in vars(np)]",
+        "assert np.ma.masked_array([1, 2], [0, 1]).sum() == 1 and 'numpy.ma' in sys.modules",
+        "import numpy.polynomial.polynomial as P",
+        "assert P.polyval(2, [1, 1]) == 3.0 and type(np.polynomial) is type(sys)",
+        "from numpy.testing import assert_equal",
+        "import scipy._lib.array_api_compat.numpy as xp",
+        "assert xp.testing.assert_equal is assert_equal and xp.f2py.__name__ == 'numpy.f2py'",
+        "assert np.f2py is sys.modules['numpy.f2py']",
+    ])
+    _fresh_interpreter(code)
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int16])
 @pytest.mark.parametrize("counts", [[3, 0, 2, 0, 0, 1], [], [0, 0], [5]])
 def test_row_ids_repeat_each_row_by_its_count(form, dtype, counts):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,21 +173,26 @@ def numeric_ids(text: str | bytes) -> np.ndarray | None:
 PARSE_BLOCK = 512 << 10
 
 
-def numeric_edges(text: str | bytes) -> NumericEdges | None:
+def numeric_edges(text: str | bytes | list[bytes]) -> NumericEdges | None:
     """The fast path of the edge parser: (the distinct ids as int64, in no particular order;
     edges as (m, 2) indices into them, int32 where they fit; the weights, or None where every
     line has two fields; the number of fields on each line, int8: a line with edges is
     ``np.flatnonzero(fields) + 1``), or None where the line parser must decide (anything but 2
     or 3 numeric fields per line, an id that is not the canonical decimal of its number).
-    ``text``: str, or bytes (ASCII is checked first, so a caller need not decode). No id string
-    is made: a worker that loads a part of a large graph holds 8 bytes per distinct id, not a
-    string. Each ``PARSE_BLOCK`` of lines is read on its own (``_numeric_block``), then the ids
-    of all of them are numbered at once."""
-    raw = text if isinstance(text, bytes) else text.encode()
-    if not raw.isascii():
-        return None
+    ``text``: str, or bytes (ASCII is checked first, so a caller need not decode), or bytes
+    already in blocks of whole lines (as a loader reads them: no copy of the whole text). No id
+    string is made: a worker that loads a part of a large graph holds 8 bytes per distinct id,
+    not a string. Each ``PARSE_BLOCK`` of lines is read on its own (``_numeric_block``), then
+    the ids of all of them are numbered at once."""
+    if isinstance(text, list):
+        pieces: Iterable[bytes] = text
+    else:
+        raw = text if isinstance(text, bytes) else text.encode()
+        pieces = _blocks(raw, PARSE_BLOCK)
     blocks = []
-    for block in _blocks(raw, PARSE_BLOCK):
+    for block in pieces:
+        if not block.isascii():
+            return None
         part = _numeric_block(block)
         if part is None:
             return None

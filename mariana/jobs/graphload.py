@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lin
 from ..storage.parts import part_url
 from ..vertices.block_kernels import group_by
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
-from .edgelist import _cat, _narrow, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
+from .edgelist import PARSE_BLOCK, _cat, _narrow, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
 from .graphbuild import build_block, edge_table
 
 __all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part", "strkeys", "decode_keys",
@@ -251,6 +251,25 @@ def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any],
     return lines, "numeric" if numeric else "graphalytics"
 
 
+def _pieces(blocks: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
+    """Consecutive ``blocks`` grouped into pieces of about ``size`` bytes (the last may be less).
+
+    A piece is read as blocks of ``PARSE_BLOCK`` (the parser's own unit) and kept as them: each
+    block a heap allocation the next piece reuses. Read as one block of ``PIECE`` bytes, a piece
+    was a fresh mapping every time (larger than the mmap threshold), faulted in page by page,
+    and the parser copied it into its blocks anyway."""
+    piece: list[bytes] = []
+    held = 0
+    for block in blocks:
+        piece.append(block)
+        held += len(block)
+        if held >= size:
+            yield piece
+            piece, held = [], 0
+    if piece:
+        yield piece
+
+
 class GraphLoader:
     """Loads one worker's part of a graph in ``LOAD_STEPS`` supersteps; writes its results.
 
@@ -306,14 +325,15 @@ class GraphLoader:
             subs = [Split(split.url, a, min(a + step, split.end), split.kind) for a in range(split.start, split.end, step)]
             return [self._table_chunk(sub, read_table_split(sub), sub.start) for sub in subs]
         chunks, above = [], 0
-        for piece in iter_text_split(split, PIECE):  # the split in blocks of whole lines, never whole
+        for piece in _pieces(iter_text_split(split, PARSE_BLOCK), PIECE):  # never the split whole
             chunks.append(self._parse_piece(split, piece, above))
-            above += piece.count(b"\n")
+            above += sum(block.count(b"\n") for block in piece)
             del piece
         return chunks
 
-    def _parse_piece(self, split: Split, piece: bytes, above: int) -> _Chunk:
-        """One block of lines; ``above``: how many lines of the split come before it."""
+    def _parse_piece(self, split: Split, piece: list[bytes], above: int) -> _Chunk:
+        """One piece of lines, in the blocks it was read in; ``above``: how many lines of the split
+        come before it."""
         spec = self.spec
 
         def lines_above() -> int:  # only to name a line: how many lines of the file come before
@@ -328,10 +348,11 @@ class GraphLoader:
             def edge_line(e: int) -> int:  # (only to name a line: from the fields of each line)
                 return int(np.flatnonzero(fields)[e]) + 1
         else:
+            whole = b"".join(piece)
             try:
-                text = piece.decode("utf-8")
+                text = whole.decode("utf-8")
             except UnicodeDecodeError as exc:
-                line = lines_above() + piece[:exc.start].count(b"\n") + 1
+                line = lines_above() + whole[:exc.start].count(b"\n") + 1
                 raise UsageError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})") from None
             try:
                 el = _parse_lines(text, split.url)

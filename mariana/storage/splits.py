@@ -172,26 +172,43 @@ def iter_text_split(split: Split, block: int) -> Iterator[bytes]:
 def _line_blocks(f: IO[bytes], block: int, limit: int | None, skip_first: bool) -> Iterator[bytes]:
     """Blocks of whole lines read from ``f``: ``limit`` bytes of it (None: to the end), then the
     rest of the last line started in them; ``skip_first``: the first line (up to its newline)
-    belongs to the previous split."""
-    carry, left = b"", limit
+    belongs to the previous split.
+
+    Reads land in one buffer, reused, and each block is copied out of it once: reading a new bytes
+    object per block, cutting it at its last line end and joining the rest to the next made three
+    copies of a few MB each, every one a fresh mapping faulted in page by page (a scale-19 edge
+    list: 76K page faults, ~0.2 s of system time; one copy: ~28K)."""
+    buf = bytearray(block)
+    view = memoryview(buf)
+    have, left = 0, limit  # have: the start of buf in use (the last read's unfinished line)
     while left is None or left > 0:
-        data = f.read(block if left is None else min(block, left))
-        if not data:
+        want = block if left is None else min(block, left)
+        if have + want > len(buf):  # a line longer than a block: room for it
+            view.release()
+            buf.extend(bytes(have + want - len(buf)))
+            view = memoryview(buf)
+        n = _read_into(f, view[have:have + want])
+        if not n:
             break
         if left is not None:
-            left -= len(data)
+            left -= n
+        start, end = 0, have + n
         if skip_first:
-            nl = data.find(b"\n")
+            nl = buf.find(b"\n", 0, end)
             if nl < 0:
                 continue  # still in the previous split's line
-            data, skip_first = data[nl + 1:], False
-        buf = carry + data if carry else data
-        cut = buf.rfind(b"\n") + 1
-        if cut:
-            yield buf[:cut]
-        carry = buf[cut:]
+            start, skip_first = nl + 1, False
+        cut = buf.rfind(b"\n", start, end) + 1
+        if cut > start:
+            yield bytes(view[start:cut])
+            start = cut
+        if start:  # the unfinished line to the front (through a copy: the two may overlap)
+            buf[:end - start] = bytes(view[start:end])
+        have = end - start
     if skip_first:  # no line starts in this split
         return
+    carry = bytes(view[:have])
+    view.release()
     while carry and limit is not None:  # finish the last line, which may run into the next split
         more = f.read(_CHUNK)
         if not more:
@@ -202,6 +219,16 @@ def _line_blocks(f: IO[bytes], block: int, limit: int | None, skip_first: bool) 
             break
     if carry:
         yield carry
+
+
+def _read_into(f: IO[bytes], out: memoryview) -> int:
+    """``f.readinto(out)`` where the file has it (local files, fsspec's buffered files, gzip), else a read copied in."""
+    readinto = getattr(f, "readinto", None)
+    if readinto is not None:
+        return int(readinto(out) or 0)
+    data = f.read(len(out))
+    out[:len(data)] = data
+    return len(data)
 
 
 def lines_before(split: Split) -> int:

@@ -53,7 +53,7 @@ from ..storage.checkpoint import Checkpoints
 from ..engine.checkpointing import BackgroundWriter, capture, write_worker
 from ..comm.shm import Shm, sweep_stale
 from ..engine.graph import Graph
-from ..engine.memory import trim_heap
+from ..engine.memory import resident, trim_heap
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
 from ..comm import Again, HandshakeWatch, drain, poller, recv, release_sent, send, send_frames, transport_for
@@ -488,7 +488,8 @@ class Worker:
                      "shm_zero_copy_bytes": {str(p): b for p, b in enumerate(out.zero_copy) if b},
                      "send_buffer_reuse": self.shm.pool.reused if self.shm is not None and self.shm.pool else 0,
                      "parts_out": {str(p): n for p, n in enumerate(out.parts) if n > 1},
-                     "bytes_in": {}, "messages_in": {str(self.index): len(own)} if own else {}, "dropped": dropped}
+                     "bytes_in": {}, "messages_in": {str(self.index): len(own)} if own else {}, "dropped": dropped,
+                     **resident()}  # (read again: encoding the batches may have raised the peak)
         self.state = {"phase": "barrier", "ss": s, "since": time.time()}
         self._send_ctl(wire.Done(s, done.partials, done.active, done.computed, done.sent, done.out_messages,
                                  done.compute_s, slowest=done.slowest, trace=trace,

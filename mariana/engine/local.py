@@ -18,6 +18,7 @@ from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from . import checkpointing
 from .graph import Graph
+from .memory import resident
 from .result import RunResult
 from .driver import Driver
 from .superstep import Begin, Coordinator, Done, Partition
@@ -50,7 +51,7 @@ class LocalBackend:
             if self.trace:
                 done.trace = {"host": _HOST, "pid": os.getpid(), "start": start, "end": stop,
                               **{f"{k}_s": 0.0 for k in PHASES}, **done.trace,
-                              "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0}
+                              "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0, **resident()}
             outs.append(batches)
             dones.append(done)
         n = len(self.partitions)

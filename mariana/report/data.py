@@ -7,7 +7,7 @@ is still going: a half-written last line is skipped, missing files are simply ab
 
 Snapshot keys: ``run``, ``job`` (job.json), ``status``, ``superstep`` (the newest), ``series``
 (``{name: {"x": [supersteps], "y": [values]}}`` for every numeric metric, NaN/Inf as null),
-``samples_per_s``, ``workers``, ``counters``, ``timeline``, ``stragglers``, ``checkpoints``,
+``samples_per_s``, ``workers``, ``counters``, ``timeline``, ``stragglers``, ``memory``, ``checkpoints``,
 ``restarts``, ``hangs``, ``flags`` and ``nan_metrics``.
 """
 
@@ -165,6 +165,10 @@ def _workers(trace: Trace | None, lines: list[dict[str, Any]], job: dict[str, An
                 last = recs[-1]
                 out[k] = {"worker": k, "host": last.get("host"), "pid": last.get("pid"),
                           "superstep": last.get("superstep"), "compute_s": last.get("compute_s")}
+                peaks = [r["peak_rss_bytes"] for r in recs
+                         if r.get("pid") == last.get("pid") and _finite(r.get("peak_rss_bytes"))]
+                if peaks:  # its process's peak resident memory (the newest process's, after a restart)
+                    out[k]["peak_mb"] = round(max(peaks) / 1e6, 1)
     if lines:
         for w in lines[-1].get("workers") or []:
             if isinstance(w, dict) and isinstance(w.get("worker"), int):
@@ -175,6 +179,23 @@ def _workers(trace: Trace | None, lines: list[dict[str, Any]], job: dict[str, An
     if not out and isinstance(job.get("workers"), int):
         out = {k: {"worker": k, "host": None, "pid": None} for k in range(job["workers"])}
     return [out[k] for k in sorted(out)]
+
+
+def _memory(trace: Trace | None) -> list[dict[str, Any]]:
+    """Per worker, its process's resident memory and peak so far (MB) at each superstep it
+    reported (the last record of a superstep that ran twice)."""
+    out = []
+    for k, recs in sorted((trace.workers if trace is not None else {}).items()):
+        last = {r["superstep"]: r for r in recs if isinstance(r.get("superstep"), int) and _finite(r.get("rss_bytes"))}
+        if last:
+            xs = sorted(last)
+            out.append({"worker": k, "x": xs, "rss_mb": [last[s]["rss_bytes"] / 1e6 for s in xs],
+                        "peak_mb": [_num_or_none(last[s].get("peak_rss_bytes"), 1e6) for s in xs]})
+    return out
+
+
+def _num_or_none(v: Any, scale: float) -> float | None:
+    return v / scale if _finite(v) else None
 
 
 def _checkpoints(run_dir: RunDir) -> list[dict[str, Any]]:
@@ -256,6 +277,7 @@ def collect(run: str) -> dict[str, Any]:
         # one worker is always last: stragglers exist only among two or more
         "stragglers": (tsum or {}).get("stragglers", []) if len(trace.workers if trace else {}) > 1 else [],
         "lags": lags if len(trace.workers if trace else {}) > 1 else [],
+        "memory": _memory(trace),
         "checkpoints": checkpoints, "checkpoint_marks": sorted({ln["checkpoint"] for ln in lines
                                                                 if isinstance(ln.get("checkpoint"), int)}),
         "restarts": restarts, "hangs": hangs, "flags": flags[:200], "flags_total": len(flags),

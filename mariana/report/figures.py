@@ -116,7 +116,7 @@ def _small_multiples(go: Any, title: str, series: dict[str, Any], names: list[st
 
 
 def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every plot for ``snap``: training curves, throughput, superstep time, timeline, stragglers."""
+    """Every plot for ``snap``: training curves, throughput, superstep time, memory, timeline, stragglers."""
     go = require_plotly()
     series = snap.get("series") or {}
     shapes, notes = _marks(snap)
@@ -178,6 +178,16 @@ def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
             legend={"orientation": "h", "x": 0, "y": -0.35, "yanchor": "top"},
             height=max(240, 90 + 60 * len(workers)),
             yaxis={"categoryorder": "array", "categoryarray": [f"worker {k}" for k in reversed(workers)]}))
+
+    memory = snap.get("memory") or []
+    if memory:  # LocalRuntime: every worker's line is the one process's
+        traces = []
+        for m in memory:
+            traces.append(go.Scatter(x=m["x"], y=m["rss_mb"], name=f"worker {m['worker']} resident", mode="lines"))
+            traces.append(go.Scatter(x=m["x"], y=m["peak_mb"], name=f"worker {m['worker']} peak so far",
+                                     mode="lines", line={"dash": "dot"}))
+        out["fig-memory"] = _fig(go, traces, _base_layout("Resident memory per worker process", "superstep", "MB",
+                                                          shapes=shapes, annotations=notes))
 
     lags = snap.get("lags") or []
     if lags and len({x.get("straggler") for x in lags}) >= 1 and len(snap.get("workers") or []) > 1:

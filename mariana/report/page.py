@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["render_page", "json_for_script"]
 
-FIGURE_ORDER = ("fig-loss", "fig-accuracy", "fig-samples", "fig-wall", "fig-progress", "fig-other",
+FIGURE_ORDER = ("fig-loss", "fig-accuracy", "fig-samples", "fig-wall", "fig-progress", "fig-memory", "fig-other",
                 "fig-timeline", "fig-stragglers")
 
 

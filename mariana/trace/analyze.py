@@ -258,7 +258,7 @@ def summary(trace: Trace, top: int = 5) -> dict:
         "messages": _volume(msgs), "bytes": _volume(byts), "stragglers": _stragglers(workers, sups, lines, per_ss),
         "slowest_superstep": slowest_supersteps[0] if slowest_supersteps else None,
         "slowest_supersteps": slowest_supersteps, "flags": _flags(sups, per_ss, top),
-        "dropped": _dropped(sups, per_ss), "events": _events(trace),
+        "dropped": _dropped(sups, per_ss), "events": _events(trace), "memory": _memory(trace),
     })
 
 
@@ -378,6 +378,31 @@ def _dropped(sups: list[int], per_ss: dict[int, dict[int, dict]]) -> dict:
     dropped = {"total": sum(dropped_by_kind.values()), "by_kind": dropped_by_kind, "by_worker": dropped_by_worker,
                "first_superstep": dropped_first}
     return dropped
+
+
+#: Linux counts resident pages in per-thread caches, folded in every 64 faults: a process's
+#: VmHWM reads can differ by a few hundred KB, and even fall. A record within this of the peak shows it.
+PEAK_SLACK = 1 << 20
+
+
+def _memory(trace: Trace) -> list[dict]:
+    """Per process (a worker's, or the one every worker of LocalRuntime shares; a worker restarted
+    by recovery is a new one), largest peak first: its peak resident memory, the superstep whose
+    record first shows it (within ``PEAK_SLACK``: where it was reached, or during the sends just
+    before; a record is read when its worker reports), and the resident memory at its last record."""
+    procs: dict[tuple[Any, Any], list[tuple[int, dict]]] = {}
+    for k, recs in trace.workers.items():
+        for r in recs:
+            if "peak_rss_bytes" in r:
+                procs.setdefault((r.get("host"), r.get("pid")), []).append((k, r))
+    out = []
+    for (host, pid), held in procs.items():
+        held.sort(key=lambda kr: (_num(kr[1].get("start")), kr[0]))
+        peak = max(int(_num(r["peak_rss_bytes"])) for _, r in held)
+        first = next(r for _, r in held if int(_num(r["peak_rss_bytes"])) >= peak - PEAK_SLACK)
+        out.append({"workers": sorted({k for k, _ in held}), "host": host, "pid": pid, "peak_rss_bytes": peak,
+                    "peak_superstep": first.get("superstep"), "last_rss_bytes": held[-1][1].get("rss_bytes")})
+    return sorted(out, key=lambda m: (-m["peak_rss_bytes"], m["workers"]))
 
 
 def _events(trace: Trace) -> dict:
@@ -538,6 +563,17 @@ def format_summary(s: dict) -> str:
             out.append(f"  ... {fl['total'] - len(fl['first'])} more")
     else:
         out.append("flags: no NaN/Inf seen")
+
+    mem = s.get("memory") or []
+    if mem:
+        out.append("memory per process (resident; largest peak first)")
+        rows = [[",".join(map(str, m["workers"])), str(m.get("host") or "-"), str(m.get("pid") or "-"),
+                 _size(m["peak_rss_bytes"]), str(m.get("peak_superstep")), _size(m.get("last_rss_bytes"))
+                 if m.get("last_rss_bytes") is not None else "-"] for m in mem[:top]]
+        out.extend(_table(["workers", "host", "pid", "peak", "at superstep", "at the end"], rows))
+        if len(mem) > top:
+            out.append(f"  ... {len(mem) - top} more processes")
+        out.append("")
 
     d = s["dropped"]
     if d["total"]:

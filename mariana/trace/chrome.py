@@ -121,6 +121,10 @@ class _Timeline:
                 for name, o, i in (("bytes", out_b, in_b), ("messages", out_m, in_m)):
                     self.timed.append({"name": name, "cat": "counter", "ph": "C", "pid": k, "tid": self.tid(k, "superstep"),
                                   "ts": self.ts(start), "args": {"out": o, "in": i}})
+                if r.get("peak_rss_bytes") is not None:  # read when the worker reported: at its end
+                    mem = {"resident_mb": _num(r.get("rss_bytes")) / 1e6, "peak_mb": _num(r.get("peak_rss_bytes")) / 1e6}
+                    self.timed.append({"name": "memory", "cat": "counter", "ph": "C", "pid": k, "tid": self.tid(k, "superstep"),
+                                       "ts": self.ts(_num(r.get("end"), start)), "args": mem})
                 for f in r.get("flags") or []:
                     if isinstance(f, dict):
                         threads.add("events")

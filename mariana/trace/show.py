@@ -146,6 +146,7 @@ def show(trace: Trace, superstep: int, worker: int | None = None, vertex: str | 
             "slowest": [{"vertex": e[0], "seconds": e[1]} for e in r.get("slowest") or []
                         if isinstance(e, (list, tuple)) and len(e) >= 2],
             "dropped": r.get("dropped") or {}, "flags": r.get("flags") or [],
+            "rss_bytes": r.get("rss_bytes"), "peak_rss_bytes": r.get("peak_rss_bytes"),
         })
     events = [e for e in trace.events if e.get("superstep") == superstep]
     out: dict[str, Any] = {"run": run or trace.url, "superstep": superstep, "master": line, "workers": workers,
@@ -220,6 +221,9 @@ def format_show(d: dict) -> str:
                    f"{w['messages_out']:,} messages / {_size(w['bytes_out'])} out, "
                    f"{w['messages_in']:,} messages / {_size(w['bytes_in'])} in")
         out.append("  phases: " + ", ".join(f"{p} {_t(v)}" for p, v in w["phases"].items()))
+        if w.get("peak_rss_bytes") is not None:
+            now = f"resident {_size(w['rss_bytes'])}, " if w.get("rss_bytes") is not None else ""
+            out.append(f"  memory: {now}peak so far {_size(w['peak_rss_bytes'])} (of its process)")
         if w["peers"]:
             rows = [[str(p["peer"]), f"{p['messages_out']:,}", _size(p["bytes_out"]), f"{p['messages_in']:,}",
                      _size(p["bytes_in"])] for p in w["peers"]]

@@ -294,10 +294,13 @@ def values(result) -> dict[str, Any]:
 class Traced(Logger):
     """Every vertex pings the next one each superstep; ``slow`` takes 60 ms at supersteps 2-4,
     ``bad`` sends a NaN at superstep 3, ``stuck`` never returns from superstep 2 (``block``), ``z``
-    sends a 4 MB array at superstep 2 (``oversize``)."""
+    sends a 4 MB array at superstep 2 (``oversize``), and holds ``hold_mib`` MiB at superstep 3
+    only (``hold``: a spike in its worker's resident memory)."""
 
     def compute(self, ctx, messages):
         s = ctx.superstep
+        if self.id == "z" and ctx.broadcast("hold"):
+            self.held = np.ones(ctx.broadcast("hold") << 17) if s == 3 else None  # (8-byte ones: touched)
         if self.id == "slow" and 2 <= s <= 4:
             time.sleep(0.06)  # the workload itself, not a wait for something
         if self.id == "stuck" and s == 2 and ctx.broadcast("block"):
@@ -321,13 +324,15 @@ def build_traced(config, bctx: BuildContext) -> Graph:
     def master(m) -> None:
         m.broadcast("block", config["block"])
         m.broadcast("oversize", config["oversize"])
+        m.broadcast("hold", config["hold_mib"])
 
     g.master_compute = master
     return g
 
 
 traced = _job("traced", build_traced, Key("block", False, "bool", "make 'stuck' block forever"),
-              Key("oversize", False, "bool", "make 'z' send worker 0 a batch too large for 1 MB messages"))
+              Key("oversize", False, "bool", "make 'z' send worker 0 a batch too large for 1 MB messages"),
+              Key("hold_mib", 0, "int", "make 'z' (worker 1) hold this many MiB at superstep 3 only"))
 
 
 # -- launching: what each worker process's BLAS was given -----------------------------------------

@@ -1,9 +1,15 @@
 """The process's allocator settings: numpy's huge-page advice goes off only where the kernel's THP
 defrag policy would compact memory on every fault of an advised array, and never against a
-user's explicit ``NUMPY_MADVISE_HUGEPAGE``."""
+user's explicit ``NUMPY_MADVISE_HUGEPAGE``; and the resident memory every trace record carries."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
 
@@ -46,3 +52,34 @@ def test_an_explicit_numpy_setting_and_a_missing_policy_file_leave_the_advice_al
     monkeypatch.setattr(memory, "_THP_DEFRAG", tmp_path / "absent")
     assert memory.avoid_hugepage_stalls() is False
     assert advice() is True
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux's /proc")
+def test_resident_memory_is_the_calling_processes_own_before_and_after_a_fork():
+    """``resident`` reads this process's counters through a descriptor it keeps: a forked child
+    reads its own (64 MiB held there shows there, not in the parent), and a new program's peak
+    starts afresh (not at the size of the process that started it, as ``getrusage``'s does)."""
+    before = memory.resident()
+    assert 0 < before["rss_bytes"] <= before["peak_rss_bytes"]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: hold 64 MiB, report what it reads
+        try:  # (its own baseline: a fork maps the parent's file pages again only as they are touched)
+            start = memory.resident()["rss_bytes"]
+            held = np.ones(1 << 23)
+            now = memory.resident()
+            os.write(write, json.dumps([now["rss_bytes"] - start, now["peak_rss_bytes"] - now["rss_bytes"],
+                                        int(held[-1])]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child_grew, child_peak_over, _ = json.loads(f.read())
+    os.waitpid(pid, 0)
+    after = memory.resident()
+    assert child_grew >= 60e6 and child_peak_over >= 0
+    assert after["rss_bytes"] - before["rss_bytes"] < 30e6
+    fresh = subprocess.run([sys.executable, "-c", "from mariana.engine.memory import resident; print(resident()['peak_rss_bytes'])"],
+                           capture_output=True, text=True, check=True, timeout=30)
+    assert int(fresh.stdout) < 200e6  # a small program, whatever this test process's size

@@ -4,6 +4,8 @@ reports, Chrome export, and replay of a captured vertex."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from mariana.cli import main
 from mariana.errors import MarianaError
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
-from test_cluster import alive
+from test_cluster import alive, env_with_tests
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,6 +58,37 @@ def test_a_slow_vertex_is_the_straggler_in_the_summary(tmp_path, runtime):
     text = trace.format_summary(doc)
     assert "straggler" in text.lower()
     assert main(["trace", "summary", run_dir.url, "--json"]) == 0
+
+
+def test_a_memory_spike_shows_in_its_workers_record_and_the_summary_names_its_superstep(tmp_path, runtime):
+    """Each record carries its process's resident memory and peak so far: 'z' (worker 1) holds
+    64 MiB at superstep 3 only, so worker 1's resident memory rises there by that much and falls
+    after, and the summary puts its process's peak at superstep 3. A fresh ``mariana run``: a
+    process's peak counts from its start (a forked worker's from its parent's at the fork), and
+    this test process's own may be anything. Cluster: a process per worker; LocalRuntime and
+    inproc: one process for every worker."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "mariana", "run", "contract_jobs:traced", "--set", "hold_mib=64",
+                           "--workers", "2", "--runtime", runtime, "--run-dir", str(run_dir)],
+                          env=env_with_tests(), capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = trace.load_trace(str(run_dir))
+    for k, recs in data.workers.items():
+        assert all(0 < r["rss_bytes"] <= r["peak_rss_bytes"] for r in recs), k
+        peaks = [r["peak_rss_bytes"] for r in recs]  # a process's peak never falls (but for the
+        assert all(b > a - (1 << 20) for a, b in zip(peaks, peaks[1:])), k  # kernel's per-thread counts)
+    z = {r["superstep"]: r for r in data.workers[1]}
+    assert z[3]["rss_bytes"] - z[2]["rss_bytes"] >= 60e6
+    assert z[3]["rss_bytes"] - z[4]["rss_bytes"] >= 50e6
+    assert z[3]["peak_rss_bytes"] - z[2]["peak_rss_bytes"] >= 30e6  # (the peak so far: above resident)
+    memory = trace.summary(data)["memory"]
+    assert memory[0]["workers"] == ([1] if runtime == "cluster" else [0, 1]) and memory[0]["peak_superstep"] == 3
+    if runtime == "cluster":  # worker 0's process held no spike
+        assert [m["workers"] for m in memory] == [[1], [0]]
+        assert memory[1]["peak_rss_bytes"] < memory[0]["peak_rss_bytes"] - 40e6
+    else:
+        assert len(memory) == 1
+    assert "memory per process" in trace.format_summary(trace.summary(data))
 
 
 def test_a_nan_is_flagged_with_its_vertex_and_superstep(tmp_path, runtime):

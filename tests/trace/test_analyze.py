@@ -274,6 +274,29 @@ def test_summary_without_master_lines(tmp_path):
     assert s["events"]["hangs"] == []
 
 
+def test_summary_memory_per_process(tmp_path):
+    """Per process, largest peak first: its peak, the superstep whose record first shows it (within
+    the kernel's counting slack: a later read a little higher or lower is the same peak), and its
+    last resident size; a worker restarted by recovery is a new process; records without the
+    fields (traces of older versions) give no memory section."""
+    url = str(tmp_path / "run")
+    rd = make_run(url, capture=False)
+    t = load_trace(url)
+    assert summary(t)["memory"] == [] and "memory per process" not in format_summary(summary(t))
+    mb = 1_000_000
+    w0 = [(10, 40, 40), (10, 90, 90), (10, 60, 90.3), (10, 60, 89.9), (10, 61, 90.2), (10, 62, 90)]
+    w1 = [(11, 30, 30), (11, 50, 50), (11, 50, 50), (12, 35, 35), (12, 120, 120), (12, 70, 120)]  # restarted at 3
+    for k, marks in ((0, w0), (1, w1)):
+        recs = [dict(r, pid=pid, rss_bytes=int(rss * mb), peak_rss_bytes=int(peak * mb))
+                for r, (pid, rss, peak) in zip(build_records()[0][k], marks)]
+        rd.append_jsonl(f"trace/worker-{k}.jsonl", recs)  # the later records of each superstep win
+    m = summary(load_trace(url))["memory"]
+    assert [(x["workers"], x["pid"], x["peak_rss_bytes"] // mb, x["peak_superstep"], x["last_rss_bytes"] // mb)
+            for x in m] == [([1], 12, 120, 4, 70), ([0], 10, 90, 1, 62), ([1], 11, 50, 1, 50)]
+    text = format_summary(summary(load_trace(url)))
+    assert "memory per process" in text and "120.0 MB" in text
+
+
 def test_memory_url():
     """Any fsspec URL works: the run directory lives in fsspec's memory filesystem here."""
     url = "memory://trace-tests/run-a"

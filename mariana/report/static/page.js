@@ -42,7 +42,7 @@
     document.body.dataset.status = snap.status || "";
     document.body.dataset.superstep = snap.superstep === null || snap.superstep === undefined ? "" : String(snap.superstep);
     cards(snap);
-    table("workers", [["worker", "worker"], ["host", "host"], ["pid", "pid"], ["superstep", "last superstep"], ["computed", "vertices run"], ["active", "active"]], snap.workers, "no workers yet");
+    table("workers", [["worker", "worker"], ["host", "host"], ["pid", "pid"], ["superstep", "last superstep"], ["computed", "vertices run"], ["active", "active"], ["peak_mb", "peak MB"]], snap.workers, "no workers yet");
     table("stragglers", [["worker", "worker"], ["count", "times last"], ["lag_mean_s", "mean lag (s)"], ["lag_max_s", "max lag (s)"], ["compute_vs_median", "compute / median"]],
       (snap.stragglers || []).filter(r => r.count > 0), "no straggler (or no trace)");
     table("checkpoints", [["superstep", "superstep"], ["time", "time"], ["size", "bytes"], [r => r.valid ? "committed" : "INVALID: " + r.why, "status"]], snap.checkpoints, "no checkpoints");

@@ -53,7 +53,7 @@ from ..storage.checkpoint import Checkpoints
 from ..engine.checkpointing import BackgroundWriter, capture, write_worker
 from ..comm.shm import Shm, sweep_stale
 from ..engine.graph import Graph
-from ..engine.memory import resident, trim_heap
+from ..engine.memory import TraceMemory, trim_heap
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
 from ..comm import Again, HandshakeWatch, drain, poller, recv, release_sent, send, send_frames, transport_for
@@ -129,6 +129,7 @@ class Worker:
         self._queue: deque[dict[str, Any]] = deque()  # control messages received, not yet acted on
         self._wait_s = 0.0  # waited for the peers' batches since the last DONE (its trace's wait_s)
         self._prev_send_s = 0.0  # sending the last superstep's last parts, after its DONE
+        self._memory = TraceMemory()  # its process's resident memory, for its trace records
         self._out = _Outgoing(0)
         self._stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
@@ -489,7 +490,7 @@ class Worker:
                      "send_buffer_reuse": self.shm.pool.reused if self.shm is not None and self.shm.pool else 0,
                      "parts_out": {str(p): n for p, n in enumerate(out.parts) if n > 1},
                      "bytes_in": {}, "messages_in": {str(self.index): len(own)} if own else {}, "dropped": dropped,
-                     **resident()}  # (read again: encoding the batches may have raised the peak)
+                     **self._memory()}  # (after encoding: it may raise the peak)
         self.state = {"phase": "barrier", "ss": s, "since": time.time()}
         self._send_ctl(wire.Done(s, done.partials, done.active, done.computed, done.sent, done.out_messages,
                                  done.compute_s, slowest=done.slowest, trace=trace,

@@ -18,7 +18,7 @@ from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from . import checkpointing
 from .graph import Graph
-from .memory import resident
+from .memory import TraceMemory
 from .result import RunResult
 from .driver import Driver
 from .superstep import Begin, Coordinator, Done, Partition
@@ -40,6 +40,7 @@ class LocalBackend:
         self.checkpoints, self.background = checkpoints, background
         self.writer = checkpointing.BackgroundWriter(tracer) if checkpoints is not None else None
         self.trace = tracer is not None
+        self.memory = TraceMemory()
 
     def superstep(self, begin: Begin) -> list[Done]:
         outs, dones = [], []
@@ -51,14 +52,16 @@ class LocalBackend:
             if self.trace:
                 done.trace = {"host": _HOST, "pid": os.getpid(), "start": start, "end": stop,
                               **{f"{k}_s": 0.0 for k in PHASES}, **done.trace,
-                              "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0, **resident()}
+                              "bytes_out": {}, "bytes_in": {}, "dropped": {}, "clock_offset_s": 0.0}
             outs.append(batches)
             dones.append(done)
         n = len(self.partitions)
+        memory = self.memory() if self.trace else {}  # (one process: every worker's)
         for w, p in enumerate(self.partitions):
             p.deliver([outs[src][w] for src in range(n)])
             if self.trace:
                 dones[w].trace["messages_in"] = {str(src): len(outs[src][w]) for src in range(n) if outs[src][w]}
+                dones[w].trace.update(memory)
         return dones
 
     def annotate(self, record: dict[str, Any]) -> None:

@@ -83,3 +83,15 @@ def test_resident_memory_is_the_calling_processes_own_before_and_after_a_fork():
     fresh = subprocess.run([sys.executable, "-c", "from mariana.engine.memory import resident; print(resident()['peak_rss_bytes'])"],
                            capture_output=True, text=True, check=True, timeout=30)
     assert int(fresh.stdout) < 200e6  # a small program, whatever this test process's size
+
+
+@pytest.mark.timeout(10)
+def test_a_workers_trace_reads_memory_at_most_every_interval():
+    """``TraceMemory``: the first record reads, records within the interval carry nothing, and
+    the first record after it reads again (the peak is kept by the kernel in between)."""
+    reads = memory.TraceMemory(every=3600.0)
+    first = reads()
+    assert first["peak_rss_bytes"] >= first["rss_bytes"] > 0
+    assert reads() == {} and reads() == {}
+    reads.at -= 3600.0  # an hour later
+    assert set(reads()) == {"rss_bytes", "peak_rss_bytes"}

@@ -73,14 +73,16 @@ def test_a_memory_spike_shows_in_its_workers_record_and_the_summary_names_its_su
                           env=env_with_tests(), capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = trace.load_trace(str(run_dir))
-    for k, recs in data.workers.items():
-        assert all(0 < r["rss_bytes"] <= r["peak_rss_bytes"] for r in recs), k
-        peaks = [r["peak_rss_bytes"] for r in recs]  # a process's peak never falls (but for the
+    for k, recs in data.workers.items():  # (a process reads its memory at most every 10 ms)
+        read = [r for r in recs if "rss_bytes" in r]
+        assert read and all(0 < r["rss_bytes"] <= r["peak_rss_bytes"] for r in read), k
+        peaks = [r["peak_rss_bytes"] for r in read]  # a process's peak never falls (but for the
         assert all(b > a - (1 << 20) for a, b in zip(peaks, peaks[1:])), k  # kernel's per-thread counts)
-    z = {r["superstep"]: r for r in data.workers[1]}
-    assert z[3]["rss_bytes"] - z[2]["rss_bytes"] >= 60e6
-    assert z[3]["rss_bytes"] - z[4]["rss_bytes"] >= 50e6
-    assert z[3]["peak_rss_bytes"] - z[2]["peak_rss_bytes"] >= 30e6  # (the peak so far: above resident)
+    z = {r["superstep"]: r for r in data.workers[1] if "rss_bytes" in r}
+    before, after = z[max(s for s in z if s < 3)], z[min(s for s in z if s > 3)]  # (the 64 MiB took > 10 ms)
+    assert z[3]["rss_bytes"] - before["rss_bytes"] >= 60e6
+    assert z[3]["rss_bytes"] - after["rss_bytes"] >= 50e6
+    assert z[3]["peak_rss_bytes"] - before["peak_rss_bytes"] >= 30e6  # (the peak so far: above resident)
     memory = trace.summary(data)["memory"]
     assert memory[0]["workers"] == ([1] if runtime == "cluster" else [0, 1]) and memory[0]["peak_superstep"] == 3
     if runtime == "cluster":  # worker 0's process held no spike

@@ -59,14 +59,16 @@ def test_a_graph_job_gets_its_own_curves_and_no_loss(tmp_path: Path):
     assert "fig-loss" not in figs and "fig-samples" not in figs
     assert figs["fig-progress"]["data"][0]["y"] == [m["active"] for m in metrics(run)]
     # each worker's resident memory and peak per superstep, as its trace records say
-    records = [json.loads(line) for line in (run / "trace" / "worker-1.jsonl").read_text().splitlines()]
+    records = [r for r in map(json.loads, (run / "trace" / "worker-1.jsonl").read_text().splitlines())
+               if "rss_bytes" in r]  # (a process reads its memory at most every 10 ms)
+    assert records
     lines = {t["name"]: t for t in figs["fig-memory"]["data"]}
     assert lines["worker 1 resident"]["x"] == [r["superstep"] for r in records]
     assert lines["worker 1 resident"]["y"] == [r["rss_bytes"] / 1e6 for r in records]
     assert lines["worker 1 peak so far"]["y"] == [r["peak_rss_bytes"] / 1e6 for r in records]
     for w in snap["workers"]:
         own = [json.loads(line) for line in (run / "trace" / f"worker-{w['worker']}.jsonl").read_text().splitlines()]
-        assert w["peak_mb"] == round(max(r["peak_rss_bytes"] for r in own) / 1e6, 1)
+        assert w["peak_mb"] == round(max(r["peak_rss_bytes"] for r in own if "peak_rss_bytes" in r) / 1e6, 1)
     assert {r["worker"] for r in snap["timeline"]["rows"]} == {0, 1}
 
 

@@ -33,8 +33,10 @@ __all__ = ["LOAD_STEPS", "LocalGraph", "LoadedBlock", "PageRankLoaded", "SSSPLoa
 
 #: Supersteps spent loading: parse the splits, route edges to their owners, build the blocks.
 LOAD_STEPS = 3
-#: PageRank's summation order is fixed this many in-edges at a time (bounds its temporaries)
-ORDER_PIECE = 1 << 18
+#: PageRank's summation order is fixed this many in-edges at a time (bounds its temporaries, ~40
+#: bytes an edge: at 2^18 the merge could be a two-worker scale-19 PageRank's peak; peaks over 8
+#: interleaved runs 98-106 MiB at 2^18, 100-103 at 2^16, where the build's is; no slower)
+ORDER_PIECE = 1 << 16
 BLOCK_TAG = "block"
 INF = float("inf")
 

@@ -184,6 +184,7 @@ def run_mariana(job: str, graph: Path, workers: int, tmp: Path, source: str) -> 
     r = measure(cmd)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] \
         if (run_dir / "metrics.jsonl").exists() else []
+    r["peak_at"] = peak_at(run_dir, LOAD_STEPS)
     load = sum(m["wall_s"] for m in metrics[:LOAD_STEPS])
     parse = metrics[0]["wall_s"] if metrics else 0.0  # superstep 0: list, read and parse the splits
     steps = sum(m["wall_s"] for m in metrics[LOAD_STEPS:])
@@ -192,6 +193,22 @@ def run_mariana(job: str, graph: Path, workers: int, tmp: Path, source: str) -> 
              load_mb_s_per_worker=(mb / workers / load) if load else None)
     r.pop("stdout", None)
     return r
+
+
+def peak_at(run_dir: Path, load_steps: int) -> str:
+    """Where the largest process's peak came, from the run's trace: a loading superstep's name
+    (parse, route, build) or the algorithm's step ("step N"); "?" without a trace."""
+    from mariana.errors import MarianaError
+    from mariana.trace import load_trace, summary
+
+    try:
+        memory = summary(load_trace(str(run_dir)))["memory"]
+    except MarianaError:
+        return "?"
+    s = memory[0]["peak_superstep"] if memory else None
+    if not isinstance(s, int):
+        return "?"
+    return ("parse", "route", "build")[s] if s < min(load_steps, 3) else f"step {s - load_steps}"
 
 
 def compile_package(folder: Path) -> None:
@@ -214,7 +231,8 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(min(runs, key=lambda r: r["load_s"] or float("inf")))
     for key in ("wall_s", "parse_s", "supersteps_s"):
         out[key] = min(r[key] for r in runs)
-    out["peak_mb"] = max(r["peak_mb"] for r in runs)
+    top = max(runs, key=lambda r: r["peak_mb"])
+    out["peak_mb"], out["peak_at"] = top["peak_mb"], top.get("peak_at", "?")
     return out
 
 
@@ -489,7 +507,8 @@ def report_row(row: dict[str, Any], workers: list[int], peers: list[str], before
     print(head, flush=True)
     for w in workers:
         r = row[f"mariana-{w}"]
-        line = (f"  mariana {w}w   {r['wall_s']:7.2f} s  peak {r['peak_mb']:7.0f} MB  load {r['load_s']:6.2f} s "
+        line = (f"  mariana {w}w   {r['wall_s']:7.2f} s  peak {r['peak_mb']:7.0f} MB ({r.get('peak_at', '?')})  "
+                f"load {r['load_s']:6.2f} s "
                 f"({(r['load_mb_s_per_worker'] or 0):5.1f} MB/s/worker"
                 + (f", {row['edges'] / 1e6 / w / r['load_s'] if r['load_s'] else 0:4.2f}M edges/s/worker; "
                    f"parse {r['parse_s']:5.2f} s" if formats else "") + f")  supersteps {r['supersteps_s']:6.2f} s")

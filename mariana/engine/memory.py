@@ -172,7 +172,7 @@ def resident() -> dict[str, int]:
         if _status is None or _status[0] != pid:  # (a forked child reads its own file, not its parent's)
             if _status is not None:
                 os.close(_status[1])
-            _status = None
+            _status = None  # (until the open below succeeds)
             _status = (pid, os.open(_STATUS, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
         text = os.pread(_status[1], 1 << 14, 0)
         for key, field in (("peak_rss_bytes", b"\nVmHWM:"), ("rss_bytes", b"\nVmRSS:")):  # "VmHWM:\t  1234 kB"

@@ -208,7 +208,7 @@ def peak_at(run_dir: Path, load_steps: int) -> str:
     s = memory[0]["peak_superstep"] if memory else None
     if not isinstance(s, int):
         return "?"
-    return ("parse", "route", "build")[s] if s < min(load_steps, 3) else f"step {s - load_steps}"
+    return ("parse", "route", "build")[s] if s < load_steps else f"step {s - load_steps}"
 
 
 def compile_package(folder: Path) -> None:

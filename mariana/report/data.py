@@ -156,8 +156,11 @@ def _session_start(recs: list[dict[str, Any]]) -> float:
     return start
 
 
-def _workers(trace: Trace | None, lines: list[dict[str, Any]], job: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each worker with its host and pid (from its newest trace record) and its last superstep."""
+def _workers(trace: Trace | None, lines: list[dict[str, Any]], job: dict[str, Any],
+             memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each worker with its host and pid (from its newest trace record), its last superstep and
+    its process's peak memory (``memory``: the trace summary's, per process)."""
+    peaks = {(m["host"], m["pid"]): m["peak_rss_bytes"] for m in memory}
     out: dict[int, dict[str, Any]] = {}
     if trace is not None:
         for k, recs in trace.workers.items():
@@ -165,10 +168,9 @@ def _workers(trace: Trace | None, lines: list[dict[str, Any]], job: dict[str, An
                 last = recs[-1]
                 out[k] = {"worker": k, "host": last.get("host"), "pid": last.get("pid"),
                           "superstep": last.get("superstep"), "compute_s": last.get("compute_s")}
-                peaks = [r["peak_rss_bytes"] for r in recs
-                         if r.get("pid") == last.get("pid") and _finite(r.get("peak_rss_bytes"))]
-                if peaks:  # its process's peak resident memory (the newest process's, after a restart)
-                    out[k]["peak_mb"] = round(max(peaks) / 1e6, 1)
+                peak = peaks.get((last.get("host"), last.get("pid")))  # (the newest process's, after a restart)
+                if peak is not None:
+                    out[k]["peak_mb"] = round(peak / 1e6, 1)
     if lines:
         for w in lines[-1].get("workers") or []:
             if isinstance(w, dict) and isinstance(w.get("worker"), int):
@@ -186,16 +188,13 @@ def _memory(trace: Trace | None) -> list[dict[str, Any]]:
     reported (the last record of a superstep that ran twice)."""
     out = []
     for k, recs in sorted((trace.workers if trace is not None else {}).items()):
-        last = {r["superstep"]: r for r in recs if isinstance(r.get("superstep"), int) and _finite(r.get("rss_bytes"))}
+        last = {r["superstep"]: r for r in recs if isinstance(r.get("superstep"), int)
+                and _finite(r.get("rss_bytes")) and _finite(r.get("peak_rss_bytes"))}
         if last:
             xs = sorted(last)
             out.append({"worker": k, "x": xs, "rss_mb": [last[s]["rss_bytes"] / 1e6 for s in xs],
-                        "peak_mb": [_num_or_none(last[s].get("peak_rss_bytes"), 1e6) for s in xs]})
+                        "peak_mb": [last[s]["peak_rss_bytes"] / 1e6 for s in xs]})
     return out
-
-
-def _num_or_none(v: Any, scale: float) -> float | None:
-    return v / scale if _finite(v) else None
 
 
 def _checkpoints(run_dir: RunDir) -> list[dict[str, Any]]:
@@ -273,7 +272,7 @@ def collect(run: str) -> dict[str, Any]:
         "run": run, "job": job, "status": job.get("status", "unknown"), "collected": time.time(),
         "superstep": last.get("superstep"), "series": series, "samples_per_s": samples,
         "last_metrics": {k: v for k, v in last.items() if k != "workers"},
-        "workers": _workers(trace, lines, job), "counters": counters, "timeline": timeline,
+        "workers": _workers(trace, lines, job, (tsum or {}).get("memory", [])), "counters": counters, "timeline": timeline,
         # one worker is always last: stragglers exist only among two or more
         "stragglers": (tsum or {}).get("stragglers", []) if len(trace.workers if trace else {}) > 1 else [],
         "lags": lags if len(trace.workers if trace else {}) > 1 else [],

@@ -20,7 +20,6 @@ integer ids) its position in [smallest id, largest id]. No process holds a whole
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -31,10 +30,9 @@ from ..engine.memory import (LOAD_MMAP_THRESHOLD, PARSE_HEAP_KEEP, RUN_MMAP_THRE
                              set_mmap_threshold, trim_heap)
 from ..errors import StorageError, UsageError
 from ..storage import write_lines
-from ..storage.compression import compression_of
 from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
-                              read_table_split, read_text_split)
+                              read_table_split, read_text_split, split_size)
 from ..storage.parts import part_url
 from ..vertices.block_kernels import group_by
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
@@ -290,13 +288,12 @@ class GraphLoader:
     def _parse(self, ctx: Context) -> None:
         spec, w = self.spec, self.workers
         files = list_inputs(spec.graph)
-        cuttable = sum(size for url, size in files if not compression_of(url))  # text and tables
-        split_bytes = min(int(spec.split_mb * (1 << 20)), max(math.ceil(cuttable / w), 1))
-        splits = make_splits(files, split_bytes)
+        splits = make_splits(files, split_size(files, w, int(spec.split_mb * (1 << 20))))
         for _, split in assigned(splits, self.index, w):
             self.chunks.extend(self._parse_split(split))
         if spec.vertices:
-            vsplits = make_splits(list_inputs(spec.vertices), int(spec.split_mb * (1 << 20)))
+            vfiles = list_inputs(spec.vertices)
+            vsplits = make_splits(vfiles, split_size(vfiles, w, int(spec.split_mb * (1 << 20))))
             for _, split in assigned(vsplits, self.index, w):
                 self.chunks.append(self._parse_vertices(split))
         numeric = all(c.values is not None or c.size == 0 for c in self.chunks)

@@ -1,5 +1,5 @@
 """Text splits read in blocks of whole lines (``storage.splits._line_blocks``) and grouped into
-the parser's pieces (``jobs.graphload._pieces``)."""
+the parser's pieces (``jobs.graphload._pieces``); the split size and which worker reads which split."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from mariana.jobs.graphload import _pieces
-from mariana.storage.splits import _line_blocks
+from mariana.storage.splits import _line_blocks, assigned, make_splits, split_size
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,3 +65,29 @@ def test_pieces_group_consecutive_blocks_to_at_least_the_size():
     assert [x for p in pieces for x in p] == blocks
     assert list(_pieces(iter([]), 5)) == []
     assert list(_pieces(iter([b"ab"]), 5)) == [[b"ab"]]
+
+
+@pytest.mark.parametrize("size", [1, 999, 114_000_000, 240_000_000, 490_000_000])
+@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+def test_every_worker_gets_the_same_number_of_equal_splits(size, workers):
+    most = 64 << 20
+    files = [("g.e", size)]
+    split = split_size(files, workers, most)
+    assert split <= most
+    splits = make_splits(files, split)
+    assert b"".join(b"x" * (s.end - s.start) for s in splits) and sum(s.nbytes for s in splits) == size
+    shares = [sum(s.nbytes for _, s in assigned(splits, w, workers)) for w in range(workers)]
+    counts = [len(assigned(splits, w, workers)) for w in range(workers)]
+    assert sorted(i for w in range(workers) for i, _ in assigned(splits, w, workers)) == list(range(len(splits)))
+    if size >= workers:  # (rounding: the last split is a few bytes short)
+        assert max(shares) - min(shares) <= len(splits), (shares, split)
+        assert max(counts) - min(counts) <= 1, counts
+
+
+def test_unequal_part_files_are_dealt_by_bytes_each_worker_in_input_order():
+    files = [("p/a.e", 100), ("p/b.e", 10), ("p/c.e", 50), ("p/d.e", 40), ("p/e.gz", 30)]
+    splits = make_splits(files, 1000)  # one split a file
+    got = [[s.url for _, s in assigned(splits, w, 2)] for w in range(2)]
+    # largest first to the lighter worker: a; c; d (90 < 100); e (.gz: its file's bytes); b
+    assert got == [["p/a.e", "p/b.e"], ["p/c.e", "p/d.e", "p/e.gz"]]  # 110 bytes and 120
+    assert [i for i, _ in assigned(splits, 1, 2)] == [2, 3, 4]

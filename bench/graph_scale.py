@@ -27,6 +27,10 @@ source of the first edge (unit weights); WCC reads edges as undirected.
   with every worker count, and the report gives load time, load MB/s and file size against the
   text edge list of the same run.
 
+- Each job's memory floor (``--no-floor`` skips it): its peak on a scale-10 graph (16K edges)
+  with 1 and W workers, the interpreter, libraries and engine that a second worker cannot split.
+  Each W-worker memory ratio is printed next to the best a perfect split could give:
+  ``(floor[W] + (peak[1] - floor[1]) / W) / peak[1]``.
 - The machine's ceiling (``--no-ceiling`` skips it): W plain numpy processes started together,
   each on its 1/W of the file (parse, CSR by source, 10 sparse sums), against one process on the
   whole file: how far this machine lets the same split go (cores, memory bandwidth, page
@@ -56,6 +60,8 @@ EDGE_FACTOR = 16
 PEERS = ("networkit", "igraph", "scipy")
 JOBS = ("pagerank", "wcc", "sssp")
 ITERATIONS = 10
+#: the scale of the graph that measures each job's memory floor (16K edges)
+FLOOR_SCALE = 10
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -406,6 +412,26 @@ def measure_ceiling(graph: Path, counts: list[int], repeat: int) -> dict[int, fl
     return out
 
 
+def measure_floor(job: str, workers: list[int], tmp: Path, cache: Path, seed: int, repeat: int) -> dict[int, float]:
+    """The peak MB of the largest process of ``job`` on a tiny graph (scale ``FLOOR_SCALE``), per
+    worker count (least of ``repeat``): the interpreter, its libraries and the engine, which a
+    second worker does not split. With them, the best a W-worker run can do against one worker
+    is ``(floor[W] + (peak[1] - floor[1]) / W) / peak[1]``: every byte above the floor split
+    evenly (``split_bound``), the memory counterpart of the machine's time ceiling."""
+    graph = graph_file(FLOOR_SCALE, seed, cache)
+    source = first_source(graph)
+    return {w: min(run_mariana(job, graph, w, tmp, source)["peak_mb"] for _ in range(max(repeat, 1)))
+            for w in sorted(set(workers) | {1})}
+
+
+def split_bound(floor: dict[str, float], one_mb: float, w: int) -> float | None:
+    """The memory ratio of ``w`` workers to one if all of one worker's peak above its floor were
+    split evenly and nothing else added (``measure_floor``); None without the floors."""
+    if str(w) not in floor or "1" not in floor or not one_mb:
+        return None
+    return (floor[str(w)] + max(one_mb - floor["1"], 0.0) / w) / one_mb
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scales", type=int, nargs="+", default=[16, 17, 18])
@@ -424,6 +450,8 @@ def main() -> int:
     ap.add_argument("--before", type=Path, help="also run another checkout's mariana (PYTHONPATH=BEFORE), 1 and 2 workers")
     ap.add_argument("--no-ceiling", action="store_true",
                     help="skip the machine's ceiling (plain numpy processes doing the same split)")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip each job's memory floor (its peak on a tiny graph: what a second worker cannot split)")
     ap.add_argument("--ceiling-part", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--ceiling-parts", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--peer", help=argparse.SUPPRESS)
@@ -460,6 +488,7 @@ def main() -> int:
     for repo in [ROOT, *([args.before] if args.before else [])]:
         compile_package(repo / "mariana")
     results: list[dict[str, Any]] = []
+    floors: dict[str, dict[int, float]] = {}
     with tempfile.TemporaryDirectory(prefix="mariana-graph-scale-") as t:
         tmp = Path(t)
         for scale in args.scales:
@@ -475,8 +504,14 @@ def main() -> int:
                       f"10 sparse sums): " + ", ".join(f"{n} x{ceiling[n] / ceiling[1]:.2f}" for n in sorted(ceiling))
                       + f" of 1 ({ceiling[1]:.2f} s)", flush=True)
             for job in args.jobs:
+                if not args.no_floor and job not in floors:
+                    log(f"{job}: the memory floor, mariana on a scale-{FLOOR_SCALE} graph")
+                    floors[job] = measure_floor(job, args.workers, tmp, args.cache, args.seed, args.repeat)
+                    print(f"{job}: memory floor (peak on a scale-{FLOOR_SCALE} graph): "
+                          + ", ".join(f"{w}w {mb:.0f} MB" for w, mb in floors[job].items()), flush=True)
                 row: dict[str, Any] = {"scale": scale, "edges": EDGE_FACTOR << scale, "mb": mb, "job": job,
-                                       "ceiling_s": {str(n): t for n, t in ceiling.items()}}
+                                       "ceiling_s": {str(n): t for n, t in ceiling.items()},
+                                       "floor_mb": {str(n): v for n, v in floors.get(job, {}).items()}}
                 for w in args.workers:
                     runs: dict[str, list[dict[str, Any]]] = {}
                     for rep in range(args.repeat):  # formats interleaved: a load spike hits them alike
@@ -517,6 +552,9 @@ def report_row(row: dict[str, Any], workers: list[int], peers: list[str], before
             cs = row.get("ceiling_s", {})
             if str(w) in cs and "1" in cs:
                 line += f" (machine ceiling x{cs[str(w)] / cs['1']:.2f})"
+            bound = split_bound(row.get("floor_mb", {}), one["peak_mb"], w)
+            if bound is not None:
+                line += f" (memory split evenly above the floor: x{bound:.2f})"
         print(line, flush=True)
         for fmt in formats:
             t = row[f"mariana-{w}-{fmt}"]

@@ -234,9 +234,11 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     load on the machine), the peak memory its maximum."""
     if len(runs) == 1:
         return runs[0]
-    out = dict(min(runs, key=lambda r: r["load_s"] or float("inf")))
+    least: dict[str, Any] = min(runs, key=lambda r: r.get("load_s") or r["wall_s"])  # (another checkout's: no loads)
+    out = dict(least)
     for key in ("wall_s", "parse_s", "supersteps_s"):
-        out[key] = min(r[key] for r in runs)
+        if key in out:
+            out[key] = min(r[key] for r in runs)
     top = max(runs, key=lambda r: r["peak_mb"])
     out["peak_mb"], out["peak_at"] = top["peak_mb"], top.get("peak_at", "?")
     return out
@@ -439,7 +441,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
     ap.add_argument("--repeat", type=int, default=1,
-                    help="run each mariana configuration N times (formats interleaved); report the minimum times")
+                    help="run each mariana configuration N times (worker counts, formats and --before interleaved); "
+                         "report the minimum times and the largest peak")
     ap.add_argument("--formats", nargs="+", choices=FORMATS,
                     help="mariana also on the same graph as .npy / Parquet tables (text always runs: the baseline; "
                          "default text, with --quick all three)")
@@ -447,7 +450,8 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "mariana-graph-scale")
     ap.add_argument("--quick", "--smoke", action="store_true", help="scale 12, workers 1 2: a smoke test in seconds")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--before", type=Path, help="also run another checkout's mariana (PYTHONPATH=BEFORE), 1 and 2 workers")
+    ap.add_argument("--before", type=Path,
+                    help="also run another checkout's mariana (PYTHONPATH=BEFORE), 1 and 2 workers, --repeat times")
     ap.add_argument("--no-ceiling", action="store_true",
                     help="skip the machine's ceiling (plain numpy processes doing the same split)")
     ap.add_argument("--no-floor", action="store_true",
@@ -512,19 +516,19 @@ def main() -> int:
                 row: dict[str, Any] = {"scale": scale, "edges": EDGE_FACTOR << scale, "mb": mb, "job": job,
                                        "ceiling_s": {str(n): t for n, t in ceiling.items()},
                                        "floor_mb": {str(n): v for n, v in floors.get(job, {}).items()}}
-                for w in args.workers:
-                    runs: dict[str, list[dict[str, Any]]] = {}
-                    for rep in range(args.repeat):  # formats interleaved: a load spike hits them alike
+                # worker counts, formats and the other checkout interleaved in every repetition: a
+                # machine that slows down for a minute slows them alike, not one worker count's runs
+                runs: dict[str, list[dict[str, Any]]] = {}
+                for rep in range(args.repeat):
+                    for w in args.workers:
                         for fmt, path in [("text", graph), *tables.items()]:
                             log(f"scale {scale} {job}: mariana {w} worker(s), {fmt}, run {rep + 1}/{args.repeat}")
-                            runs.setdefault(fmt, []).append(
+                            runs.setdefault(f"mariana-{w}" if fmt == "text" else f"mariana-{w}-{fmt}", []).append(
                                 dict(run_mariana(job, path, w, tmp, source), file_mb=path.stat().st_size / 1e6))
-                    for fmt, rs in runs.items():
-                        row[f"mariana-{w}" if fmt == "text" else f"mariana-{w}-{fmt}"] = best(rs)
-                if args.before:
-                    for w in (1, 2):
-                        log(f"scale {scale} {job}: before ({args.before}) {w} worker(s)")
-                        row[f"before-{w}"] = run_before(args.before, job, graph, w, tmp, source)
+                        if args.before and w in (1, 2):
+                            log(f"scale {scale} {job}: before ({args.before}) {w} worker(s), run {rep + 1}/{args.repeat}")
+                            runs.setdefault(f"before-{w}", []).append(run_before(args.before, job, graph, w, tmp, source))
+                row.update({name: best(rs) for name, rs in runs.items()})
                 for p in available:
                     log(f"scale {scale} {job}: {p}")
                     row[p] = run_peer(p, job, graph, tmp, source)

@@ -555,10 +555,6 @@ class GraphLoader:
                 ctx.send(self.blocks[blk], payload, tag=BLOCK_TAG)
             del keys, owner
             ctx.flush()  # the other workers' messages leave now (cluster runtime), not at the end
-            if self.workers > 1:  # the piece's heap goes back: what other workers send arrives in
-                # the transport's buffers, which cannot reuse it (a two-worker scale-19 PageRank's
-                # route ended at 89-93 MiB resident, 78-80 with this)
-                trim_heap()
 
     # -- superstep 2 ---------------------------------------------------------------------------
     def _build(self, ctx: Context, messages: list[Message]) -> LocalGraph:

@@ -43,6 +43,14 @@ def graph(tmp_path: Path) -> Path:
     return p
 
 
+@pytest.fixture(autouse=True)
+def _cwd_in_tmp(tmp_path: Path, monkeypatch) -> None:
+    """Each test runs in its own directory: a run that fails after its run directory was made
+    (an input error found while loading) leaves its default ``runs/JOB-...`` there, not in the
+    checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 def run_main(capsys, *argv: str) -> tuple[int, str, str]:
     try:
         rc = main(list(argv))

@@ -286,15 +286,11 @@ class GraphLoader:
 
     # -- superstep 0 ---------------------------------------------------------------------------
     def _parse(self, ctx: Context) -> None:
-        spec, w = self.spec, self.workers
-        files = list_inputs(spec.graph)
-        splits = make_splits(files, split_size(files, w, int(spec.split_mb * (1 << 20))))
-        for _, split in assigned(splits, self.index, w):
+        spec = self.spec
+        for split in self._my_splits(spec.graph):
             self.chunks.extend(self._parse_split(split))
         if spec.vertices:
-            vfiles = list_inputs(spec.vertices)
-            vsplits = make_splits(vfiles, split_size(vfiles, w, int(spec.split_mb * (1 << 20))))
-            for _, split in assigned(vsplits, self.index, w):
+            for split in self._my_splits(spec.vertices):
                 self.chunks.append(self._parse_vertices(split))
         numeric = all(c.values is not None or c.size == 0 for c in self.chunks)
         width = max((c.max_len() for c in self.chunks if c.size), default=1)
@@ -309,6 +305,12 @@ class GraphLoader:
         if vals:
             ctx.aggregate("load_lo", int(min(v.min() for v in vals)))
             ctx.aggregate("load_hi", int(max(v.max() for v in vals)))
+
+    def _my_splits(self, url: str) -> list[Split]:
+        """This worker's splits of the input ``url`` (``storage.splits``: even splits, dealt by bytes)."""
+        files = list_inputs(url)
+        splits = make_splits(files, split_size(files, self.workers, int(self.spec.split_mb * (1 << 20))))
+        return [split for _, split in assigned(splits, self.index, self.workers)]
 
     def _parse_split(self, split: Split) -> list[_Chunk]:
         """The edges of one split, parsed in pieces of at most ``PIECE`` bytes (cut at line ends),

@@ -112,12 +112,16 @@ def make_splits(files: list[tuple[str, int]], split_bytes: int) -> list[Split]:
             rows, row_bytes = table_rows(url)
             # a compressed .npz member cannot be entered in the middle (like .gz): one split
             step = max(split_bytes // max(row_bytes, 1), 1) if not _compressed(url) else max(rows, 1)
-            out.extend(Split(url, a, min(a + step, rows), url[-3:], (min(a + step, rows) - a) * row_bytes)
-                       for a in range(0, rows, step))
+            out.extend(Split(url, a, b, url[-3:], (b - a) * row_bytes) for a, b in _ranges(rows, step))
         else:
-            out.extend(Split(url, a, min(a + split_bytes, size), "text", min(a + split_bytes, size) - a)
-                       for a in range(0, size, split_bytes))
+            out.extend(Split(url, a, b, "text", b - a) for a, b in _ranges(size, split_bytes))
     return out
+
+
+def _ranges(n: int, step: int) -> Iterator[tuple[int, int]]:
+    """[a, b) cutting [0, n) every ``step``."""
+    for a in range(0, n, step):
+        yield a, min(a + step, n)
 
 
 def whole_split(url: str, size: int) -> Split:
@@ -128,7 +132,7 @@ def whole_split(url: str, size: int) -> Split:
 def assigned(splits: list[Split], worker: int, workers: int) -> list[tuple[int, Split]]:
     """The splits worker ``worker`` of ``workers`` reads, in input order: the largest split first
     to the worker with the fewest bytes so far (the lowest-numbered of those), and so on. Splits
-    of one size are dealt in turn, as before; a directory of unequal parts is balanced by bytes."""
+    of one size are dealt in turn; a directory of unequal parts is balanced by bytes."""
     load = [0] * max(workers, 1)
     mine = []
     for i in sorted(range(len(splits)), key=lambda i: -splits[i].nbytes):  # (stable: input order on ties)

@@ -75,10 +75,12 @@ def test_every_worker_gets_the_same_number_of_equal_splits(size, workers):
     split = split_size(files, workers, most)
     assert split <= most
     splits = make_splits(files, split)
-    assert b"".join(b"x" * (s.end - s.start) for s in splits) and sum(s.nbytes for s in splits) == size
-    shares = [sum(s.nbytes for _, s in assigned(splits, w, workers)) for w in range(workers)]
-    counts = [len(assigned(splits, w, workers)) for w in range(workers)]
-    assert sorted(i for w in range(workers) for i, _ in assigned(splits, w, workers)) == list(range(len(splits)))
+    assert splits and [s.start for s in splits] == [0] + [s.end for s in splits[:-1]] and splits[-1].end == size
+    assert sum(s.nbytes for s in splits) == size
+    dealt = [assigned(splits, w, workers) for w in range(workers)]
+    shares = [sum(s.nbytes for _, s in mine) for mine in dealt]
+    counts = [len(mine) for mine in dealt]
+    assert sorted(i for mine in dealt for i, _ in mine) == list(range(len(splits)))
     if size >= workers:  # (rounding: the last split is a few bytes short)
         assert max(shares) - min(shares) <= len(splits), (shares, split)
         assert max(counts) - min(counts) <= 1, counts

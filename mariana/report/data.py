@@ -25,7 +25,7 @@ from ..trace.analyze import PHASES, Trace, _parse_jsonl, load_trace, summary
 
 log = logging.getLogger(__name__)
 
-__all__ = ["collect", "series_from_metrics", "samples_per_second", "TIMELINE_SUPERSTEPS", "CURVES"]
+__all__ = ["collect", "json_safe", "series_from_metrics", "samples_per_second", "TIMELINE_SUPERSTEPS", "CURVES"]
 
 #: The timeline shows the newest this many supersteps: over more, a superstep is narrower than a pixel.
 TIMELINE_SUPERSTEPS = 200
@@ -268,7 +268,7 @@ def collect(run: str) -> dict[str, Any]:
             counters[key] = s["y"][-1]
     if samples["y"]:
         counters["samples_per_s"] = samples["y"][-1]
-    return _clean({
+    return json_safe({
         "run": run, "job": job, "status": job.get("status", "unknown"), "collected": time.time(),
         "superstep": last.get("superstep"), "series": series, "samples_per_s": samples,
         "last_metrics": {k: v for k, v in last.items() if k != "workers"},
@@ -286,14 +286,15 @@ def collect(run: str) -> dict[str, Any]:
     })
 
 
-def _clean(v: Any) -> Any:
-    """JSON-safe without NaN (browsers' JSON.parse refuses it): non-finite floats become None."""
+def json_safe(v: Any) -> Any:
+    """JSON-safe without NaN (browsers' JSON.parse refuses it): non-finite floats become None,
+    anything not JSON a string; strings are left alone (a metric named "NaN rate" stays so)."""
     if isinstance(v, float):
         return v if math.isfinite(v) else None
     if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
+        return {str(k): json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
+        return [json_safe(x) for x in v]
     if isinstance(v, (str, int, bool)) or v is None:
         return v
     return str(v)

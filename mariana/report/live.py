@@ -7,7 +7,11 @@
 - ``/api/run``              JSON: the whole snapshot (``data.collect``) and its plotly figures
 - ``/static/plotly.min.js`` plotly.js from the plotly package (no network needed)
 
-Loopback by default; GET and HEAD only (anything else is 405); JSON only, no pickle. The data
+Loopback by default; GET and HEAD only (anything else is 405); JSON only, no pickle. On a
+loopback address only a loopback ``Host`` header (``localhost``, ``127.0.0.1``, ``[::1]`` or the
+bound address, with the port) is answered, anything else is 421: a DNS-rebinding page on
+another site cannot read the run's config, paths and pids. A connection idle for
+``idle_timeout_s`` is closed, so that idle or half-open clients do not each hold a thread. The data
 comes from the run directory, read again when a request finds it older than ``refresh_s`` (so a
 page nobody watches costs the job nothing), plus what the job's ``on_superstep`` callback and the
 cluster master report (the newest superstep, the workers still joining). Nothing here may stop
@@ -27,7 +31,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..comm import is_loopback
-from .data import collect
+from .data import collect, json_safe
 from .page import render_page
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,24 @@ def parse_address(text: str) -> tuple[str, int]:
         raise UsageError(f"--ui {text!r}: expected HOST:PORT (for example 127.0.0.1:8470) or a port number")
     host = (m["host"] or "127.0.0.1").strip("[]")
     return host, int(m["port"])
+
+
+#: Seconds a connection may stay idle (or a request take to arrive) before the server closes it.
+IDLE_TIMEOUT_S = 30.0
+#: The names a page served on a loopback address is reached by, besides the bound address itself.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
+    """The ``Host`` header values a server bound on ``host``:``port`` answers (lowercase), or None
+    for any: a server bound on a non-loopback address is meant to be reached by other names."""
+    if not is_loopback(host):
+        return None
+    names = set(LOOPBACK_NAMES) | {f"[{host}]" if ":" in host else host}
+    hosts = {f"{n}:{port}" for n in names}
+    if port == 80:  # a browser leaves the default port out
+        hosts |= names
+    return frozenset(h.lower() for h in hosts)
 
 
 def master_view(master: Any) -> dict[str, Any]:
@@ -71,7 +93,27 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _host_ok(self) -> bool:
+        """Whether the Host header names this server; if not, the request is refused with 421."""
+        allowed = self.server.allowed_hosts
+        host = (self.headers.get("Host") or "").strip().lower()
+        if allowed is None or host in allowed:
+            return True
+        log.debug("job page: refused a request for Host %r from %s", host[:100], self.address_string())
+        body = b"misdirected request: this job page answers to loopback Host names only"
+        self.send_response(421)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        return False
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if not self._host_ok():
+            return
         live = self.server.live
         path = self.path.split("?", 1)[0]
         try:
@@ -79,7 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, live.page, "text/html; charset=utf-8")
             elif path == "/api/state":
                 live.maybe_refresh()
-                self._send(200, json.dumps(live.state()).encode(), "application/json")
+                self._send(200, json.dumps(live.state(), allow_nan=False).encode(), "application/json")
             elif path == "/api/run":
                 live.maybe_refresh()
                 self._send(200, live.document(), "application/json")
@@ -103,6 +145,8 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
     def _refuse(self) -> None:
+        if not self._host_ok():
+            return
         body = b"read-only: GET and HEAD only"
         self.send_response(405)
         self.send_header("Allow", "GET, HEAD")
@@ -116,6 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     live: "LiveServer"
+    allowed_hosts: frozenset[str] | None
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("job page: error serving %s", client_address, exc_info=True)
@@ -124,16 +169,19 @@ class _Server(ThreadingHTTPServer):
 class LiveServer:
     """Serve the job page of run directory ``run`` at ``address`` (``HOST:PORT``)."""
 
-    def __init__(self, run: str, address: str = DEFAULT_UI, refresh_s: float = 1.0) -> None:
+    def __init__(self, run: str, address: str = DEFAULT_UI, refresh_s: float = 1.0,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self.run = run
         self.host, self.port = parse_address(address)
         self.refresh_s = refresh_s
+        self.idle_timeout_s = idle_timeout_s
         self.url = ""
         self.page = render_page("mariana job", plotly_src="/static/plotly.min.js", api="/api/run").encode()
         self._lock = threading.Lock()
         self._doc = json.dumps({"snapshot": {"run": run, "status": "starting", "live": True}, "figures": {}}).encode()
         self._snap: dict[str, Any] = {"run": run, "status": "starting"}
         self._line: dict[str, Any] = {}
+        self._line_workers: list[dict[str, Any]] = []  # the newest line's per-worker counts
         self._status: tuple[str, str | None] | None = None
         self._master: Any = None
         self._server: _Server | None = None
@@ -155,12 +203,16 @@ class LiveServer:
                         self.host, self.port)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         server_cls = type("_BoundServer", (_Server,), {"address_family": family})
+        # ``timeout``: http.server sets it on each connection, so one that sends nothing for that
+        # long (idle keep-alive, half-open) is closed and its thread ends
+        handler_cls = type("_TimedHandler", (_Handler,), {"timeout": self.idle_timeout_s})
         try:
-            self._server = server_cls((self.host, self.port), _Handler)
+            self._server = server_cls((self.host, self.port), handler_cls)
         except OSError as exc:
             raise UsageError(f"cannot serve the job page on {self.host}:{self.port}: {exc.strerror or exc}") from None
         self._server.live = self
         port = self._server.server_address[1]
+        self._server.allowed_hosts = allowed_hosts(self.host, port)
         shown = f"[{self.host}]" if ":" in self.host else self.host
         self.url = f"http://{shown}:{port}/"
         t = threading.Thread(target=self._server.serve_forever, name="mariana-ui-http", daemon=True)
@@ -180,9 +232,11 @@ class LiveServer:
     def on_superstep(self, line: dict[str, Any]) -> None:
         """The job's per-superstep callback: remember the newest line (never raises)."""
         try:
+            workers = [w for w in line.get("workers") or [] if isinstance(w, dict) and isinstance(w.get("worker"), int)]
             with self._lock:
                 self._line = {k: v for k, v in line.items() if k != "workers"}
                 self._line["at"] = time.time()
+                self._line_workers = workers
         except Exception as exc:  # pragma: no cover - a dict copy; kept for the rule
             self._warn(f"superstep callback: {exc}")
 
@@ -265,6 +319,13 @@ class LiveServer:
         ss = self._line.get("superstep")
         if isinstance(ss, int) and ss > (snap.get("superstep") if isinstance(snap.get("superstep"), int) else -1):
             snap["superstep"] = ss
+            # every worker in the newest line passed its barrier: the workers table shows that
+            # superstep too, not the one of the run directory read up to a few seconds ago
+            known = {w["worker"]: dict(w) for w in snap.get("workers") or []}
+            for w in self._line_workers:
+                row = known.setdefault(w["worker"], {"worker": w["worker"], "host": None, "pid": None})
+                row.update(superstep=ss, computed=w.get("computed"), active=w.get("active"))
+            snap["workers"] = [known[k] for k in sorted(known)]
         if self._status is not None:
             snap["status"], error = self._status
             if error:
@@ -276,17 +337,18 @@ class LiveServer:
         with self._lock:
             snap = self._overlay(dict(self._snap))
         job = snap.get("job") or {}
-        return {"run": self.run, "job": job.get("job"), "status": snap.get("status"), "phase": snap.get("phase"),
+        return json_safe({"run": self.run, "job": job.get("job"), "status": snap.get("status"), "phase": snap.get("phase"),
                 "superstep": snap.get("superstep"), "workers": snap.get("workers") or [],
                 "workers_expected": snap.get("workers_expected"), "counters": snap.get("counters") or {},
                 # the job's newest line, or on a run read from its directory (`mariana ui`) the last one there
                 "last_metrics": self._line_json() or snap.get("last_metrics") or {}, "error": snap.get("error"),
-                "updated": snap.get("collected")}
+                "updated": snap.get("collected")})
 
     def _line_json(self) -> dict[str, Any]:
+        """The job's newest line, JSON-safe: NaN and +-Inf values as null, strings as they are."""
         with self._lock:
             line = dict(self._line)
-        return json.loads(json.dumps(line, default=str).replace("NaN", "null").replace("Infinity", "null"))
+        return json_safe(line)
 
     #: The snapshot keys that what the job said since the run directory was read may change.
     LIVE_KEYS = ("status", "phase", "superstep", "workers", "workers_expected", "error", "live", "collected")
@@ -298,7 +360,7 @@ class LiveServer:
         with self._lock:
             snap = self._overlay(dict(self._snap))
             live = {k: snap.get(k) for k in self.LIVE_KEYS}
-            return b'{"live":' + json.dumps(live, allow_nan=False, default=str).encode() + b"," + self._doc[1:]
+            return b'{"live":' + json.dumps(json_safe(live), allow_nan=False).encode() + b"," + self._doc[1:]
 
     def plotly_js(self) -> bytes | None:
         if not self._js_loaded:

@@ -44,6 +44,9 @@ class CDLPLoaded(LoadedBlock):
 
     state_fields = (*LoadedBlock.state_fields, "iterations", "lo", "moved", "nb", "partial", "prev", "ptr", "rk",
                     "routes", "span", "symmetric", "tptr", "trow")
+    #: one block whose rows repeat no neighbour, before its first round; the entries in
+    #: ``ell_layout``'s columns (False: a row too long)
+    derived_fields = {"_simple": False, "_ell": None}
 
     def __init__(self, id: str, io: GraphIO, iterations: int, symmetric: bool = False) -> None:
         super().__init__(id, io)
@@ -59,8 +62,8 @@ class CDLPLoaded(LoadedBlock):
         self.moved = np.empty(0, np.int64)  # the local rows whose label changed in the last round
         self.lo, self.span = 0, 0  # integer labels: the range of every id (span 0: rank the labels)
         self.partial = 0  # rounds that recomputed only the rows next to a changed label
-        self._simple = False  # one block whose rows repeat no neighbour, before its first round (derived, not saved)
-        self._ell: Any = None  # the entries in ``ell_layout``'s columns (False: a row too long; derived, not saved)
+        self._simple: bool
+        self._ell: Any
 
     def loaded(self, ctx: Context) -> None:
         g = self.g

@@ -213,12 +213,21 @@ class LoadedBlock(Vertex):
 
     #: the value; the loaded part of the graph goes into checkpoints through ``state_dict``
     state_fields = Vertex.state_fields
+    #: caches derived from the state (attribute: its value before first use): a restore puts them
+    #: back to that value, since a rollback rewinds the state they were derived from
+    derived_fields: dict[str, Any] = {}
 
     def __init__(self, id: str, io: GraphIO) -> None:
         super().__init__(id, None)
         self.io: GraphIO | None = io
         self.out: GraphIO = io
         self.g: LocalGraph | None = None
+        self.forget_derived()
+
+    def forget_derived(self) -> None:
+        """Drop every cache in ``derived_fields``; the algorithm derives each again on first use."""
+        for name, empty in self.derived_fields.items():
+            setattr(self, name, empty)
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         if ctx.superstep < LOAD_STEPS:
@@ -271,6 +280,9 @@ class LoadedBlock(Vertex):
             self.g = LocalGraph(**arrays)
             self.io = None
         load_default_state(self, state)
+        # a rollback restores arrays in place: a cache keyed by an array's identity would survive
+        # it and feed the old state into the next step
+        self.forget_derived()
 
     def result(self) -> dict[str, Any]:
         g = self.g
@@ -382,6 +394,9 @@ class PageRankLoaded(LoadedBlock):
 
     state_fields = (*LoadedBlock.state_fields, "damping", "in_cols", "in_indptr", "iterations", "local_in", "outdeg",
                     "routes", "track_l1")
+    #: the summing kernel, the shares sent last step (with the value they came from), the
+    #: divisor and the dangling rows
+    derived_fields = {"_gather": None, "_shares": None, "_divisor": None, "_dangling": None}
 
     def __init__(self, id: str, io: GraphIO, damping: float = 0.85, iterations: int = 100,
                  track_l1: bool = True) -> None:
@@ -393,11 +408,10 @@ class PageRankLoaded(LoadedBlock):
         self.local_in: tuple[np.ndarray, np.ndarray] | None = None  # internal in-edges (indptr, src row)
         self.in_indptr: np.ndarray | None = None
         self.in_cols: np.ndarray | None = None
-        self._gather: Any = None
-        # derived, not saved: the shares sent last step, the divisor and the dangling rows
-        self._shares: tuple[np.ndarray, np.ndarray] | None = None
-        self._divisor: np.ndarray | None = None
-        self._dangling: np.ndarray | None = None
+        self._gather: Any
+        self._shares: tuple[np.ndarray, np.ndarray] | None
+        self._divisor: np.ndarray | None
+        self._dangling: np.ndarray | None
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -627,6 +641,8 @@ class SSSPLoaded(LoadedBlock):
     same left-to-right sums along the same shortest paths as Bellman-Ford's."""
 
     state_fields = (*LoadedBlock.state_fields, "source_name", "source_row")
+    #: the internal/boundary split of the edges and its relaxation kernel (``_prepare``)
+    derived_fields = {"_split": None, "_relax": None}
     #: every edge weighs 1.0 whatever the input says (BFS: hop counts)
     unit = False
 
@@ -634,8 +650,8 @@ class SSSPLoaded(LoadedBlock):
         super().__init__(id, io)
         self.source_name = source_name
         import_traversals()
-        self._split: _Split | None = None
-        self._relax: Any = None
+        self._split: _Split | None
+        self._relax: Any
 
     def loaded(self, ctx: Context) -> None:
         g = self.g

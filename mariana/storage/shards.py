@@ -3,7 +3,9 @@ comma-separated list), byte-range reads, streaming sha256, whole-file writes and
 
 The data set code (``vertices/shards.py``, ``vertices/named.py``) reaches storage only through
 these functions, so that fsspec stays behind ``storage/``. Every failure of the filesystem is
-one ``StorageError`` naming the file.
+one ``StorageError`` naming the file. Calls off the local disk go through ``retry.retrying``: a
+store reached before rides out an outage, one that never answered fails within a few seconds
+naming its endpoint (``storage.retry``).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import posixpath
 import time
 import urllib.request
 from contextlib import contextmanager
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, TypeVar
 
 from ..errors import StorageError
+from .retry import cause, retrying
 from .rundir import _FS_ERRORS, _fs, _open_whole
 
+T = TypeVar("T")
+
 __all__ = ["expand_urls", "is_dir", "exists", "file_size", "read_range", "open_read", "digest", "open_write",
-           "join_url", "download", "local_path"]
+           "list_names", "remove", "join_url", "download", "local_path"]
 
 _CHUNK = 4 << 20
 _GLOB = set("*?[")
@@ -47,20 +52,27 @@ def local_path(url: str) -> str | None:
     return None
 
 
+def _retried(what: str, url: str, call: Callable[[], T]) -> T:
+    """``call()``; off the local disk retried as ``retry.retrying`` does (``what`` says what it does)."""
+    if local_path(url) is not None:
+        return call()
+    return retrying(f"{what} {url}", call, url=url)
+
+
 def is_dir(url: str) -> bool:
     fs, path = _fs(url)
     try:
-        return bool(fs.isdir(path))
+        return bool(_retried("looking at", url, lambda: fs.isdir(path)))
     except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot stat: {exc}") from exc
+        raise StorageError(f"{url}: cannot stat: {cause(exc)}") from exc
 
 
 def exists(url: str) -> bool:
     fs, path = _fs(url)
     try:
-        return bool(fs.exists(path))
+        return bool(_retried("looking for", url, lambda: fs.exists(path)))
     except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot stat: {exc}") from exc
+        raise StorageError(f"{url}: cannot stat: {cause(exc)}") from exc
 
 
 def expand_urls(spec: str, suffixes: tuple[str, ...] = (".npz", ".npy")) -> list[str]:
@@ -71,35 +83,36 @@ def expand_urls(spec: str, suffixes: tuple[str, ...] = (".npz", ".npy")) -> list
         if not item:
             continue
         fs, path = _fs(item)
-        try:
+
+        def listing(fs: Any = fs, path: str = path) -> list[str] | None:
+            """The files ``item`` names (None: nothing there)."""
             if _GLOB & set(path):
-                found = sorted(fs.glob(path))
-                if not found:
-                    raise StorageError(f"{item}: no file matches")
-                out += [_unstrip(fs, p, item) for p in found]
-            elif fs.isdir(path):
+                return [_unstrip(fs, p, item) for p in sorted(fs.glob(path))]
+            if fs.isdir(path):
                 fs.invalidate_cache(path)
-                names = sorted(p for p in fs.ls(path, detail=False) if str(p).endswith(suffixes))
-                out += [_unstrip(fs, str(p), item) for p in names]
-            elif fs.exists(path):
-                out.append(item)
-            else:
-                raise StorageError(f"{item}: no such file or directory")
-        except StorageError:
-            raise
+                return [_unstrip(fs, str(p), item) for p in sorted(p for p in fs.ls(path, detail=False)
+                                                                     if str(p).endswith(suffixes))]
+            return [item] if fs.exists(path) else None
+        try:
+            found = _retried("listing", item, listing)
         except _FS_ERRORS as exc:
-            raise StorageError(f"{item}: cannot list: {exc}") from exc
+            raise StorageError(f"{item}: cannot list: {cause(exc)}") from exc
+        if found is None:
+            raise StorageError(f"{item}: no such file or directory")
+        if not found and _GLOB & set(path):
+            raise StorageError(f"{item}: no file matches")
+        out += found
     return out
 
 
 def file_size(url: str) -> int:
     fs, path = _fs(url)
     try:
-        return int(fs.size(path))
+        return int(_retried("looking at", url, lambda: fs.size(path)))
     except FileNotFoundError:
         raise StorageError(f"{url}: no such file") from None
     except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot stat: {exc}") from exc
+        raise StorageError(f"{url}: cannot stat: {cause(exc)}") from exc
 
 
 def read_range(url: str, start: int, end: int) -> bytes:
@@ -112,11 +125,11 @@ def read_range(url: str, start: int, end: int) -> bytes:
                 data = f.read(end - start)
         else:
             fs, path = _fs(url)
-            data = fs.cat_file(path, start=start, end=end)
+            data = _retried("reading", url, lambda: fs.cat_file(path, start=start, end=end))
     except FileNotFoundError:
         raise StorageError(f"{url}: no such file") from None
     except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot read bytes {start}-{end}: {exc}") from exc
+        raise StorageError(f"{url}: cannot read bytes {start}-{end}: {cause(exc)}") from exc
     if len(data) != end - start:
         raise StorageError(f"{url}: truncated: bytes {start}-{end} wanted, the file ends at {start + len(data)}")
     return data
@@ -127,11 +140,11 @@ def open_read(url: str) -> Iterator[IO[bytes]]:
     """A seekable file to read from (zip directories, whole members)."""
     fs, path = _fs(url)
     try:
-        f = fs.open(path, "rb")
+        f = _retried("opening", url, lambda: fs.open(path, "rb"))
     except FileNotFoundError:
         raise StorageError(f"{url}: no such file") from None
     except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot open: {exc}") from exc
+        raise StorageError(f"{url}: cannot open: {cause(exc)}") from exc
     with f:
         yield f
 
@@ -151,21 +164,53 @@ def digest(url: str, algorithm: str = "sha256") -> tuple[int, str]:
     except StorageError:
         raise
     except _FS_ERRORS as exc:
-        raise StorageError(f"{url}: cannot read: {exc}") from exc
+        raise StorageError(f"{url}: cannot read: {cause(exc)}") from exc
     return size, h.hexdigest()
 
 
 @contextmanager
-def open_write(url: str) -> Iterator[IO[bytes]]:
-    """A file to stream into; it appears at ``url`` whole, only if the block ends without error."""
+def open_write(url: str, fsync: bool = False) -> Iterator[IO[bytes]]:
+    """A file to stream into; it appears at ``url`` whole, only if the block ends without error
+    (local disk: a temp file renamed; ``fsync``: its data and the rename on disk before it returns)."""
     fs, path = _fs(url)
     try:
-        with _open_whole(fs, path, fsync=False) as f:
+        with _open_whole(fs, path, fsync=fsync) as f:
             yield f
     except StorageError:
         raise
     except _FS_ERRORS as exc:
-        raise StorageError(f"cannot write {url}: {exc}") from exc
+        raise StorageError(f"cannot write {url}: {cause(exc)}") from exc
+
+
+def list_names(url: str) -> list[str]:
+    """The names of the files and directories directly in the directory ``url`` (hidden ones too),
+    listed fresh; [] when there is no such directory."""
+    fs, path = _fs(url)
+
+    def ls() -> list[str]:
+        if not fs.isdir(path):
+            return []
+        fs.invalidate_cache(path)
+        return sorted(posixpath.basename(str(p).rstrip("/")) for p in fs.ls(path, detail=False))
+    try:
+        return _retried("listing", url, ls)
+    except _FS_ERRORS as exc:
+        raise StorageError(f"{url}: cannot list: {cause(exc)}") from exc
+
+
+def remove(url: str) -> None:
+    """Delete the file ``url``; one that is not there is no error."""
+    fs, path = _fs(url)
+
+    def rm() -> None:
+        try:
+            fs.rm(path)
+        except FileNotFoundError:
+            pass
+    try:
+        _retried("removing", url, rm)
+    except _FS_ERRORS as exc:
+        raise StorageError(f"cannot remove {url}: {cause(exc)}") from exc
 
 
 def download(url: str, to: str, progress: Callable[[int, int | None], None] | None = None,

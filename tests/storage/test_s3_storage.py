@@ -313,3 +313,42 @@ def test_a_write_that_fails_midway_leaves_no_object(s3_url):
             raise RuntimeError("the writer failed")
     assert not rd.exists("half.bin")
     assert not [k for k in list_keys(s3_url) if k.endswith("half.bin")]
+
+
+# -- a store that never answered is not waited for ------------------------------------------------------
+@pytest.fixture
+def refused_endpoint(tmp_path):
+    """``http://127.0.0.1:PORT`` where a socket holds PORT bound but never listens: every connection
+    is refused, and no other process can take the port meanwhile."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("data", ["s3://bucket/shards", "s3://bucket/data.npz", "ENDPOINT/data.npz"])
+def test_an_unreachable_data_url_fails_fast_naming_the_endpoint_and_the_attempts(refused_endpoint, tmp_path, data):
+    import os
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))}
+    env.update(AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s", AWS_DEFAULT_REGION="us-east-1",
+               AWS_ENDPOINT_URL_S3=refused_endpoint, AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               FSSPEC_CONFIG_DIR=str(tmp_path / "fsspec"))
+    data = data.replace("ENDPOINT", refused_endpoint)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "mariana", "run", "dnn-dp", "--run-dir", str(tmp_path / "run"),
+                           "--set", f"data={data}"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    took = time.monotonic() - start
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("mariana: error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = errors[0]
+    assert data in line and refused_endpoint in line and "attempt" in line and "over" in line, line
+    assert took < 8.0, (took, line)  # the retry window (120 s) is for a store reached before, not this one

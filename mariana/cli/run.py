@@ -54,51 +54,84 @@ class Progress:
             self.enabled = False
 
 
-def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, str | None, RunDir | None]:
-    """(job, config, workers, placement, run dir to resume) from the arguments or ``--resume RUN``."""
-    resume = getattr(args, "resume", None) or _resume_if_possible(args)
-    if not resume:
+def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, str | None, RunDir | None, RunDir | None]:
+    """(job, config, workers, placement, run dir to resume, run dir to start afresh in) from the
+    arguments or ``--resume RUN``. Either run dir comes with its lease taken (``RunDir.take_lease``:
+    refused while another run holds it); the caller releases it."""
+    resume, afresh = _resume_if_possible(args) if not getattr(args, "resume", None) else (None, None)
+    if resume is None and not getattr(args, "resume", None):
         if not args.job:
             raise UsageError("mariana run needs a JOB (see `mariana jobs`) or --resume RUN")
         job = get_job(args.job)
         config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
-        return job, config, 1 if args.workers is None else args.workers, args.placement, None
+        if afresh is None and args.run_dir:
+            _refuse_used(args.run_dir)
+        return job, config, 1 if args.workers is None else args.workers, args.placement, None, afresh
     try:
-        run_dir = RunDir(resume, create=False)
+        return _resolve_resume(args, resume)
+    except BaseException:
+        if resume is not None:
+            resume.release_lease()
+        raise
+
+
+def _resolve_resume(args: argparse.Namespace, resume: RunDir | None) -> tuple[Any, dict[str, Any], int, str | None,
+                                                                            RunDir | None, RunDir | None]:
+    """``_resolve_run`` of ``--resume RUN``, or of the run directory ``--resume-if-possible`` found (``resume``)."""
+    url = args.resume or args.run_dir
+    try:
+        run_dir = resume or RunDir(url, create=False)
         prev = run_dir.read_json("job.json")
     except (MarianaError, ValueError) as exc:
-        raise UsageError(f"--resume {resume}: not a run directory ({exc})") from None
+        raise UsageError(f"--resume {url}: not a run directory ({exc})") from None
     if args.job and args.job != prev["job"]:
-        raise UsageError(f"--resume {resume} continues job {prev['job']!r}, not {args.job!r}")
+        raise UsageError(f"--resume {url} continues job {prev['job']!r}, not {args.job!r}")
     if args.sets or args.config:
         raise UsageError("--resume continues a run with its recorded config; --set and --config cannot change it")
     if args.workers not in (None, prev["workers"]):
-        raise UsageError(f"--resume {resume}: the run has {prev['workers']} workers; a checkpoint cannot be "
+        raise UsageError(f"--resume {url}: the run has {prev['workers']} workers; a checkpoint cannot be "
                          f"restored on {args.workers}")
     job = get_job(prev["job"])
-    return job, resolve_config(job, prev["config"]), prev["workers"], prev.get("placement_arg"), run_dir
+    config = resolve_config(job, prev["config"])
+    if run_dir.lease is None:
+        run_dir.take_lease()  # before anything reads the run to continue it: refused while it runs
+    return job, config, prev["workers"], prev.get("placement_arg"), run_dir, None
 
 
-def _resume_if_possible(args: argparse.Namespace) -> str | None:
-    """``--resume-if-possible`` (on by default with ``--from-env``): the run directory to resume
-    when ``--run-dir`` holds a valid checkpoint of the same job, config and worker count; None to
-    start afresh (the records of an earlier attempt without a checkpoint are dropped then)."""
+def _refuse_used(url: str) -> None:
+    """A fresh run refuses a ``--run-dir`` that holds another run (``jobs.launch.refuse_used_run_dir``),
+    before the job builds; the launch checks again under the lease."""
+    from ..jobs.launch import refuse_used_run_dir
+
+    try:
+        run_dir = RunDir(url, create=False)
+    except MarianaError:
+        return  # none yet
+    refuse_used_run_dir(run_dir)
+
+
+def _resume_if_possible(args: argparse.Namespace) -> tuple[RunDir | None, RunDir | None]:
+    """``--resume-if-possible`` (on by default with ``--from-env``): (the run directory to resume,
+    None) when ``--run-dir`` holds a valid checkpoint of the same job, config and worker count;
+    (None, the run directory) to start afresh where an earlier attempt left no checkpoint (its
+    records are dropped then); (None, None) for a first start. A run directory returned has its
+    lease taken: the same command started twice, or while the run goes on, is refused."""
     wanted = args.resume_if_possible
     if wanted is None:
         wanted = getattr(args, "from_env", None) is not None
     if not wanted or not args.run_dir or not args.job:
         if wanted and not args.run_dir:
             raise UsageError("--resume-if-possible needs --run-dir: the run directory a restarted job continues")
-        return None
+        return None, None
     from ..engine.tracing import rewind
     from ..storage.checkpoint import Checkpoints
 
     try:
         run_dir = RunDir(args.run_dir, create=False)
     except MarianaError:
-        return None  # a first start
+        return None, None  # a first start
     if not run_dir.exists("job.json"):
-        return None
+        return None, None
     prev = run_dir.read_json("job.json")
     job = get_job(args.job)
     config = json.loads(json.dumps(resolve_config(job, _load_toml(args.config), args.sets, args.config or ""),
@@ -109,21 +142,37 @@ def _resume_if_possible(args: argparse.Namespace) -> str | None:
     if differs:
         raise UsageError(f"--resume-if-possible: {args.run_dir} holds another run (its {', '.join(differs)} "
                          f"differ); give another --run-dir")
-    if Checkpoints(run_dir).newest_valid() is None:
-        log.warning("%s: no valid checkpoint to resume from; starting the job afresh", args.run_dir)
-        rewind(run_dir, 0)
-        return None
+    run_dir.take_lease()  # before the checkpoints are looked at or the records dropped
+    try:
+        if Checkpoints(run_dir).newest_valid() is None:
+            log.warning("%s: no valid checkpoint to resume from; starting the job afresh", args.run_dir)
+            rewind(run_dir, 0)
+            return None, run_dir
+    except BaseException:
+        run_dir.release_lease()
+        raise
     log.warning("%s holds a checkpoint of this job: resuming from it (--resume-if-possible)", args.run_dir)
     args.sets, args.config = [], None  # the run's recorded config, checked equal above
-    return str(args.run_dir)
+    return run_dir, None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``mariana run`` and ``mariana master``: options from the arguments, then the one launch path."""
+    job, config, workers, placement_arg, resume_dir, afresh_dir = _resolve_run(args)
+    try:
+        return _run_resolved(args, job, config, workers, placement_arg, resume_dir, afresh_dir)
+    finally:
+        for held in (resume_dir, afresh_dir):
+            if held is not None:
+                held.release_lease()
+
+
+def _run_resolved(args: argparse.Namespace, job: Any, config: dict[str, Any], workers: int,
+                  placement_arg: str | None, resume_dir: RunDir | None, afresh_dir: RunDir | None) -> int:
+    """``cmd_run`` once the run is resolved (and its run directory's lease taken where it exists)."""
     from ..engine.options import RunOptions
     from ..jobs.launch import explain_placement, launch
 
-    job, config, workers, placement_arg, resume_dir = _resolve_run(args)
     if workers < 1:
         raise UsageError(f"--workers must be >= 1, got {workers}")
     if args.max_supersteps is not None and args.max_supersteps < 0:
@@ -133,7 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     master = args.command == "master"
     security = _master_security(args) if master else None  # refuse a bad bind before anything is written
-    run_dir = resume_dir or args.run_dir or default_run_url(job.name)  # a URL is created once the job builds
+    run_dir = resume_dir or afresh_dir or args.run_dir or default_run_url(job.name)  # a URL is created once the job builds
     progress = Progress(job.progress_metric)
     hooks = _run_hooks(args, run_dir if isinstance(run_dir, str) else run_dir.url, config, args.job or job.name)
     page = hooks.start()  # --ui, --tensorboard: bad values failed above, before anything is written
@@ -165,7 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         bind=args.bind if master else "tcp://127.0.0.1:0", on_start=on_start)
     status, error = "interrupted", None
     try:
-        done = launch(job, config, options, name=args.job or job.name, finish=True)
+        done = launch(job, config, options, name=args.job or job.name, finish=True,
+                      refuse_used=afresh_dir is None)
         status = "finished"
     except MarianaError as exc:
         status, error = "failed", str(exc)

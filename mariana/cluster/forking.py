@@ -26,6 +26,7 @@ import time
 import traceback
 from typing import NoReturn
 
+from ..storage.lease import paused_renewals, renewal_threads
 from .entry import WorkerSpec, configure_logging, report_error, run_worker
 from .worker import GraphBuilder
 
@@ -44,13 +45,15 @@ def fork_is_safe() -> str | None:
     Safe means: ``os.fork`` exists, no other Python thread runs (a lock held by another thread
     would stay locked forever in the child) and no zmq context of this process is open (a child
     must not inherit the master's context, sockets or IO threads), and the user did not opt out.
+    A run directory's lease renewal thread does not count: ``fork_workers`` pauses it.
     """
     if os.environ.get(NO_FORK_VAR, "") not in ("", "0"):
         return f"{NO_FORK_VAR} is set"
     if not hasattr(os, "fork"):
         return "os.fork is not available"
-    if threading.active_count() != 1:
-        return f"{threading.active_count()} threads run"
+    others = threading.active_count() - len(renewal_threads())  # (paused while it forks: fork_workers)
+    if others != 1:
+        return f"{others} threads run"
     if importlib.util.find_spec("threadpoolctl") is None:
         return "threadpoolctl is not installed (a forked worker sizes its BLAS threads with it)"
     from ..comm.zmqcomm import open_contexts
@@ -165,25 +168,32 @@ def fork_workers(n: int, thread_vars: dict[str, str], build: GraphBuilder,
         stream.flush()
     children: list[ForkedWorker] = []
     try:
-        for _ in range(n):
-            read, write = os.pipe()
-            pid = fork_holding_interrupts()
-            if pid == 0:  # the child: never returns
-                os.close(write)
-                if die_with_parent:
-                    set_pdeathsig()
-                for sibling in children:  # the parent's ends of earlier pipes: EOF must mean the parent
-                    if sibling._pipe is not None:
-                        os.close(sibling._pipe)
-                _child(read, thread_vars, build)
-            os.close(read)
-            children.append(ForkedWorker(pid, write))
+        with paused_renewals():  # no lease renewal thread runs (holding a lock) while it forks
+            _fork_children(n, children, thread_vars, build, die_with_parent)
     except BaseException:
         for c in children:
             c.release()
             c.wait()
         raise
     return children
+
+
+def _fork_children(n: int, children: list[ForkedWorker], thread_vars: dict[str, str], build: GraphBuilder,
+                   die_with_parent: bool) -> None:
+    """``fork_workers``'s loop: each child forked is appended to ``children`` as it is made."""
+    for _ in range(n):
+        read, write = os.pipe()
+        pid = fork_holding_interrupts()
+        if pid == 0:  # the child: never returns
+            os.close(write)
+            if die_with_parent:
+                set_pdeathsig()
+            for sibling in children:  # the parent's ends of earlier pipes: EOF must mean the parent
+                if sibling._pipe is not None:
+                    os.close(sibling._pipe)
+            _child(read, thread_vars, build)
+        os.close(read)
+        children.append(ForkedWorker(pid, write))
 
 
 def _child(pipe: int, thread_vars: dict[str, str], build: GraphBuilder) -> NoReturn:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -29,7 +31,7 @@ from .worker import GraphBuilder, Worker
 from ..engine.options import RunOptions
 from ..engine.runner import resume_point
 from ..comm.shm import sweep
-from ..comm.security import Security, add_key, load_keypair, local_keys
+from ..comm.security import Security, add_key, init_keys, load_keypair
 from ..engine.result import RunResult
 from ..engine.threads import THREAD_VARS, blas_threads, thread_vars
 from ..comm.zmqcomm import parse_endpoint
@@ -37,7 +39,63 @@ from ..comm.zmqcomm import parse_endpoint
 log = logging.getLogger(__name__)
 
 __all__ = ["run_cluster", "LocalCluster", "spawn_workers", "stop_processes", "blas_threads", "thread_vars",
-           "local_spec", "THREAD_VARS"]
+           "local_spec", "THREAD_VARS", "throwaway_keys", "sweep_throwaway_keys"]
+
+#: ``mariana-keys-PID.START@HOST-XXXXXXXX``: the throwaway keys of a ``--secure`` run, named by
+#: the process that made them (pid, its start time, this machine), so that the next start can
+#: remove those of a process that was killed (``kill -9`` runs no cleanup)
+_KEYS = re.compile(r"^mariana-keys-(?:(?P<pid>\d+)\.(?P<start>\d*)@(?P<host>[A-Za-z0-9-]+)-)?[A-Za-z0-9_]+$")
+#: a key folder of an earlier version (no writer recorded) untouched this long is no live run's
+_OLD_KEYS_S = 86400.0
+
+
+def throwaway_keys(workers: int) -> tuple[str, list[str]]:
+    """A private temporary key folder for a one-machine ``--secure`` run: (folder, worker secret
+    files). Those that killed runs left are removed first (``sweep_throwaway_keys``)."""
+    from ..storage.lease import start_time
+    from ..storage.rundir import host_tag
+
+    sweep_throwaway_keys()
+    pid = os.getpid()
+    d = tempfile.mkdtemp(prefix=f"mariana-keys-{pid}.{start_time(pid)}@{host_tag()}-")
+    os.chmod(d, 0o700)
+    init_keys(d)
+    return d, [str(add_key(d, f"worker-{i}")) for i in range(workers)]
+
+
+def sweep_throwaway_keys(root: str | None = None) -> list[str]:
+    """Remove the key folders of ``--secure`` runs (in ``root``, the temporary folder by default)
+    whose process was killed: made on this machine by a pid that has ended (or been reused), or,
+    made by an earlier version that does not record its pid, untouched for a day. Only this
+    user's folders; returns those removed."""
+    from ..storage.lease import pid_alive
+    from ..storage.rundir import host_tag
+
+    root = root or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = [e for e in os.scandir(root) if e.name.startswith("mariana-keys-")]
+    except OSError:
+        return removed
+    here, now = host_tag(), time.time()
+    for entry in entries:
+        m = _KEYS.match(entry.name)
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if m is None or not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid():
+            continue
+        if m.group("pid") is None:
+            stale = now - st.st_mtime > _OLD_KEYS_S
+        else:
+            stale = m.group("host") == here and not pid_alive(int(m.group("pid")), m.group("start"))
+        if stale:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    if removed:
+        log.info("removed %d key folder(s) of --secure runs that were killed: %s", len(removed), ", ".join(removed))
+    return removed
 
 
 def local_spec(endpoint: str, host: str = "127.0.0.1", **kw: Any) -> WorkerSpec:
@@ -127,7 +185,7 @@ class LocalCluster:
     def __init__(self, job_name: str, config: dict[str, Any], options: RunOptions, build: GraphBuilder) -> None:
         self.options, self.job_name, self.config, self.build = options, job_name, config, build
         secure = options.secure and options.security is None
-        self.keys_dir, self.key_files = local_keys(options.workers) if secure else (None, [])
+        self.keys_dir, self.key_files = throwaway_keys(options.workers) if secure else (None, [])
         self.security = Security.for_master(self.keys_dir) if secure else options.security
         self.master: Master | None = None  # made by start(), after any fork: its zmq context stays here
         self.procs: list[Any] = []  # subprocess.Popen or forking.ForkedWorker

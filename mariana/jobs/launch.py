@@ -44,7 +44,7 @@ def run_job(job: str | Job, config: dict[str, Any] | None = None, sets: Sequence
     job = get_job(job) if isinstance(job, str) else job
     resolved = resolve_config(job, config, list(sets))
     run_options = RunOptions.from_config(resolved, workers=workers, runtime=runtime, **options)
-    return launch(job, resolved, run_options, name=name).result
+    return launch(job, resolved, run_options, name=name, refuse_used=not run_options.resume).result
 
 
 def run_graph(graph: Graph, *, workers: int = 1, runtime: str = "local", **options: Any) -> RunResult:
@@ -90,7 +90,7 @@ class Launched:
 
 
 def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str | None = None,
-           finish: bool = False) -> Launched:
+           finish: bool = False, refuse_used: bool = False) -> Launched:
     """Build ``job``'s graph with ``config``, run it as ``options`` say and record it in ``options.run_dir``.
 
     ``name``: how the job is referred to (a built-in name or ``package.module:JOB``: the cluster
@@ -98,7 +98,12 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
     ``RUN/job.json`` says ``running`` before the first superstep, then ``finished``, ``failed`` or
     ``interrupted`` (Ctrl-C, SIGTERM);
     ``options.run_dir`` may be a URL, created once the graph is built (a job that cannot build
-    leaves nothing behind).
+    leaves nothing behind). The run holds the run directory's lease (``storage.lease``) from then
+    until it has recorded its outcome: a second run on the same directory is refused (``UsageError``
+    naming the holder), and every write of this one checks the lease first. A ``RunDir`` given
+    with its lease taken already (``RunDir.take_lease``: ``mariana run --resume``) keeps it: its
+    caller releases it. ``refuse_used``: a fresh run refuses a run directory that holds a run
+    (its ``job.json``) instead of mixing the two runs' records.
     """
     name = name or job.name
     if options.runtime_name == "cluster" and options.spawn:
@@ -111,19 +116,51 @@ def launch(job: Job, config: dict[str, Any], options: RunOptions, *, name: str |
             else:  # fresh interpreters import while this process builds the graph (start-up time)
                 cluster.start()
                 graph = job.build(config, BuildContext(options.workers, options.placement))
-            return _launch(job, config, options, name, finish, cluster, graph)
+            return _launch(job, config, options, name, finish, cluster, graph, refuse_used)
     return _launch(job, config, options, name, finish, None,
-                   job.build(config, BuildContext(options.workers, options.placement)))
+                   job.build(config, BuildContext(options.workers, options.placement)), refuse_used)
 
 
 def _launch(job: Job, config: dict[str, Any], options: RunOptions, name: str, finish: bool,
-            cluster: Any, graph: Graph) -> Launched:
+            cluster: Any, graph: Graph, refuse_used: bool) -> Launched:
     placement = graph.place(options.workers)
     if isinstance(options.run_dir, str):  # created only now that the job has built
         options = options.replace(run_dir=RunDir(options.run_dir))
-    if options.run_dir is not None:
-        log.info("run directory: %s", options.run_dir.url)
     run_dir: RunDir | None = options.run_dir
+    if run_dir is None:
+        return _run(job, config, options, name, finish, cluster, graph, placement, None)
+    log.info("run directory: %s", run_dir.url)
+    mine = run_dir.lease is None
+    if mine:
+        run_dir.take_lease()
+    try:
+        if refuse_used and not options.resume:
+            refuse_used_run_dir(run_dir)
+        return _run(job, config, options, name, finish, cluster, graph, placement, run_dir)
+    finally:
+        if mine:
+            run_dir.release_lease()
+
+
+def refuse_used_run_dir(run_dir: RunDir) -> None:
+    """``UsageError`` when ``run_dir`` holds a run already (its ``job.json``): a fresh run there
+    would mix its records (metrics, traces, checkpoints) with the other run's."""
+    if not run_dir.exists("job.json"):
+        return
+    try:
+        prev = run_dir.read_json("job.json")
+    except MarianaError:
+        prev = {}
+    prev = prev if isinstance(prev, dict) else {}
+    what = ", ".join(str(x) for x in (f"job {prev['job']}" if prev.get("job") else None, prev.get("status"),
+                                       f"started {prev['started']}" if prev.get("started") else None) if x)
+    raise UsageError(f"{run_dir.url} holds another run ({what or 'its job.json'}); give a new --run-dir, "
+                     f"--resume {run_dir.url} to continue that run, or remove the directory to start over")
+
+
+def _run(job: Job, config: dict[str, Any], options: RunOptions, name: str, finish: bool, cluster: Any,
+         graph: Graph, placement: Any, run_dir: RunDir | None) -> Launched:
+    """``_launch`` once the run directory (if any) is this run's: run, record the outcome."""
     info = _job_info(run_dir, name, config, graph, placement, options) if run_dir is not None else None
     try:
         if options.runtime_name == "local":

@@ -83,6 +83,7 @@ class Checkpoints:
     def discard(self, superstep: int) -> None:
         """Remove what a failed (never committed) checkpoint of ``superstep`` left behind, in this
         store and in its parameter snapshots: the space is free for the next one. Best effort."""
+        self.run_dir.fence()  # a run that lost its lease removes nothing: the folder may be the new holder's
         for store in (self, self.params):
             path = store.run_dir.path(store.folder(superstep))
             if store.exists_committed(superstep):
@@ -238,8 +239,10 @@ class Checkpoints:
         """Delete all but the newest ``keep`` committed checkpoints (and stale incomplete ones).
 
         ``committed``: the superstep this process has just committed; after a first listing,
-        the folders this process keeps are known and storage is not listed again.
+        the folders this process keeps are known and storage is not listed again. A run that
+        lost its lease deletes nothing (``RunDir.fence``).
         """
+        self.run_dir.fence()
         if committed is not None and self._kept is not None:
             kept, stale = sorted({*self._kept, committed}, reverse=True), []
         else:

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import builtins
 import errno
+import hashlib
 import io
 import json
 import logging
 import os
 import posixpath
+import re
+import socket
 import time
 import uuid
 from contextlib import contextmanager, nullcontext, suppress
@@ -47,7 +50,11 @@ log = logging.getLogger(__name__)
 #: this boundary any failure of the filesystem call becomes one StorageError naming the file.
 _FS_ERRORS = Exception
 
-__all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_bytes", "default_run_url"]
+__all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_bytes", "default_run_url", "tmp_name",
+           "sweep_temporaries", "STALE_TMP_S", "host_tag"]
+
+#: A temporary file nobody has written for this long is no live writer's (any host, any version)
+STALE_TMP_S = 3600.0
 
 
 def _fs(url: str) -> tuple[Any, str]:
@@ -119,6 +126,31 @@ class RunDir:
         self._can_append = _in_process(self.fs)
         self._lines: dict[str, list[str]] = {}
         self._dirs: set[str] = set()
+        #: this run's ``storage.lease.Lease`` on the directory: every write checks it first (fencing)
+        self.lease: Any = None
+
+    def fence(self) -> None:
+        """Raise ``storage.lease.LeaseLost`` when this directory's lease (if it has one) was taken
+        by another run: what this process would write now is no longer its to write."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def take_lease(self, wait: bool = True) -> Any:
+        """Take the directory's lease for this run (``storage.lease``; ``UsageError`` naming the
+        holder when another run has it), then remove the temporaries that killed writers left
+        here. Returns the lease, also kept as ``self.lease``: the writes through this object check it."""
+        from .lease import Lease
+
+        self.lease = Lease.acquire(self, wait=wait)
+        if isinstance(self.fs, LocalFS):
+            sweep_temporaries(self.root, depth=3)
+        return self.lease
+
+    def release_lease(self) -> None:
+        """Give the lease taken by ``take_lease`` back (nothing if there is none)."""
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.release()
 
     def _retry(self, what: str, call: Any) -> Any:
         """``storage.retry.retrying``; a local disk's calls stay on the calling thread."""
@@ -144,7 +176,7 @@ class RunDir:
         def write() -> None:
             with self.open_write(rel) as f:
                 f.write(data)
-        self._retry(f"writing {self.url}/{rel}", write)
+        self._retry(f"writing {self.url}/{rel}", write)  # (open_write checks the lease before it commits)
 
     @contextmanager
     def open_write(self, rel: str, fsync: bool = True, sync_dir: bool = True) -> Iterator[IO[bytes]]:
@@ -152,12 +184,14 @@ class RunDir:
 
         Local disk: an unbuffered temp file in the same directory, fsync, ``os.replace``, fsync
         of the directory. Object stores: the upload completes on close and is discarded on error.
-        Any failure of the filesystem becomes one ``StorageError`` naming the file.
+        Any failure of the filesystem becomes one ``StorageError`` naming the file; a lost lease
+        (``fence``), checked before the file is made and again before it appears, writes nothing.
         ``sync_dir=False`` leaves the directory's fsync to the caller (``sync_dir``): one for
         many files, as a checkpoint's commit does before it writes the manifest.
         """
+        self.fence()
         try:
-            with _open_whole(self.fs, self.path(rel), fsync, sync_dir) as f:
+            with _open_whole(self.fs, self.path(rel), fsync, sync_dir, fence=self.fence, sweep=False) as f:
                 yield f
         except MarianaError:
             raise
@@ -217,6 +251,7 @@ class RunDir:
         data = "".join(lines).encode()
 
         def append() -> None:
+            self.fence()
             if self._can_append:
                 parent = posixpath.dirname(path)
                 if parent not in self._dirs:
@@ -236,6 +271,8 @@ class RunDir:
                 self._lines[rel] = kept  # only once stored: a retried append adds its lines once
         try:
             self._retry(f"appending to {self.url}/{rel}", append)
+        except MarianaError:  # (a lost lease: said as it is)
+            raise
         except _FS_ERRORS as exc:
             raise StorageError(f"cannot append to {self.url}/{rel}: {cause(exc)}") from exc
 
@@ -329,10 +366,14 @@ def _write_whole(fs: Any, path: str, data: bytes, fsync: bool) -> None:
 
 
 @contextmanager
-def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress: bool = False) -> Iterator[IO[bytes]]:
+def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress: bool = False,
+                fence: Callable[[], None] | None = None, sweep: bool = True) -> Iterator[IO[bytes]]:
     """Local disk: temp file in the same directory (+ fsync) then ``os.replace``; elsewhere one upload.
     ``compress``: a compressed name (``.gz``, ...: ``storage.compression``) writes that format (text
-    outputs; bytes are written as they are: a downloaded ``.gz`` stays the file it was)."""
+    outputs; bytes are written as they are: a downloaded ``.gz`` stays the file it was).
+    ``fence``: called just before the file appears (the rename, the upload's completion); what it
+    raises discards the file. ``sweep``: first remove the stale temporaries of this same name that
+    killed writers left (``sweep_temporaries``; a run directory sweeps itself when its lease is taken)."""
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
@@ -342,6 +383,8 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress
             with compressed(f, path) if compress else nullcontext(f) as out:
                 yield out
             written = f.tell()
+            if fence is not None:
+                fence()
         except BaseException:
             if hasattr(f, "discard"):
                 f.discard()  # a buffered upload: never complete it with part of the data
@@ -351,7 +394,9 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress
         f.close()
         _check_stored(fs, path, written)
         return
-    tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+    if sweep:
+        sweep_temporaries(parent or ".", posixpath.basename(path))
+    tmp = posixpath.join(parent, tmp_name(posixpath.basename(path)))
     try:
         with open(tmp, "wb", buffering=0) as raw:
             f = _FullWriter(raw)
@@ -362,12 +407,78 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress
                 raise OSError(errno.EIO, f"short write: {size} of {f.written} bytes reached the file")
             if fsync:
                 os.fsync(raw.fileno())
+        if fence is not None:
+            fence()
         os.replace(tmp, path)
         if fsync and sync_dir:  # the rename itself must survive a crash: it is what commits a checkpoint
             _fsync_dir(parent or ".")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def host_tag() -> str:
+    """This machine in a temporary's name: its host name, and a hash of its boot id and pid
+    namespace (a pid names one process only within both)."""
+    if not _HOST_TAG:
+        from .lease import machine
+
+        here = machine()
+        digest = hashlib.sha1(f"{here['boot_id']}/{here['pidns']}".encode()).hexdigest()[:6]
+        _HOST_TAG.append(f"{re.sub(r'[^A-Za-z0-9-]', '-', socket.gethostname())[:24]}-{digest}")
+    return _HOST_TAG[0]
+
+
+_HOST_TAG: list[str] = []  # (after a fork the child's pid changes, not its machine)
+#: ``.NAME.HEX.PID@HOST.tmp`` (this version), ``.NAME.HEX32.tmp`` (earlier ones: no writer recorded)
+_TMP = re.compile(r"^\.(?P<base>.+)\.[0-9a-f]{8,32}(?:\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+))?\.tmp$")
+
+
+def tmp_name(base: str) -> str:
+    """The name of a temporary file that becomes ``base``: it names its writer (pid and machine),
+    so that the next start can tell a killed writer's leftover from a live writer's file."""
+    return f".{base}.{uuid.uuid4().hex[:12]}.{os.getpid()}@{host_tag()}.tmp"
+
+
+def sweep_temporaries(folder: str, base: str | None = None, depth: int = 1) -> list[str]:
+    """Remove the temporary files (``tmp_name``) in local ``folder`` (and ``depth - 1`` levels of
+    folders below) that no live writer owns: one whose writer ran on this machine and has ended,
+    or that nobody has written for ``STALE_TMP_S`` seconds. ``base``: only the temporaries of
+    that name. Returns the paths removed; best effort (a file another sweep removed is skipped)."""
+    from .lease import pid_alive
+
+    here = host_tag()
+    removed: list[str] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if depth > 1 and not name.startswith(".") and entry.is_dir(follow_symlinks=False):
+            removed += sweep_temporaries(entry.path, base, depth - 1)
+            continue
+        if not (name.startswith(".") and name.endswith(".tmp")) or (m := _TMP.match(name)) is None:
+            continue
+        if base is not None and m.group("base") != base:
+            continue
+        try:
+            idle = now - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        mine = m.group("host") == here
+        if idle < STALE_TMP_S and not (mine and not pid_alive(int(m.group("pid")))):
+            continue
+        try:
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(entry.path)
+    if removed:
+        log.info("removed %d temporary file(s) left by writers that were killed: %s", len(removed),
+                 ", ".join(posixpath.basename(p) for p in removed[:5]) + (", ..." if len(removed) > 5 else ""))
+    return removed
 
 
 def _check_stored(fs: Any, path: str, written: int) -> None:

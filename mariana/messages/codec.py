@@ -7,7 +7,9 @@ zero-copy ``memoryview`` frames (split into ``chunk_bytes`` pieces when larger).
 executable ever travels: no pickle, only an allow-list of plain numeric dtypes.
 
 ``decode(frames)`` is the inverse and raises ``ProtocolError(kind, detail)`` on anything
-malformed, with ``kind`` one of ``frame_count``, ``header``, ``version``, ``dtype``, ``length``.
+malformed, with ``kind`` one of ``frame_count``, ``header``, ``version``, ``dtype``, ``length``,
+``structure`` (a header that would build too many lists, maps or values, or nests too deeply:
+refused before anything is built, see messages/bounds.py).
 
 Caller-visible decisions:
 
@@ -26,8 +28,10 @@ Caller-visible decisions:
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -35,6 +39,7 @@ import msgpack
 import numpy as np
 
 from mariana.errors import ProtocolError
+from mariana.messages import bounds
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,8 @@ ALLOWED_DTYPES: frozenset[str] = frozenset(
     }
 )
 _MAX_DIM = 2**63 - 1
+#: an array reference is ``[int, int, str, [<= max_ndim ints]]``: a few hundred bytes at most
+_MAX_SPEC_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,20 @@ class Limits:
     max_array_len: int | None = None
     max_map_len: int | None = None
     max_ext_len: int | None = None
+    #: lists and maps in one header. A vertex-mode batch holds one list per message: 4 million
+    #: is a 64 MB header of the shortest messages' half, ~300 MB of Python objects.
+    max_containers: int = 4_000_000
+    #: values in one header, keys and containers included (a frame this long or shorter holds no
+    #: more, so only longer ones are counted)
+    max_items: int = 32_000_000
+    #: nesting levels of one header, at most msgpack's own stack (1024; the decoder counts them
+    #: there). 1000 keeps a header within Python's default recursion limit for code that walks it;
+    #: what a vertex may send nests far less (messages/payload.py)
+    max_depth: int = 1000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_depth <= bounds.MSGPACK_STACK:
+            raise ValueError(f"max_depth must be in [1, {bounds.MSGPACK_STACK}], got {self.max_depth}")
 
     @functools.cached_property
     def unpack_kwargs(self) -> dict[str, int]:
@@ -188,6 +209,8 @@ class _ArrayBuilder:
     def __call__(self, code: int, data: bytes) -> np.ndarray:
         if code != ARRAY_EXT_CODE:
             raise ProtocolError("header", f"unknown msgpack ext code {code}")
+        if len(data) > _MAX_SPEC_BYTES:  # (unpacked below without the header's budgets)
+            raise ProtocolError("header", f"array reference of {len(data)} bytes")
         try:
             spec = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
         except Exception as exc:
@@ -238,10 +261,32 @@ def _ignore_ext(code: int, data: bytes) -> None:
     return None
 
 
-def _version_of(head: bytes | memoryview, kwargs: dict[str, int]) -> Any:
+def _unpack(head: bytes | memoryview, limits: Limits, ext_hook: Any) -> Any:
+    """``msgpack.unpackb`` of a header frame within ``limits``'s budgets: containers, values and
+    depth are bounded before anything is built (``ProtocolError("structure", ...)``)."""
+    kwargs = limits.unpack_kwargs
+    if len(head) <= limits.max_depth:  # (as many values and levels as bytes at most: nothing to count)
+        return msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True, ext_hook=ext_hook, **kwargs)
+    if bounds.check(head, limits.max_containers, limits.max_items) <= limits.max_depth:
+        return msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True, ext_hook=ext_hook, **kwargs)
+    # The depth is unknown: msgpack refuses nesting beyond its fixed stack, so the header goes
+    # in under as many one-element lists as leave max_depth levels of that stack to it.
+    wrap = bounds.MSGPACK_STACK - limits.max_depth
+    try:
+        obj = msgpack.unpackb(b"".join((_WRAPPERS[:wrap], head)), raw=False, strict_map_key=True, use_list=True,
+                              ext_hook=ext_hook, **kwargs)
+    except msgpack.StackError as exc:
+        raise ProtocolError("structure", f"header nested deeper than {limits.max_depth} levels (max_depth)") from exc
+    return functools.reduce(operator.getitem, itertools.repeat(0, wrap), obj)
+
+
+_WRAPPERS = b"\x91" * bounds.MSGPACK_STACK  # fixarray of one element
+
+
+def _version_of(head: bytes | memoryview, limits: Limits) -> Any:
     """Best-effort ``header['v']`` ignoring arrays (used to prefer a ``version`` error)."""
     try:
-        obj = msgpack.unpackb(head, raw=False, strict_map_key=True, ext_hook=_ignore_ext, **kwargs)
+        obj = _unpack(head, limits, _ignore_ext)
     except Exception:
         return PROTOCOL_VERSION
     return obj.get("v") if isinstance(obj, dict) else PROTOCOL_VERSION
@@ -257,9 +302,13 @@ def peek(head: Any, key: str, limits: Limits = DEFAULT_LIMITS) -> Any:
 
     For a transport that must read a field before the arrays are built (comm/shm.py).
     """
+    head = head if type(head) is bytes else _buffer(head, 0)
+    if len(head) > limits.max_header_bytes:
+        raise ProtocolError("header", f"header of {len(head)} bytes > max_header_bytes {limits.max_header_bytes}")
     try:
-        obj = msgpack.unpackb(_buffer(head, 0), raw=False, strict_map_key=True, use_list=True,
-                              ext_hook=_ignore_ext, **limits.unpack_kwargs)
+        obj = _unpack(head, limits, _ignore_ext)
+    except ProtocolError:
+        raise
     except Exception as exc:
         raise ProtocolError("header", f"header is not valid msgpack: {exc!r:.200}") from exc
     if not isinstance(obj, dict):
@@ -286,18 +335,15 @@ def decode(frames: Sequence, *, limits: Limits = DEFAULT_LIMITS) -> dict:
         head = _buffer(head, 0)
     if len(head) > limits.max_header_bytes:  # (a byte view: its length is its bytes)
         raise ProtocolError("header", f"header of {len(head)} bytes > max_header_bytes {limits.max_header_bytes}")
-    kwargs = limits.unpack_kwargs
     try:
-        obj = msgpack.unpackb(
-            head, raw=False, strict_map_key=True, use_list=True, ext_hook=builder, **kwargs
-        )
+        obj = _unpack(head, limits, builder)
     except ProtocolError as exc:
-        if exc.kind != "version":
-            _check_version(_version_of(head, kwargs))
+        if exc.kind not in ("version", "structure"):
+            _check_version(_version_of(head, limits))
         logger.debug("decode failed: %s", exc)
         raise
-    except RecursionError as exc:
-        raise ProtocolError("header", "header nested too deeply") from exc
+    except (RecursionError, msgpack.StackError) as exc:
+        raise ProtocolError("structure", f"header nested deeper than {limits.max_depth} levels (max_depth)") from exc
     except Exception as exc:
         raise ProtocolError("header", f"header is not valid msgpack: {exc!r:.200}") from exc
     if not isinstance(obj, dict):

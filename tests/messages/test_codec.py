@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import tracemalloc
 from typing import Any
 
 import msgpack
@@ -20,6 +21,7 @@ from mariana.messages.codec import (
     decode,
     encode,
     nbytes,
+    peek,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -296,7 +298,7 @@ def test_header_too_big() -> None:
 
 
 def test_header_nested_too_deep() -> None:
-    expect("header", [b"\x82\xa1v\x01\xa1d" + b"\x91" * 100_000 + b"\x00"])
+    expect("structure", [b"\x82\xa1v\x01\xa1d" + b"\x91" * 100_000 + b"\x00"])
 
 
 @pytest.mark.parametrize("header", [{}, {"v": 2}, {"v": 0}, {"v": True}, {"v": "1"}, {"v": 1.0}])
@@ -436,3 +438,113 @@ def test_zmq_round_trip(zctx: zmq.Context, transport: str) -> None:
     finally:
         a.close(linger=0)
         b.close(linger=0)
+
+
+# -- how much a header may build (messages/bounds.py): refused before msgpack builds any of it --
+def _header_with(values: bytes, count: int, key: bytes = b"msgs") -> bytes:
+    """A header frame ``{"v": 1, key: [<count items, packed as values>]}`` built by hand (packing
+    millions of Python objects first would cost what the decoder must not)."""
+    return b"\x82\xa1v\x01" + bytes([0xA0 + len(key)]) + key + b"\xdd" + count.to_bytes(4, "big") + values
+
+
+def _peak_bytes(fn: Any) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def test_a_flood_of_empty_lists_is_refused_before_any_is_built() -> None:
+    n = 10_000_000  # 10 MB of header, 640 MB of lists once built
+    head = _header_with(b"\x90" * n, n)
+    err: list[ProtocolError] = []
+
+    def refuse() -> None:
+        with pytest.raises(ProtocolError) as info:
+            decode([head])
+        err.append(info.value)
+
+    assert _peak_bytes(refuse) < 8 * MiB  # (chunks of the frame counted, not 640 MB of lists)
+    assert err[0].kind == "structure" and "max_containers" in err[0].detail
+    with pytest.raises(ProtocolError, match="max_containers"):  # from a zmq frame's buffer as well
+        decode([memoryview(bytearray(head))])
+
+
+def test_the_container_budget_is_exact_where_the_byte_count_cannot_vouch() -> None:
+    """A str holding container-like bytes counts for nothing: the exact walk counts items."""
+    lim = Limits(max_containers=1000)
+    filler = "\x90" * 5000  # utf-8: 2 candidate bytes per char
+    ok = msgpack.packb({"v": 1, "s": filler, "l": [[] for _ in range(998)]})
+    assert len(decode([ok], limits=lim)["l"]) == 998  # 1000 containers: the header, "l", 998 lists
+    over = msgpack.packb({"v": 1, "s": filler, "l": [[] for _ in range(999)]})
+    assert "max_containers" in expect("structure", [over], limits=lim).detail
+
+
+@pytest.mark.parametrize("item", [b"\x91\xa2ab", b"\x81\xa1k\x80", b"\x92\xcb" + bytes(8) + b"\x90"])
+def test_a_flood_of_small_containers_among_other_items_is_refused(item: bytes) -> None:
+    n = 20_000
+    expect("structure", [_header_with(item * n, n)], limits=Limits(max_containers=10_000))
+
+
+def test_a_huge_map_is_refused() -> None:
+    n = 300_000  # {"k0": {}, "k1": {}, ...}: one map per entry
+    entries = b"".join(b"\xa2k" + bytes([48 + i % 10]) + b"\x80" for i in range(n))
+    head = b"\x82\xa1v\x01\xa1m\xdf" + n.to_bytes(4, "big") + entries
+    assert "max_containers" in expect("structure", [head], limits=Limits(max_containers=100_000)).detail
+
+
+def test_a_flood_of_values_is_refused() -> None:
+    """-32 is one byte and a 28-byte int object once built: values are counted too."""
+    n = 3_000_000
+    err = expect("structure", [_header_with(b"\xe0" * n, n)], limits=Limits(max_items=1_000_000))
+    assert "max_items" in err.detail
+
+
+def test_nesting_is_bounded_by_max_depth() -> None:
+    def nested(depth: int) -> bytes:  # the header dict, then lists of two: [], [...]; an empty list deepest
+        return b"\x82\xa1v\x01\xa1d" + b"\x92\x90" * (depth - 2) + b"\x90"
+
+    lim = Limits(max_depth=200)
+    obj = decode([nested(200)], limits=lim)["d"]
+    for _ in range(197):
+        obj = obj[1]
+    assert obj == [[], []]
+    assert "max_depth" in expect("structure", [nested(201)], limits=lim).detail
+    assert "max_depth" in expect("structure", [nested(1001)]).detail
+    assert "max_depth" in expect("structure", [nested(100_000)]).detail
+    with pytest.raises(ValueError, match="max_depth"):
+        Limits(max_depth=1025)
+
+
+def test_a_large_real_batch_still_decodes() -> None:
+    """A vertex-mode batch of 300k messages (a list each), a big bytes payload among them."""
+    msgs = [[f"v{i}", f"v{(i * 7919) % 300_000}", None, 0.5 + i] for i in range(300_000)]
+    blob = np.random.default_rng(0).bytes(4 * MiB)  # ~600k container-like bytes: the exact walk runs
+    out = decode(as_bytes(encode({"msgs": msgs, "blob": blob})), limits=Limits(max_containers=400_000))
+    assert out["msgs"] == msgs and out["blob"] == blob
+
+
+def test_peek_refuses_what_decode_refuses() -> None:
+    n = 5_000_000
+    with pytest.raises(ProtocolError, match="max_containers"):
+        peek(_header_with(b"\x90" * n, n), "shm")
+
+
+def test_an_oversized_array_reference_is_refused_before_it_is_unpacked() -> None:
+    """An array reference's bytes are unpacked on their own: 5 million empty lists there are
+    refused by their length, before that unpacking."""
+    n = 5_000_000
+    spec = b"\xdd" + n.to_bytes(4, "big") + b"\x90" * n
+    frames = forge({"v": 1, "a": msgpack.ExtType(1, spec)})
+    err: list[ProtocolError] = []
+
+    def refuse() -> None:
+        with pytest.raises(ProtocolError) as info:
+            decode(frames)
+        err.append(info.value)
+
+    assert _peak_bytes(refuse) < 32 * MiB  # the reference's bytes, not 320 MB of lists
+    assert err[0].kind == "header" and "array reference of" in err[0].detail

@@ -29,8 +29,9 @@ def add_data_parser(sub: argparse._SubParsersAction, parser_class: type) -> None
     g.add_argument("name", metavar="NAME")
     g.add_argument("--data-dir", metavar="DIR", help="where its files are looked for first")
     g.add_argument("--no-download", dest="download", action="store_false", help="only look, never download")
-    i = dsub.add_parser("info", help="a sharded data set's splits, shapes and classes; checks every shard's sha256")
-    i.add_argument("data", metavar="DATA", help="shard directory, glob or list")
+    i = dsub.add_parser("info", help="a sharded data set's splits, shapes and classes; checks every field of its index "
+                                      "against the shards, every label, and every shard's sha256")
+    i.add_argument("data", metavar="DATA", help="shard directory (with its index.json), glob or list")
     i.add_argument("--no-verify", dest="verify", action="store_false", help="sizes and headers only, no sha256")
     i.add_argument("--json", action="store_true")
 
@@ -53,11 +54,13 @@ def cmd_data(args: argparse.Namespace) -> int:
         info = {"data": args.data, "classes": ss.classes, "x_shape": list(ss.input_shape),
                 "x_dtype": str(ss.train.x_dtype), "train": ss.train.size, "test": ss.test.size if ss.test else 0,
                 "shards": len({s.url for s in ss.train.shards} | ({s.url for s in ss.test.shards} if ss.test else set())),
-                "verified": args.verify}
+                "indexed": bool(ss.meta), "verified": args.verify and bool(ss.meta)}
+        checked = (", every sha256 matches its index" if info["verified"] else
+                   ", sizes, headers and labels match its index (sha256 not checked: --no-verify)" if ss.meta else
+                   ", no index: headers and labels read, no sha256 to check")
         print(json.dumps(info, indent=2) if args.json else
               f"{args.data}: {info['train']} train + {info['test']} test samples of shape {tuple(info['x_shape'])} "
-              f"{info['x_dtype']}, {info['classes']} classes, {info['shards']} shard(s)"
-              + (", every sha256 matches its index" if args.verify else ""))
+              f"{info['x_dtype']}, {info['classes']} classes, {info['shards']} shard(s)" + checked)
         return 0
     if not 0.0 <= args.test_fraction < 1.0:
         raise UsageError(f"--test-fraction must be in [0, 1), got {args.test_fraction}")

@@ -14,10 +14,21 @@ A shard directory holds ``index.json``::
     shard = {"file": "train-00000.npz", "samples": 60000, "bytes": ..., "sha256": "...",
              "x_offset": ..., "y_offset": ...}
 
-``open_shards(spec)`` opens a directory with an index (sizes, headers and, unless told not to,
-every shard's sha256 are checked before training starts), or a directory, glob or list of
-``.npz`` shards without one (their headers are read; files named ``test*`` form the test split,
-else the last ``test_fraction`` of the samples). Every problem is one ``DataError`` line.
+The index is the commit point: ``ShardWriter`` first removes a directory's old index and the
+shard files a previous write left (``train-NNNNN.npz``, ``test-NNNNN.npz``, temp files), then
+writes the shards (each whole and on disk) and ``index.json`` last, in one atomic write. A
+directory without an index is therefore not a data set (an interrupted ``mariana data shard``
+leaves none) and is refused; shards without an index are opened only when named as a glob or a
+list.
+
+``open_shards(spec)`` opens a directory with an index, checked before training starts: every
+field of the index against the shard's own arrays (its size; the zip directory and ``.npy``
+headers of ``x`` and ``y``: samples, shapes, dtypes, where each array's data starts), unless told
+not to every shard's sha256, and every label (``y`` of every shard is read: 8 bytes a sample)
+against the number of classes, ``[0, classes)``. Or a glob or list of ``.npz`` (or ``.npy``)
+shards without an index (their headers are read; files named ``test*`` form the test split, else
+the last ``test_fraction`` of the samples; labels checked the same way). Every problem is one
+``DataError`` line naming the file and the field.
 
 Sources for ``mariana data shard``: an ``.npz`` (``x``, ``y`` and optionally ``x_test``,
 ``y_test``), a directory of IDX files (MNIST layout, gzipped or not) or of CIFAR-10 binary
@@ -32,6 +43,7 @@ import io
 import json
 import logging
 import posixpath
+import re
 import struct
 import zipfile
 from dataclasses import dataclass, field
@@ -41,8 +53,8 @@ import numpy as np
 
 from ..errors import StorageError, UsageError
 from ..storage import read_bytes
-from ..storage.shards import (digest, exists, expand_urls, file_size, is_dir, join_url, open_read, open_write,
-                              read_range)
+from ..storage.shards import (digest, exists, expand_urls, file_size, is_dir, join_url, list_names, open_read,
+                              open_write, read_range, remove)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +63,12 @@ __all__ = ["DataError", "Shard", "Split", "ShardSet", "INDEX", "open_shards", "w
 
 INDEX = "index.json"
 FORMAT = "mariana-shards"
+VERSION = 1
+SPLITS = ("train", "test")
+#: what a ``ShardWriter`` writes into a directory (shards, and the temp files of a write cut
+#: short): a rewrite removes these, and nothing else of the directory's
+_WRITTEN = re.compile(r"^(?:(?:train|test)-\d{5}\.npz|\.(?:(?:train|test)-\d{5}\.npz|index\.json)\.[0-9a-f]+\.tmp)$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # zip local file header (30 bytes)
 
 
@@ -236,8 +254,12 @@ def open_shards(spec: str, verify: bool = True, test_fraction: float = 0.2, clas
         index_url = join_url(spec, INDEX) if "," not in spec and is_dir(spec) else None
         if spec.endswith("/" + INDEX) or spec == INDEX:
             index_url, spec = spec, posixpath.dirname(spec) or "."
-        if index_url is not None and exists(index_url):
-            return _open_indexed(spec, index_url, verify, classes)
+        if index_url is not None:
+            if exists(index_url):
+                return _open_indexed(spec, index_url, verify, classes)
+            raise DataError(f"data {spec}: no {INDEX}, so not a complete shard set (`mariana data shard` writes the "
+                            f"index last; an interrupted run leaves none): rerun it, or name the shards as a glob "
+                            f"({join_url(spec, '*.npz')}) to use them without an index")
         urls = expand_urls(spec)
     except StorageError as exc:
         raise DataError(f"data {spec}: {exc}") from None
@@ -263,20 +285,29 @@ def open_shards(spec: str, verify: bool = True, test_fraction: float = 0.2, clas
         test = Split(shards, test_segs, split.x_shape, split.x_dtype, split.y_dtype) if test_segs else None
     if test is not None and test.x_shape != train.x_shape:
         raise DataError(f"{spec}: test shards hold samples of shape {test.x_shape}, train shards {train.x_shape}")
-    return ShardSet(spec, train, test, classes or _classes_of(train, test), spec)
+    return ShardSet(spec, train, test, _checked_classes(train, test, classes, "config key 'classes'"), spec)
 
 
-def _classes_of(train: Split, test: Split | None) -> int:
-    """max label + 1 over every shard (labels are small: reads y only)."""
+def _checked_classes(train: Split, test: Split | None, classes: int, said: str) -> int:
+    """The number of classes (``classes``, else max label + 1), every label of every shard checked
+    to be in ``[0, classes)`` (reads ``y`` only: 8 bytes a sample); the first label out of range,
+    in storage order, is named. ``said``: where ``classes`` came from, for the message."""
     top = -1
     for split in (train, test):
         for i, lo, hi in split.segments if split else ():
             y = _labels(split, i, lo, hi)
-            if y.size:
-                if y.min() < 0:
-                    raise DataError(f"shard {split.shards[i].url}: labels must be >= 0, found {y.min()}")
-                top = max(top, int(y.max()))
-    return top + 1
+            if not y.size:
+                continue
+            url = split.shards[i].url
+            neg = np.flatnonzero(y < 0)
+            if neg.size:
+                raise DataError(f"shard {url}: label {y[neg[0]]} at row {lo + neg[0]}: labels must be >= 0")
+            over = np.flatnonzero(y >= classes) if classes else neg
+            if over.size:
+                raise DataError(f"shard {url}: label {y[over[0]]} at row {lo + over[0]} is out of range for {classes} "
+                                f"classes ({said} {classes}: labels must be in [0, {classes}))")
+            top = max(top, int(y.max()))
+    return classes or top + 1
 
 
 def _labels(split: Split, i: int, lo: int, hi: int) -> np.ndarray:
@@ -293,6 +324,71 @@ def _labels(split: Split, i: int, lo: int, hi: int) -> np.ndarray:
     return np.frombuffer(buf, dtype=split.y_dtype).astype(np.int64)
 
 
+def _int_field(value: Any, where: str, name: str, nullable: bool = False) -> int | None:
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DataError(f"{where}: {name} must be an integer >= 0{' or null' if nullable else ''}, got {value!r}")
+    return value
+
+
+def _dtype_field(value: Any, where: str, name: str, kind: Any) -> str:
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if not isinstance(value, str) or dt is None or not np.issubdtype(dt, kind):
+        raise DataError(f"{where}: {name} must name a{'n integer' if kind is np.integer else ' numeric'} dtype, "
+                        f"got {value!r}")
+    return str(dt)
+
+
+def _index_entry(spec: str, index_url: str, split: str, k: int, e: Any, x_shape: tuple[int, ...],
+                 x_dtype: str, y_dtype: str) -> Shard:
+    """A shard as the index describes it (every field's type and range checked, nothing read)."""
+    where = f"{index_url}: {split} shard {k}"
+    if not isinstance(e, dict):
+        raise DataError(f"{where}: an entry is an object with file, samples, bytes, sha256, x_offset, y_offset")
+    file = e.get("file")
+    if (not isinstance(file, str) or not file or "://" in file or file.startswith("/")
+            or ".." in file.split("/") or "\\" in file):
+        raise DataError(f"{where}: file must be a file name in the shard directory, got {file!r}")
+    where = f"{index_url}: {split} shard {file}"
+    missing = [f for f in ("samples", "bytes") if f not in e]
+    if missing:
+        raise DataError(f"{where}: no {' or '.join(missing)}")
+    sha = e.get("sha256")
+    if sha is not None and (not isinstance(sha, str) or not _SHA256.match(sha)):
+        raise DataError(f"{where}: sha256 must be 64 lowercase hex digits or null, got {sha!r}")
+    shape = e.get("x_shape", list(x_shape))
+    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+        raise DataError(f"{where}: x_shape must be a list of positive integers, got {shape!r}")
+    return Shard(join_url(spec, file), _int_field(e["samples"], where, "samples"), _int_field(e["bytes"], where, "bytes"),
+                 sha, _int_field(e.get("x_offset"), where, "x_offset", True),
+                 _int_field(e.get("y_offset"), where, "y_offset", True), tuple(shape),
+                 _dtype_field(e.get("x_dtype", x_dtype), where, "x_dtype", np.number),
+                 _dtype_field(e.get("y_dtype", y_dtype), where, "y_dtype", np.integer))
+
+
+def _against_arrays(said: Shard, index_url: str, split: str, file: str) -> Shard:
+    """The shard as its own arrays describe it, after checking that every field the index gives
+    agrees (one line naming the file and the field)."""
+    got = _shard_of(said.url)
+    for name in ("samples", "x_offset", "y_offset", "x_shape", "x_dtype", "y_dtype"):
+        told, real = getattr(said, name), getattr(got, name)
+        if name == "y_offset" and got.record is not None:
+            continue  # a .npy shard's labels sit in its records: the index has no y_offset to give
+        if told != real:
+            raise DataError(f"{index_url}: {split} shard {file}: the index says {name} {_shown(told)}, the shard's "
+                            f"arrays say {_shown(real)}")
+    got.sha256 = said.sha256
+    return got
+
+
+def _shown(value: Any) -> str:
+    return "null (read whole)" if value is None else str(list(value) if isinstance(value, tuple) else value)
+
+
 def _open_indexed(spec: str, index_url: str, verify: bool, classes: int) -> ShardSet:
     try:
         index = json.loads(read_bytes(index_url))
@@ -301,30 +397,51 @@ def _open_indexed(spec: str, index_url: str, verify: bool, classes: int) -> Shar
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise DataError(f"{index_url}: not a mariana shard index (format {index.get('format')!r})"
                         if isinstance(index, dict) else f"{index_url}: not a mariana shard index")
-    try:
-        x_shape = tuple(int(d) for d in index["x_shape"])
-        splits: dict[str, Split] = {}
-        for name, entries in index["splits"].items():
-            shards = []
-            for e in entries:
-                url = join_url(spec, e["file"])
-                shards.append(Shard(url, int(e["samples"]), int(e["bytes"]), e.get("sha256"), e.get("x_offset"),
-                                    e.get("y_offset"), tuple(int(d) for d in e.get("x_shape", x_shape)),
-                                    str(e.get("x_dtype", index["x_dtype"])), str(e.get("y_dtype", index["y_dtype"]))))
-            if shards:
-                splits[name] = _split_of(shards, index_url)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{index_url}: malformed index ({type(exc).__name__}: {exc})") from None
+    if index.get("version") != VERSION:
+        raise DataError(f"{index_url}: index version {index.get('version')!r}; this mariana reads version {VERSION}")
+    missing = [f for f in ("x_shape", "x_dtype", "y_dtype", "splits") if f not in index]
+    if missing:
+        raise DataError(f"{index_url}: the index has no {', '.join(missing)}")
+    raw_shape = index["x_shape"]
+    if not isinstance(raw_shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in raw_shape):
+        raise DataError(f"{index_url}: x_shape must be a list of positive integers, got {raw_shape!r}")
+    x_shape = tuple(raw_shape)
+    x_dtype = _dtype_field(index["x_dtype"], index_url, "x_dtype", np.number)
+    y_dtype = _dtype_field(index["y_dtype"], index_url, "y_dtype", np.integer)
+    said_classes = _int_field(index.get("classes", 0), index_url, "classes")
+    if not isinstance(index["splits"], dict) or any(not isinstance(v, list) for v in index["splits"].values()):
+        raise DataError(f"{index_url}: splits must map split names to lists of shards")
+    unknown = sorted(set(index["splits"]) - set(SPLITS))
+    if unknown:
+        raise DataError(f"{index_url}: unknown split(s) {', '.join(map(repr, unknown))}; an index holds "
+                        f"{' and '.join(SPLITS)}")
+    seen: dict[str, str] = {}
+    splits: dict[str, Split] = {}
+    for name, entries in index["splits"].items():
+        shards = []
+        for k, e in enumerate(entries):
+            said = _index_entry(spec, index_url, name, k, e, x_shape, x_dtype, y_dtype)
+            file = e["file"]
+            if file in seen:
+                raise DataError(f"{index_url}: {name} shard {file} is listed twice (also in {seen[file]}): every "
+                                f"sample would be trained on twice")
+            seen[file] = name
+            if said.x_shape != x_shape or said.x_dtype != x_dtype:
+                raise DataError(f"{index_url}: {name} shard {file}: x {list(said.x_shape)} {said.x_dtype}, the index "
+                                f"says {list(x_shape)} {x_dtype} for every shard")
+            check_shard(said, False)  # there, and of the indexed size, before its headers are read
+            shards.append(_against_arrays(said, index_url, name, file))
+        if shards:
+            splits[name] = _split_of(shards, index_url)
     if "train" not in splits:
         raise DataError(f"{index_url}: the index has no train shards")
-    for split in splits.values():
-        if split.x_shape != x_shape or str(split.x_dtype) != index["x_dtype"]:
-            raise DataError(f"{index_url}: shards hold x of shape {split.x_shape} {split.x_dtype}, the index says "
-                            f"{x_shape} {index['x_dtype']}")
-        for s in split.shards:
-            check_shard(s, verify)
-    return ShardSet(spec, splits["train"], splits.get("test"), classes or int(index.get("classes") or 0)
-                    or _classes_of(splits["train"], splits.get("test")), str(index.get("source", "")), index)
+    if verify:
+        for split in splits.values():
+            for s in split.shards:
+                check_shard(s, True)
+    whence = "config key 'classes'" if classes else f"{index_url} says classes"
+    n = _checked_classes(splits["train"], splits.get("test"), classes or said_classes, whence)
+    return ShardSet(spec, splits["train"], splits.get("test"), n, str(index.get("source", "")), index)
 
 
 def check_shard(s: Shard, verify: bool) -> None:
@@ -360,17 +477,37 @@ def _shard_bytes(x: np.ndarray, y: np.ndarray) -> tuple[bytes, int, int]:
 
 class ShardWriter:
     """Writes shards of about ``shard_mb`` MB as batches of samples come in (a source larger than
-    memory streams through it), then ``index.json`` last: a reader never sees a partial set."""
+    memory streams through it), then ``index.json`` last: a reader never sees a partial set.
+
+    The index is the commit point. Before anything is written the directory's old index is
+    removed (from then on it is no data set until ``close``), and with it what an earlier write
+    left there (its shards, temp files of a write cut short); other files are left alone. Each
+    shard is written whole and synced before the next, the index last, atomically."""
 
     def __init__(self, to: str, shard_mb: float = 64.0, source: str = "", shuffle_seed: int | None = None) -> None:
         if shard_mb <= 0:
             raise UsageError(f"--shard-mb must be > 0, got {shard_mb}")
         self.to, self.shard_mb = to, shard_mb
+        self._clear()
         self.index: dict[str, Any] = {"format": FORMAT, "version": 1, "source": source, "shuffle_seed": shuffle_seed,
                                       "y_dtype": "int64", "splits": {}}
         self.like: np.ndarray | None = None
         self.pending: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self.top = -1
+
+    def _clear(self) -> None:
+        """Uncommit the directory (its index first), then remove an earlier write's shards."""
+        try:
+            names = list_names(self.to)
+            if INDEX in names:
+                remove(join_url(self.to, INDEX))
+            stale = [n for n in names if _WRITTEN.match(n)]
+            for name in stale:
+                remove(join_url(self.to, name))
+        except StorageError as exc:
+            raise DataError(f"--to {self.to}: {exc}") from None
+        if stale:
+            log.info("%s: removed %d file(s) an earlier write left", self.to, len(stale))
 
     def add(self, split: str, x: np.ndarray, y: np.ndarray) -> None:
         """Append samples to ``split``; full shards are written at once."""
@@ -401,7 +538,7 @@ class ShardWriter:
         entries = self.index["splits"][split]
         blob, xo, yo = _shard_bytes(xs[:n], ys[:n])
         file = f"{split}-{len(entries):05d}.npz"
-        with open_write(join_url(self.to, file)) as f:
+        with open_write(join_url(self.to, file), fsync=True) as f:
             f.write(blob)
         entries.append({"file": file, "samples": int(min(n, len(ys))), "bytes": len(blob),
                         "sha256": hashlib.sha256(blob).hexdigest(), "x_offset": xo, "y_offset": yo})
@@ -411,8 +548,10 @@ class ShardWriter:
             left = sum(len(b[1]) for b in pend)
             if left or not self.index["splits"][split]:
                 self._flush(split, left)
+        if classes and self.top >= classes:
+            raise DataError(f"label {self.top} is out of range for {classes} classes (labels must be in [0, {classes}))")
         self.index["classes"] = int(classes or self.top + 1)
-        with open_write(join_url(self.to, INDEX)) as f:
+        with open_write(join_url(self.to, INDEX), fsync=True) as f:  # the commit
             f.write((json.dumps(self.index, indent=1) + "\n").encode())
         return self.index
 

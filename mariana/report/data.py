@@ -247,6 +247,7 @@ def collect(run: str) -> dict[str, Any]:
     checkpoints = _checkpoints(run_dir)
     ck_events = [e for e in events if e.get("event") == "checkpoint"]
 
+    marks = sorted({ln["checkpoint"] for ln in lines if isinstance(ln.get("checkpoint"), int)})
     last = lines[-1] if lines else {}
     counters = {
         "supersteps": len(lines),
@@ -257,7 +258,10 @@ def collect(run: str) -> dict[str, Any]:
                        + [(tsum or {}).get("dropped", {}).get("total", 0)]),
         "active": last.get("active"),
         "restarts": max(len(restarts), max([ln["restarts"] for ln in lines if _finite(ln.get("restarts"))] or [0])),
-        "checkpoints": len(checkpoints),
+        "checkpoints": len(checkpoints),  # kept: the ones in checkpoints/, the plots' markers
+        # committed ones: those the metrics lines name (the last one, committed after the last line,
+        # is only in checkpoints/), the deleted ones included
+        "checkpoints_taken": len(set(marks) | {c["superstep"] for c in checkpoints if c["valid"]}),
         "checkpoints_failed": sum(1 for e in ck_events if not e.get("ok", True)),
         "nan_flags": len(flags) + len(nan_metrics),
         "hangs": len(hangs),
@@ -277,8 +281,7 @@ def collect(run: str) -> dict[str, Any]:
         "stragglers": (tsum or {}).get("stragglers", []) if len(trace.workers if trace else {}) > 1 else [],
         "lags": lags if len(trace.workers if trace else {}) > 1 else [],
         "memory": _memory(trace),
-        "checkpoints": checkpoints, "checkpoint_marks": sorted({ln["checkpoint"] for ln in lines
-                                                                if isinstance(ln.get("checkpoint"), int)}),
+        "checkpoints": checkpoints, "checkpoint_marks": marks,
         "restarts": restarts, "hangs": hangs, "flags": flags[:200], "flags_total": len(flags),
         "nan_metrics": nan_metrics[:200],
         "trace": {"supersteps": (tsum or {}).get("supersteps", 0), "phases": (tsum or {}).get("phases", {}),

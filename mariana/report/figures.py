@@ -41,36 +41,70 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
+#: The legend: one row (or more) under the x axis title, left-aligned. Above the plot, beside the
+#: title, a legend of long names (the memory plot's) wraps into the title and over it.
+LEGEND = {"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yref": "container", "yanchor": "bottom"}
+
+
 def _base_layout(title: str, xtitle: str, ytitle: str, **extra: Any) -> dict[str, Any]:
     # the title sits left, clear of the plot toolbar (top right)
     layout = {"title": {"text": title, "x": 0.01, "xanchor": "left"},
-              "xaxis": {"title": {"text": xtitle}}, "yaxis": {"title": {"text": ytitle}},
+              "xaxis": {"title": {"text": xtitle}, "automargin": True}, "yaxis": {"title": {"text": ytitle}},
               "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "height": 340, "template": "plotly_white",
-              "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"}}
+              "legend": dict(LEGEND)}
     layout.update(extra)
     return layout
 
 
+#: Marks closer than this fraction of the superstep axis share one label (their lines are all drawn).
+LABEL_GAP = 0.04
+
+
 def _marks(snap: dict[str, Any]) -> tuple[list[dict], list[dict]]:
-    """Vertical lines (shapes) and their labels for checkpoints, restarts and NaN flags."""
+    """Vertical lines (shapes) and their labels for checkpoints, restarts and NaN flags.
+
+    The checkpoint lines are the checkpoints the run directory holds (``snap["checkpoints"]``, as
+    many as the Checkpoints table and the "checkpoints kept" card), not every one the job
+    committed: older ones are deleted (``keep_checkpoints``) and cannot be resumed from."""
     shapes: list[dict] = []
     notes: list[dict] = []
+    span = max([snap.get("superstep") or 0] + [c.get("superstep") or 0 for c in snap.get("checkpoints") or []]) or 1
 
-    def vline(x: Any, color: str, dash: str, text: str) -> None:
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+    def vline(x: Any, color: str, dash: str, text: str, name: str) -> None:
+        shapes.append({"type": "line", "name": name, "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
                        "line": {"color": color, "width": 1, "dash": dash}})
         notes.append({"x": x, "xref": "x", "yref": "paper", "y": 1, "yanchor": "bottom", "text": text,
                       "showarrow": False, "font": {"size": 9, "color": color}})
 
-    for ss in snap.get("checkpoint_marks") or []:
-        vline(ss, "#54a24b", "dot", "ckpt")
+    def label_groups(marks: list[dict], text: str) -> None:
+        """One label per run of marks closer together than LABEL_GAP of the axis, on its newest."""
+        group: list[dict] = []
+        for m in marks + [{}]:
+            if group and (not m or m["x"] - group[-1]["x"] > LABEL_GAP * span):
+                n = len(group)
+                notes.append({"x": group[-1]["x"], "xref": "x", "yref": "paper", "y": 1, "yanchor": "bottom",
+                              "text": text if n == 1 else f"{n} {text}s", "showarrow": False,
+                              "font": {"size": 9, "color": group[-1]["color"]}})
+                group = []
+            if m:
+                group.append(m)
+
+    kept = sorted((c for c in snap.get("checkpoints") or [] if isinstance(c.get("superstep"), int)),
+                  key=lambda c: c["superstep"])
+    for c in kept:
+        color = "#54a24b" if c.get("valid") else "#f58518"
+        shapes.append({"type": "line", "name": f"checkpoint {c['superstep']}", "xref": "x", "yref": "paper",
+                       "x0": c["superstep"], "x1": c["superstep"], "y0": 0, "y1": 1,
+                       "line": {"color": color, "width": 1, "dash": "dot" if c.get("valid") else "dash"}})
+    label_groups([{"x": c["superstep"], "color": "#54a24b"} for c in kept if c.get("valid")], "ckpt")
+    label_groups([{"x": c["superstep"], "color": "#f58518"} for c in kept if not c.get("valid")], "bad ckpt")
     for e in snap.get("restarts") or []:
         if isinstance(e.get("superstep"), int):
-            vline(e["superstep"], "#d62728", "dash", f"restart {e.get('restart', '')}".strip())
+            vline(e["superstep"], "#d62728", "dash", f"restart {e.get('restart', '')}".strip(), "restart")
     first_nan = sorted({f["superstep"] for f in (snap.get("flags") or []) + (snap.get("nan_metrics") or [])
                         if isinstance(f.get("superstep"), int)})
     for ss in first_nan[:20]:
-        vline(ss, "#9467bd", "solid", "NaN")
+        vline(ss, "#9467bd", "solid", "NaN", "nan")
     return shapes, notes
 
 
@@ -175,7 +209,6 @@ def figures(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out["fig-timeline"] = _fig(go, traces, _base_layout(
             title, "seconds since the first superstep" + (" of this session" if resumed is not None else ""), "",
             barmode="overlay", bargap=0.3,
-            legend={"orientation": "h", "x": 0, "y": -0.35, "yanchor": "top"},
             height=max(240, 90 + 60 * len(workers)),
             yaxis={"categoryorder": "array", "categoryarray": [f"worker {k}" for k in reversed(workers)]}))
 

@@ -38,9 +38,12 @@ def test_report_is_one_self_contained_file_with_the_runs_curves(dnn_run: Path, t
     assert acc["y"] == [m["test_accuracy"] for m in metrics(dnn_run) if "test_accuracy" in m]
     phases = [t["name"] for t in figs["fig-timeline"]["data"]]
     assert phases == ["compute", "exchange", "wait", "barrier"]
-    # checkpoints are marked on the loss curve
-    marks = [s["x0"] for s in figs["fig-loss"]["layout"]["shapes"]]
-    assert marks == data["snapshot"]["checkpoint_marks"] and marks
+    # the checkpoints the run directory holds are marked on the loss curve (not the deleted ones)
+    marks = [s["x0"] for s in figs["fig-loss"]["layout"]["shapes"] if s["name"].startswith("checkpoint")]
+    kept = sorted(c["superstep"] for c in data["snapshot"]["checkpoints"])
+    assert marks == kept and marks
+    taken = set(data["snapshot"]["checkpoint_marks"]) | set(kept)
+    assert data["snapshot"]["counters"]["checkpoints_taken"] == len(taken)
     assert data["snapshot"]["job"]["config"]["epochs"] == 2
 
 

@@ -28,6 +28,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from ..errors import UsageError
 from ..comm import is_loopback
@@ -124,7 +125,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, json.dumps(live.state(), allow_nan=False).encode(), "application/json")
             elif path == "/api/run":
                 live.maybe_refresh()
-                self._send(200, live.document(), "application/json")
+                have = parse_qs(urlsplit(self.path).query).get("have", [""])[0]
+                self._send(200, live.document(int(have) if have.isdigit() else None), "application/json")
             elif path == "/static/plotly.min.js":
                 js = live.plotly_js()
                 if js is None:
@@ -176,9 +178,11 @@ class LiveServer:
         self.refresh_s = refresh_s
         self.idle_timeout_s = idle_timeout_s
         self.url = ""
-        self.page = render_page("mariana job", plotly_src="/static/plotly.min.js", api="/api/run").encode()
+        self.page = render_page("mariana job", plotly_src="/static/plotly.min.js", api="/api/run",
+                                state_api="/api/state").encode()
         self._lock = threading.Lock()
         self._doc = json.dumps({"snapshot": {"run": run, "status": "starting", "live": True}, "figures": {}}).encode()
+        self._seq = 0  # which refresh self._doc is (a page that has it is sent only the live keys)
         self._snap: dict[str, Any] = {"run": run, "status": "starting"}
         self._line: dict[str, Any] = {}
         self._line_workers: list[dict[str, Any]] = []  # the newest line's per-worker counts
@@ -295,11 +299,22 @@ class LiveServer:
             self._snap = snap
             doc = {"snapshot": self._overlay(dict(snap)), "figures": figs}
             self._doc = json.dumps(doc, allow_nan=False).encode()
+            self._seq += 1
 
     def _overlay(self, snap: dict[str, Any]) -> dict[str, Any]:
         """What the job said since the run directory was read (caller holds the lock)."""
         snap["live"] = True
         snap["collected"] = time.time()
+        ss = self._line.get("superstep")
+        read = snap.get("superstep") if isinstance(snap.get("superstep"), int) else -1
+        if isinstance(ss, int) and ss >= read and self._line_workers:
+            # every worker in the newest line passed that superstep's barrier: the workers table
+            # shows it, not the superstep of the run directory read up to a few seconds ago
+            known = {w["worker"]: dict(w) for w in snap.get("workers") or []}
+            for w in self._line_workers:
+                row = known.setdefault(w["worker"], {"worker": w["worker"], "host": None, "pid": None})
+                row.update(superstep=ss, computed=w.get("computed"), active=w.get("active"))
+            snap["workers"] = [known[k] for k in sorted(known)]
         if self._master is not None:
             try:
                 view = master_view(self._master)
@@ -319,13 +334,6 @@ class LiveServer:
         ss = self._line.get("superstep")
         if isinstance(ss, int) and ss > (snap.get("superstep") if isinstance(snap.get("superstep"), int) else -1):
             snap["superstep"] = ss
-            # every worker in the newest line passed its barrier: the workers table shows that
-            # superstep too, not the one of the run directory read up to a few seconds ago
-            known = {w["worker"]: dict(w) for w in snap.get("workers") or []}
-            for w in self._line_workers:
-                row = known.setdefault(w["worker"], {"worker": w["worker"], "host": None, "pid": None})
-                row.update(superstep=ss, computed=w.get("computed"), active=w.get("active"))
-            snap["workers"] = [known[k] for k in sorted(known)]
         if self._status is not None:
             snap["status"], error = self._status
             if error:
@@ -353,14 +361,18 @@ class LiveServer:
     #: The snapshot keys that what the job said since the run directory was read may change.
     LIVE_KEYS = ("status", "phase", "superstep", "workers", "workers_expected", "error", "live", "collected")
 
-    def document(self) -> bytes:
+    def document(self, have: int | None = None) -> bytes:
         """The JSON of ``/api/run``: the snapshot and its figures as built at the last refresh (not
-        encoded again per request), and under ``live`` the keys the job changed since (the page
-        lays them over the snapshot)."""
+        encoded again per request), its number ``seq``, and under ``live`` the keys the job changed
+        since (the page lays them over the snapshot). A page that has refresh ``have`` already
+        gets ``{"live", "seq", "same": true}`` only: a megabyte less to read and draw each second."""
         with self._lock:
             snap = self._overlay(dict(self._snap))
             live = {k: snap.get(k) for k in self.LIVE_KEYS}
-            return b'{"live":' + json.dumps(json_safe(live), allow_nan=False).encode() + b"," + self._doc[1:]
+            head = b'{"live":' + json.dumps(json_safe(live), allow_nan=False).encode() + b',"seq":%d' % self._seq
+            if have == self._seq:
+                return head + b',"same":true}'
+            return head + b"," + self._doc[1:]
 
     def plotly_js(self) -> bytes | None:
         if not self._js_loaded:

@@ -3,7 +3,8 @@
 The page is static HTML plus a small script that renders a snapshot (``data.collect``) and its
 figures (``figures.figures``): tables with the DOM's ``textContent`` (never ``innerHTML``, so
 nothing in a run's config can inject markup) and plots with ``Plotly.react``. The report embeds
-one snapshot; the live page fetches ``/api/run`` every second and renders it again.
+one snapshot; the live page fetches ``/api/run`` every second (only its live part when the
+snapshot is unchanged) and ``/api/state`` five times a second, and renders what is newer.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ def json_for_script(obj: Any) -> str:
 
 
 def render_page(title: str, *, plotly_js: str | None = None, plotly_src: str | None = None,
-                embedded: dict[str, Any] | None = None, api: str | None = None, interval_ms: int = 1000) -> str:
+                embedded: dict[str, Any] | None = None, api: str | None = None, interval_ms: int = 1000,
+                state_api: str | None = None, state_interval_ms: int = 200) -> str:
     """The page: plotly.js inline (``plotly_js``, for a self-contained report) or by URL
-    (``plotly_src``, for the live page); data embedded (``embedded``) or polled from ``api``."""
+    (``plotly_src``, for the live page); data embedded (``embedded``) or polled from ``api``
+    every ``interval_ms``, and the small state (status, superstep, workers) from ``state_api``
+    every ``state_interval_ms``, so that the superstep shown keeps up with a fast job."""
     if plotly_js is not None:
         lib = "<script>" + plotly_js.replace("</script", "<\\/script") + "</script>"
     elif plotly_src is not None:
@@ -49,6 +53,9 @@ def render_page(title: str, *, plotly_js: str | None = None, plotly_src: str | N
     if embedded is not None:
         data = f'<script type="application/json" id="run-data">{json_for_script(embedded)}</script>'
     attrs = f' data-api="{html.escape(api)}" data-interval="{int(interval_ms)}"' if api else ""
+    if api and state_api:
+        attrs += f' data-state-api="{html.escape(state_api)}" data-state-interval="{int(state_interval_ms)}"'
+
     css, script = _assets()
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

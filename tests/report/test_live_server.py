@@ -121,3 +121,28 @@ def test_idle_connections_are_closed_and_the_server_goes_on(served: LiveServer):
         partial.sendall(b"GET /api/st")
         assert closed_within(partial, 10)
     assert get_json(served.url + "api/state")["status"] == "finished"
+
+
+@pytest.mark.timeout(60)
+def test_the_newest_line_sets_the_superstep_and_the_workers_table(served: LiveServer):
+    read = get_json(served.url + "api/state")["superstep"]  # the run directory's newest
+    served.on_superstep({"superstep": read + 5, "loss": 0.5,
+                         "workers": [{"worker": 0, "computed": 3, "active": 1}]})
+    state = get_json(served.url + "api/state")
+    assert state["superstep"] == read + 5
+    assert [(w["worker"], w["superstep"], w["computed"], w["active"]) for w in state["workers"]] == [(0, read + 5, 3, 1)]
+    assert state["workers"][0]["host"]  # what the run directory says of the worker stays
+    doc = get_json(served.url + "api/run")
+    assert doc["live"]["superstep"] == read + 5 and doc["live"]["workers"] == state["workers"]
+
+
+@pytest.mark.timeout(60)
+def test_a_page_that_has_the_snapshot_gets_only_the_live_keys(served: LiveServer):
+    doc = get_json(served.url + "api/run")
+    assert doc["snapshot"]["status"] == "finished" and "fig-loss" in doc["figures"]
+    status, body, _ = get(served.url + f"api/run?have={doc['seq']}")
+    same = strict_json(body)
+    assert status == 200 and same["same"] is True and same["seq"] == doc["seq"] and "snapshot" not in same
+    assert same["live"]["superstep"] == doc["live"]["superstep"] and len(body) < 2000
+    for other in (doc["seq"] + 1, "x"):  # another refresh, or nonsense: the whole document
+        assert "snapshot" in get_json(served.url + f"api/run?have={other}")

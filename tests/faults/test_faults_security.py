@@ -8,6 +8,7 @@ import os
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 import zmq
 
@@ -58,3 +59,37 @@ def test_a_local_process_cannot_take_a_worker_slot(tmp_path):
         rogue.close()
     assert result.supersteps == LOAD_STEPS + 6  # loading, then 5 updates and the last superstep
     assert replies and replies[0]["kind"] == Kind.REFUSE and "job token" in replies[0]["reason"]
+
+
+def test_a_header_of_sixty_million_empty_lists_is_dropped_on_both_ports():
+    """Issue 51: one 60 MB header of 60 million empty lists (4 GB of objects once built), sent by
+    any local process to the master's port and to a worker's data port mid-run, is refused
+    before it is built and counted; the job goes on to the right result."""
+    n = 60_000_000
+    bomb = (b"\x83\xa1v\x01\xa4kind" + bytes([int(Kind.BATCH)]) + b"\xa4msgs\xdd" + n.to_bytes(4, "big")
+            + b"\x90" * n)
+    state: dict[str, Any] = {}
+
+    def bomb_at_3(line: dict[str, Any]) -> None:
+        if line["superstep"] != LOAD_STEPS + 2:
+            return
+        master = state["master"]
+        with zmq.Context() as ctx:
+            for endpoint in (master.endpoint, master.by_index[1].data):
+                s = ctx.socket(zmq.DEALER)
+                s.linger = 5000  # deliver it before closing
+                s.connect(endpoint)
+                s.send(bomb, copy=False)
+                s.close()
+
+    sets = ["iterations=12", "tol=0"]
+    reference = run_job("pagerank", sets=sets, workers=2, runtime="local")
+    t0 = time.monotonic()
+    res = run_job("pagerank", sets=sets, workers=2, runtime="cluster", on_superstep=bomb_at_3,
+                  on_start=lambda m, p: state.update(master=m))
+    assert res.supersteps == reference.supersteps and res.values.keys() == reference.values.keys()
+    for key, block in reference.values.items():
+        assert res.values[key]["ids"] == block["ids"]
+        assert np.array_equal(res.values[key]["values"], block["values"])  # bit-identical (contract 9)
+    assert state["master"].dropped.get("structure") == 2, state["master"].dropped  # one on each port
+    assert time.monotonic() - t0 < 60

@@ -5,7 +5,9 @@ keypair and an empty allow-list ``DIR/allowed/``; ``mariana keys add DIR NAME`` 
 keypair and allows its public key. The master's sockets are CURVE servers that accept only
 allow-listed client keys (a CURVE server without an authenticator would accept any key); every
 worker's data socket is a CURVE server that accepts only the job's other workers, whose public
-keys the master hands out in WELCOME. Secret key files must not be readable by others.
+keys the master hands out in WELCOME. Secret key files must not be readable by others, and (as
+ssh requires of ``~/.ssh``) the key directory, its ``allowed/`` and the public keys in it must not
+be writable by others: whoever can write there can let any key in.
 """
 
 from __future__ import annotations
@@ -44,15 +46,40 @@ def _check_private(path: Path) -> None:
                          f"run chmod 600 {path}")
 
 
+def _check_not_writable(path: Path, what: str) -> None:
+    """Refuse ``path`` when its group or others may write it (they could plant a key)."""
+    mode = path.stat().st_mode
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UsageError(f"{what} {path} is writable by others (mode {stat.S_IMODE(mode):04o}), so anyone could "
+                         f"add a key to it: run chmod go-w {path}")
+
+
+def _load_allowed(keys_dir: str) -> set[bytes]:
+    """The public keys of ``DIR/allowed/*.key``, refused if the directories or a key file there
+    are group- or world-writable."""
+    d = Path(keys_dir)
+    allowed = d / "allowed"
+    _check_not_writable(d, "key directory")
+    if allowed.is_dir():
+        _check_not_writable(allowed, "allow-list directory")
+        for f in sorted(allowed.glob("*.key")):  # (what zmq.auth.load_certificates reads)
+            _check_not_writable(f, "allowed public key file")
+    return set(zmq.auth.load_certificates(str(allowed)))
+
+
 def init_keys(directory: str) -> Path:
     """``DIR/master.key``, ``DIR/master.key_secret`` (mode 0600) and an empty ``DIR/allowed/``."""
     require_curve()
     d = Path(directory)
     if (d / "master.key_secret").exists():
         raise UsageError(f"{d} already holds a master key; refusing to overwrite it")
-    (d / "allowed").mkdir(parents=True, exist_ok=True)
-    _, secret = zmq.auth.create_certificates(str(d), "master")
+    d.mkdir(mode=0o755, parents=True, exist_ok=True)
+    (d / "allowed").mkdir(mode=0o755, exist_ok=True)
+    _check_not_writable(d, "key directory")
+    _check_not_writable(d / "allowed", "allow-list directory")
+    public, secret = zmq.auth.create_certificates(str(d), "master")
     os.chmod(secret, 0o600)
+    os.chmod(public, 0o644)  # (written under the umask: not group-writable whatever it is)
     return Path(secret)
 
 
@@ -66,8 +93,11 @@ def add_key(directory: str, name: str) -> Path:
         raise UsageError(f"bad key name {name!r}")
     if (d / f"{name}.key_secret").exists():
         raise UsageError(f"{d / name}.key_secret already exists")
+    _check_not_writable(d, "key directory")
+    _check_not_writable(d / "allowed", "allow-list directory")
     public, secret = zmq.auth.create_certificates(str(d), name)
     os.chmod(secret, 0o600)
+    os.chmod(public, 0o644)
     os.replace(public, d / "allowed" / f"{name}.key")
     return Path(secret)
 
@@ -137,7 +167,7 @@ class Security:
     def for_master(cls, keys_dir: str) -> "Security":
         require_curve()
         public, secret = load_keypair(str(Path(keys_dir) / "master.key_secret"))
-        allowed = set(zmq.auth.load_certificates(str(Path(keys_dir) / "allowed")))
+        allowed = _load_allowed(keys_dir)
         if not allowed:
             log.warning("the allow-list %s/allowed is empty: no worker can join (mariana keys add %s NAME)",
                         keys_dir, keys_dir)

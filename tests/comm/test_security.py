@@ -12,7 +12,7 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from mariana.comm.security import load_keypair
+from mariana.comm.security import Security, add_key, init_keys, load_keypair
 from mariana.cli import main
 from mariana.jobs.launch import run_job
 from test_cluster import GRAPH, _fuzz_messages
@@ -41,6 +41,43 @@ def test_a_secret_key_readable_by_others_is_refused(tmp_path, capsys):
                  "--key", str(keys / "w0.key_secret")])
     err = capsys.readouterr().err
     assert code == 2 and "readable by others (mode 0644)" in err and "chmod 600" in err
+
+
+@pytest.mark.parametrize("where, mode", [("", 0o777), ("allowed", 0o777), ("allowed", 0o775),
+                                         ("allowed/w0.key", 0o666), ("allowed/w0.key", 0o664)])
+def test_a_key_directory_or_allow_list_writable_by_others_is_refused(tmp_path, capsys, where, mode):
+    """As ssh refuses a group- or world-writable ~/.ssh: anyone who can write there can plant a key."""
+    keys = tmp_path / "keys"
+    main(["keys", "init", str(keys)])
+    main(["keys", "add", str(keys), "w0"])
+    path = keys / where if where else keys
+    os.chmod(path, mode)
+    code = main(["master", "wcc", "--keys", str(keys), "--bind", "tcp://127.0.0.1:0", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    line = [x for x in err.splitlines() if "writable by others" in x]
+    assert len(line) == 1 and f"{path} is writable by others (mode {mode:04o})" in line[0]
+    assert f"chmod go-w {path}" in line[0]
+
+
+def test_keys_add_refuses_a_world_writable_allow_list(tmp_path, capsys):
+    keys = tmp_path / "keys"
+    main(["keys", "init", str(keys)])
+    os.chmod(keys / "allowed", 0o777)
+    assert main(["keys", "add", str(keys), "w0"]) == 2
+    assert f"chmod go-w {keys / 'allowed'}" in capsys.readouterr().err
+    assert not (keys / "w0.key_secret").exists()
+
+
+def test_keys_made_under_a_group_writable_umask_are_accepted(tmp_path):
+    old = os.umask(0o002)
+    try:
+        secret = init_keys(str(tmp_path / "keys"))
+        add_key(str(tmp_path / "keys"), "w0")
+    finally:
+        os.umask(old)
+    security = Security.for_master(str(secret.parent))
+    assert len(security.allowed.keys) == 1
 
 
 def test_an_off_loopback_master_without_keys_is_refused(capsys):

@@ -323,10 +323,11 @@ class Lease:
                         self.token + 1)
             self.token, self.record, self._confirmed = self.token + 1, mine, begin_m
             return
-        self._lose(self._read(self.token + 1) or {})
+        self._lose(self._read(self.token + 1) or {"token": self.token + 1})
 
     def _lose(self, taken: dict[str, Any]) -> None:
-        self._lost = f"lease {taken.get('token', '?')} was taken by {holder_line(taken)}"
+        by = f" by {holder_line(taken)}" if "pid" in taken else ""
+        self._lost = f"lease {taken.get('token', '?')} was taken{by}"
         log.error("%s", self._lost_line())
         raise LeaseLost(self._lost_line())
 
@@ -397,11 +398,14 @@ class Lease:
                 if self.local:
                     with open(path, "rb") as f:
                         return f.read()
+                # s3fs answers a read from a cached listing of the folder ("not found") when it has one
+                self.run_dir.fs.invalidate_cache(self.folder)
                 return self.run_dir.fs.cat_file(path)
             except FileNotFoundError:
                 return None
         data = self._retry("reading", cat)
         if data is None:
+            log.debug("%s: no lease %d", self.run_dir.url, n)
             return None
         try:
             rec = json.loads(data)

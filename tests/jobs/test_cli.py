@@ -492,6 +492,29 @@ def test_job_json_records_the_chosen_placement_strategy(capsys, tmp_path, graph,
     assert info["placement"]["strategy"] == placement, info["placement"]
 
 
+@pytest.mark.parametrize("second", [["wcc"], ["pagerank"], ["wcc", "--set", "mode=vertex"]])
+def test_a_run_dir_that_holds_a_run_is_refused_unless_resumed(capsys, tmp_path, graph, second):
+    """Issue 52: a fresh run on a --run-dir that holds another run (the same job too) would mix
+    the two runs' records; it is refused with one line saying what to do, and writes nothing."""
+    run_dir = tmp_path / "rd"
+    rc, out, err = run_main(capsys, "run", "wcc", "--set", f"graph={graph}", "--run-dir", str(run_dir))
+    assert rc == 0, err
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    rc, out, err = run_main(capsys, "run", *second, "--set", f"graph={graph}", "--run-dir", str(run_dir))
+    assert_usage_error(rc, out, err, f"{run_dir} holds another run (job wcc, finished, started ", "--resume")
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def test_a_run_dir_that_holds_a_run_is_refused_through_run_job(tmp_path, graph):
+    from mariana.errors import UsageError
+    from mariana.jobs.launch import run_job
+
+    url = str(tmp_path / "rd")
+    run_job("wcc", sets=[f"graph={graph}"], run_dir=url)
+    with pytest.raises(UsageError, match="holds another run"):
+        run_job("wcc", sets=[f"graph={graph}"], run_dir=url)
+
+
 def test_run_dir_memory_url(capsys, graph):
     url = memory_run_dir()
     rc, out, err = run_main(capsys, "run", "sssp", "--set", f"graph={graph}", "--set", "source=9",

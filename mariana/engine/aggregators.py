@@ -127,8 +127,19 @@ def _mean_result(acc: list) -> Any:
 
 
 def _wmean_add(acc: list, value: Any) -> list:
-    total, weight = value
-    return [acc[0] + total, acc[1] + weight]
+    """``(value, weight)``: the accumulator is (sum of value * weight, sum of weight)."""
+    v, weight = value
+    return [acc[0] + v * weight, acc[1] + weight]
+
+
+def _ratio_add(acc: list, value: Any) -> list:
+    """``(numerator, denominator)``: both summed as they are (exact for counts)."""
+    num, den = value
+    return [acc[0] + num, acc[1] + den]
+
+
+def _pair_merge(a: list, b: list) -> list:
+    return [a[0] + b[0], a[1] + b[1]]
 
 
 AGGREGATORS: dict[str, Aggregator] = {
@@ -138,8 +149,11 @@ AGGREGATORS: dict[str, Aggregator] = {
     "count": Aggregator("count", lambda: 0, lambda a, v: a + 1, lambda a, b: a + b),
     "mean": Aggregator("mean", lambda: [0, 0], _mean_add, lambda a, b: [a[0] + b[0], a[1] + b[1]], _mean_result),
     "fsum": Aggregator("fsum", list, _fsum_add, lambda a, b: _fold([*a, *b]), _fsum_result),
-    # weighted mean: aggregate (sum of values, weight) pairs, e.g. (loss * batch, batch)
-    "wmean": Aggregator("wmean", lambda: [0, 0], _wmean_add, lambda a, b: [a[0] + b[0], a[1] + b[1]], _mean_result),
+    # weighted mean of (value, weight) pairs: sum(value * weight) / sum(weight), e.g. (accuracy, batch)
+    "wmean": Aggregator("wmean", lambda: [0, 0], _wmean_add, _pair_merge, _mean_result),
+    # sum of numerators / sum of denominators of (numerator, denominator) pairs, e.g. (correct, batch),
+    # (loss * batch, batch): what the training jobs report, exact where the parts are counts
+    "ratio": Aggregator("ratio", lambda: [0, 0], _ratio_add, _pair_merge, _mean_result),
 }
 
 

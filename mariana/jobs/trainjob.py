@@ -190,9 +190,10 @@ def schedule(config: dict[str, Any], train_size: int, shares: int, what: str) ->
 
 
 def add_training_aggregators(graph: Graph) -> None:
-    """loss, test_loss, test_accuracy (weighted means) and epoch (max): every job's metrics keys."""
+    """loss, test_loss, test_accuracy and epoch (max): every job's metrics keys. The vertices
+    contribute sums and counts, ``(loss * n, n)`` and ``(correct, n)``: ``ratio`` pairs."""
     for name in ("loss", "test_loss", "test_accuracy"):
-        graph.add_aggregator(name, "wmean")
+        graph.add_aggregator(name, "ratio")
     graph.add_aggregator("epoch", "max")
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MarianaError, UsageError, VertexError
+from ..messages.payload import PayloadError, wire_value
 from . import tracing
 from .graph import Graph, MasterContext
 from .state import load_vertex_state, plain, vertex_state
@@ -118,6 +119,9 @@ class Partition:
             raise UnknownVertex(f"message to unknown vertex {dst!r}") from None
         except TypeError:
             raise UnknownVertex(f"message to a non-string vertex id {dst!r}") from None
+        t = type(payload)  # the one payload rule (messages/payload.py); a float or an int costs a test here
+        if t not in _PLAIN and not (t is int and _INT_MIN <= payload <= _INT_MAX):
+            payload = _payload(payload, "ctx.send to %r", dst)
         m = _new_message(Message, (src, dst, tag, payload))
         self._out[w].append(m)
         if self._sends is not None:
@@ -170,6 +174,8 @@ class Partition:
         if agg is None:
             known = ", ".join(sorted(self.aggregators)) or "none"
             raise MarianaError(f"unknown aggregator {name!r} (registered: {known})")
+        if type(value) not in _PLAIN:  # it travels to the master in DONE: the payload rule
+            value = _payload(value, "ctx.aggregate(%r)", name)
         acc = self._partials.get(name)
         self._partials[name] = agg.add(agg.identity() if acc is None else acc, value)
 
@@ -402,6 +408,21 @@ class Coordinator:
         record["workers"] = [{"worker": d.worker, "computed": d.computed, "messages_out": d.sent,
                               "active": d.active, "compute_s": round(d.compute_s, 6)} for d in dones]
         return record
+
+
+#: payload types that travel as they are (``wire_value`` decides the rest)
+_PLAIN = frozenset({float, bool, type(None), bytes})
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1  # msgpack's ints
+
+
+def _payload(value: Any, call: str, arg: str) -> Any:
+    """``value`` as the wire delivers it, on every runtime alike; a ``PayloadError`` names the
+    call (``call % arg``, formatted only then)."""
+    try:
+        return wire_value(value)
+    except PayloadError as exc:
+        exc.problem = f"{call % (arg,)}: {exc.problem}"
+        raise
 
 
 #: ``Message(src, dst, tag, payload)`` without the Python ``__new__`` a NamedTuple adds: a

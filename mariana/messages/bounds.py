@@ -8,8 +8,9 @@ containers included) before anything is built, with work bounded by the budgets,
 header's content:
 
 1. Every container starts with one of 36 byte values, so their count in the frame (a C-speed
-   ``bytes.translate``/``count``) bounds the containers from above. Most headers stop here:
-   a frame of at most ``max_items`` bytes holds at most that many values.
+   ``bytes.translate``/``count``) bounds the containers from above. (A frame no longer than
+   both budgets needs no count at all: it holds no more values than bytes; codec.decode skips
+   ``check`` for it.)
 2. Only when that bound exceeds ``max_containers``, or the frame is longer than ``max_items``,
    does an exact walk over the items run (a str's or an array reference's bytes are jumped over,
    runs of one-byte items are matched in C). It stops as soon as a budget is exceeded.

@@ -265,13 +265,18 @@ def _unpack(head: bytes | memoryview, limits: Limits, ext_hook: Any) -> Any:
     """``msgpack.unpackb`` of a header frame within ``limits``'s budgets: containers, values and
     depth are bounded before anything is built (``ProtocolError("structure", ...)``)."""
     kwargs = limits.unpack_kwargs
-    if len(head) <= limits.max_depth:  # (as many values and levels as bytes at most: nothing to count)
+    n = len(head)
+    if n <= limits.max_depth:  # (as many values and levels as bytes at most: nothing to count)
         return msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True, ext_hook=ext_hook, **kwargs)
-    if bounds.check(head, limits.max_containers, limits.max_items) <= limits.max_depth:
-        return msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True, ext_hook=ext_hook, **kwargs)
+    wrap = bounds.MSGPACK_STACK - limits.max_depth
+    # A frame of at most max_containers and max_items bytes holds no more containers or values;
+    # counting its candidate bytes (~1 ns a byte) would only tell whether its depth needs
+    # checking, and msgpack's stack checks it for less (~1.5 us) unless many levels must be filled.
+    if n > limits.max_containers or n > limits.max_items or wrap > _CHEAP_WRAP:
+        if bounds.check(head, limits.max_containers, limits.max_items) <= limits.max_depth:
+            return msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True, ext_hook=ext_hook, **kwargs)
     # The depth is unknown: msgpack refuses nesting beyond its fixed stack, so the header goes
     # in under as many one-element lists as leave max_depth levels of that stack to it.
-    wrap = bounds.MSGPACK_STACK - limits.max_depth
     try:
         obj = msgpack.unpackb(b"".join((_WRAPPERS[:wrap], head)), raw=False, strict_map_key=True, use_list=True,
                               ext_hook=ext_hook, **kwargs)
@@ -281,6 +286,7 @@ def _unpack(head: bytes | memoryview, limits: Limits, ext_hook: Any) -> Any:
 
 
 _WRAPPERS = b"\x91" * bounds.MSGPACK_STACK  # fixarray of one element
+_CHEAP_WRAP = 64  # wrapping levels that cost less than counting a frame's candidate bytes
 
 
 def _version_of(head: bytes | memoryview, limits: Limits) -> Any:

@@ -27,6 +27,7 @@ from ..engine.checkpointing import commit, report
 from ..engine.driver import Driver
 from ..engine.options import RunOptions
 from ..engine.result import RunResult
+from ..engine.state import detached
 from ..engine.superstep import Begin, Coordinator, Done
 from ..engine.tracing import TraceWriter, rewind
 from ..errors import MarianaError, StorageError
@@ -144,6 +145,7 @@ class Master:
         try:
             self._wait(self.state.all_joined, o.join_timeout, f"{self.workers} workers to join {self.endpoint}")
             coord = Coordinator(self.graph, len(self.graph), o.max_supersteps)
+            self._start_state = detached(coord.snapshot())  # a restart from the input goes back to it
             restore = None
             if self.resume is not None:
                 restore = self.resume.superstep  # the caller rewound the run directory (resume_point)
@@ -252,7 +254,8 @@ class Master:
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self, lost: WorkerLost, coord: Coordinator, driver: Driver) -> None:
-        """Replace every lost worker and roll everyone back to the newest valid checkpoint.
+        """Replace every lost worker and roll everyone back to the newest valid checkpoint, or
+        before the first one to superstep 0 (every worker builds its partition from the input again).
 
         Every worker found lost (``lost`` and any other that has exited or gone silent) is
         retired: told to stop and, if this master started it, killed, so a paused one that wakes
@@ -263,23 +266,22 @@ class Master:
             raise lost
         if self.checkpoints is not None:
             self.settle_checkpoint(None)  # every part was in before the loss: it is a checkpoint
-        info = self.checkpoints.newest_valid() if self.checkpoints is not None else None
-        if info is None or self.restarts >= o.max_restarts:
-            why = ("no checkpoint to roll back to" if info is None else
-                   f"--max-restarts {o.max_restarts} reached" if self.restarts >= o.max_restarts else "")
-            if why:
-                lost.args = (f"{lost.args[0]} (not recovered: {why})",)
+        if self.restarts >= o.max_restarts:
+            lost.args = (f"{lost.args[0]} (not recovered: --max-restarts {o.max_restarts} reached)",)
             raise lost
-        ss = info.superstep
+        info = self.checkpoints.newest_valid() if self.checkpoints is not None else None
+        # no checkpoint yet: the job starts again from its input (superstep 0), as Pregel's does
+        ss = info.superstep if info is not None else 0
         gone = {lost.index} | self._also_lost()
         # the workers that hold their partitions and roll back; every other one that joins is welcomed
         survivors = {w.identity for w in self.state.present() if w.index not in gone}
         replaced = set(gone)
         while True:
             self.restarts += 1
-            log.warning("%s%s; rolling the job back to the checkpoint at superstep %d (restart %d of %d)",
-                        lost.args[0], f" (lost: workers {sorted(gone)})" if len(gone) > 1 else "", ss,
-                        self.restarts, o.max_restarts)
+            log.warning("%s%s; %s (restart %d of %d)", lost.args[0],
+                        f" (lost: workers {sorted(gone)})" if len(gone) > 1 else "",
+                        f"rolling the job back to the checkpoint at superstep {ss}" if ss else
+                        "no checkpoint yet: restarting the job from its input", self.restarts, o.max_restarts)
             try:
                 self._rollback(gone, ss, coord, driver, survivors)
                 break
@@ -320,8 +322,8 @@ class Master:
 
     def _rollback(self, gone: set[int], ss: int, coord: Coordinator, driver: Driver, survivors: set[bytes]) -> None:
         """Retire the workers ``gone``, have new ones take the free slots, and roll every worker
-        back to the checkpoint at ``ss``: ``survivors`` (identities of workers that hold a
-        partition) roll back, the others are welcomed with it and join ``survivors`` (raises
+        back to the checkpoint at ``ss`` (0: to the input): ``survivors`` (identities of workers that
+        hold a partition) roll back, the others are welcomed with it and join ``survivors`` (raises
         ``WorkerLost`` if another worker is lost meanwhile)."""
         o = self.options
         self._retire(self.state.lose(gone))
@@ -337,16 +339,17 @@ class Master:
                 self._started[self.children[-1].pid] = time.monotonic()
         self._wait(self.state.all_joined, o.rejoin_timeout,
                    f"workers to take over worker {', '.join(map(str, sorted(gone)))}'s partition (--rejoin-timeout)")
-        coord.restore(self.checkpoints.read(ss, "master")["coordinator"])
+        coord.restore(self.checkpoints.read(ss, "master")["coordinator"] if ss else self._start_state)
         driver.rewind(ss)
         if self.tracer is not None:
             self.tracer.flush()  # written records first, then the rewind drops the replayed ones
-        rewind(self.run_dir, ss)
+        if self.run_dir is not None:
+            rewind(self.run_dir, ss)
         self.state.phase = Phase.STARTING
         peers = [w.data for w in self.by_index]
         for w in self.state.present():
             if w.identity not in survivors:
-                self._welcome(w, ss)
+                self._welcome(w, ss or None)
                 survivors.add(w.identity)  # welcomed: if this rollback is cut short, it rolls back with the rest
             else:
                 self._do([Send(w.identity, wire.Rollback(ss, self.gen, peers, [x.key for x in self.by_index]), w)])

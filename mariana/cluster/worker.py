@@ -142,6 +142,7 @@ class Worker:
         self.shm: Shm | None = None
         # set when the job is known (WELCOME) and the partition built; declared here, never grown later
         self.partition: Partition | None = None
+        self.welcome: wire.Welcome | None = None  # the job as the master described it on joining
         self.peers: dict[int, Any] = {}
         self.peer_endpoints: list[str] = []
         self.peer_keys: list[str | None] = []
@@ -268,6 +269,31 @@ class Worker:
         graph = self.build(welcome.job_name, welcome.config, n, welcome.placement)
         return Partition(graph, graph.place(n), self.index)
 
+    def _build_partition(self) -> int | None:
+        """Build this worker's partition from the job (its input, for a graph job); an exit code
+        if the job cannot be built here (reported to the master)."""
+        welcome = self.welcome
+        assert welcome is not None
+        try:
+            self.partition = self._build(welcome)
+        except Exception as exc:  # noqa: BLE001 - reported to the master, then we exit
+            msg = str(exc) if isinstance(exc, MarianaError) else f"{type(exc).__name__}: {exc}"
+            log.error("worker %d cannot run job %s: %s", self.index, welcome.job_name, msg)
+            self._send_ctl(wire.Error("setup", msg))
+            return 2
+        return None
+
+    def _equip(self) -> None:
+        """What the partition uses from this worker: send buffers, traces, streaming, capture."""
+        welcome, part = self.welcome, self.partition
+        assert welcome is not None and part is not None
+        if self.shm is not None and self.shm.pool is not None:
+            part.send_buffers = self.shm.pool.buffer  # Context.send_buffer: shared memory
+        part.trace = welcome.trace
+        part.stream = self._stream  # (a queue with a message to combine waits: Partition.flush)
+        if welcome.capture and self.run_url:
+            part.capture = Capture(welcome.capture, RunDir(self.run_url), welcome.capture_limit)
+
     def _serve(self, welcome: wire.Welcome) -> int:
         self.index, n = welcome.index, welcome.workers
         self.drops.who = f"worker {self.index}"
@@ -277,13 +303,10 @@ class Worker:
                                            args=(welcome.heartbeat_interval, welcome.worker_timeout))
         self._hb_thread.start()
         self.state = {"phase": "building", "since": time.time()}
-        try:
-            self.partition = self._build(welcome)
-        except Exception as exc:  # noqa: BLE001 - reported to the master, then we exit
-            msg = str(exc) if isinstance(exc, MarianaError) else f"{type(exc).__name__}: {exc}"
-            log.error("worker %d cannot run job %s: %s", self.index, welcome.job_name, msg)
-            self._send_ctl(wire.Error("setup", msg))
-            return 2
+        self.welcome = welcome
+        code = self._build_partition()
+        if code is not None:
+            return code
         self.peer_keys = welcome.peer_keys
         if self.security is not None:
             self.security.allow([k for k in self.peer_keys if k])  # only the job's workers may send us batches
@@ -296,11 +319,7 @@ class Worker:
         self._connect_peers(welcome.peers)
         if self.shm.pool is not None:
             self.shm.pool.peers = set(self.peers)
-            self.partition.send_buffers = self.shm.pool.buffer  # Context.send_buffer: shared memory
-        self.partition.trace = welcome.trace
-        self.partition.stream = self._stream  # (a queue with a message to combine waits: Partition.flush)
-        if welcome.capture and self.run_url:
-            self.partition.capture = Capture(welcome.capture, RunDir(self.run_url), welcome.capture_limit)
+        self._equip()
         if welcome.restore is not None:
             code = self._restore(welcome.restore)
             if code is not None:
@@ -360,11 +379,15 @@ class Worker:
             log.error("worker %d cannot restore the checkpoint at superstep %d: %s", self.index, superstep, exc)
             self._send_ctl(wire.Error("restore", str(exc)))
             return 2
+        self._after_restore(superstep)
+        return None
+
+    def _after_restore(self, superstep: int) -> None:
+        """The partition holds the state before ``superstep``: what was in flight is forgotten."""
         self.control.restored(superstep)
         self.inbox.clear()
         self._pending = None  # the batches of the abandoned run: never delivered
         self._wait_s = self._prev_send_s = 0.0
-        return None
 
     # -- control plane ----------------------------------------------------------------------
     def _send_ctl(self, msg: wire.Wire) -> None:
@@ -410,11 +433,26 @@ class Worker:
             if self.shm.pool is not None:
                 self.shm.pool.renew(set(self.peers))  # the send buffers stay; offered again
         self._writer.settle(None, wait=True, quiet=True)  # a part of the abandoned generation: dropped
-        code = self._restore(msg.ss)
+        if msg.ss == 0:  # no checkpoint yet: the partition is built again from the job's input
+            code = self._rebuild()
+        else:
+            code = self._restore(msg.ss)
         if code is None:
-            log.warning("worker %d rolled back to the checkpoint at superstep %d", self.index, msg.ss)
+            log.warning("worker %d rolled back to %s", self.index,
+                        f"the checkpoint at superstep {msg.ss}" if msg.ss else "its input (superstep 0)")
             self._send_ctl(wire.Ready(self.gen))
         return code
+
+    def _rebuild(self) -> int | None:
+        """A fresh partition, as at the job's start (the old one let go first: it may hold a graph)."""
+        self.partition = None
+        trim_heap()
+        code = self._build_partition()
+        if code is not None:
+            return code
+        self._equip()
+        self._after_restore(0)
+        return None
 
     def _checkpoint(self, superstep: int) -> None:
         """Copy this worker's state now and write its part in the background; CHECKPOINTED is

@@ -59,6 +59,10 @@ class Graph:
     placement: Any = None  # a Strategy, its name, a mapping or a callable id -> worker
     master_compute: MasterCompute | None = None
     devices: Any = None
+    #: no checkpoint is taken before this superstep: the state before it cannot be restored (a
+    #: graph still loading holds its input in flight); a worker lost earlier restarts the job
+    #: from its input
+    first_checkpoint: int = 0
     _vertices: dict[str, Vertex] = field(default_factory=dict, repr=False)
     _lazy: dict[str, Callable[[], Vertex]] = field(default_factory=dict, repr=False)
     _sizes: dict[str, int] = field(default_factory=dict, repr=False)

@@ -358,6 +358,8 @@ class Coordinator:
 
     def checkpoint_due(self, every: int | None) -> bool:
         """After a barrier: is a checkpoint of the state before ``self.superstep`` due?"""
+        if self.superstep < self.graph.first_checkpoint:
+            return False  # (a request waits until a checkpoint can be taken)
         wanted, self.checkpoint_requested = self.checkpoint_requested, False
         return wanted or bool(every and self.superstep % every == 0)
 

@@ -13,6 +13,7 @@ from ..storage.compression import require
 from ..storage.parts import commit_parts, discard_parts
 from ..storage.splits import list_inputs
 from ..vertices.block_kernels import import_traversals
+from ..vertices.graph_blocks import LOAD_STEPS
 from .edgelist import EdgeList, example_graph_url
 from .graphalytics import GRAPHALYTICS_KEYS, output_format
 from .graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec
@@ -109,7 +110,7 @@ def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
             list_inputs(spec.vertices)
         except UsageError as exc:
             raise UsageError(f"cannot read vertices file: {exc}") from None
-    g = Graph(name=name)
+    g = Graph(name=name, first_checkpoint=LOAD_STEPS)  # the state while loading is the input in flight
     blocks = [f"{name}-block-{b:04d}" for b in range(bctx.workers)]
     for b, bid in enumerate(blocks):
         g.add_lazy(bid, lambda b=b, bid=bid: make_block(bid, GraphLoader(spec, bctx.workers, blocks, b, summarize, fmt)))

@@ -158,7 +158,7 @@ def test_kill_9_of_a_worker_fails_the_job_with_a_clear_error_and_leaves_no_proce
 
     t0 = time.monotonic()
     with pytest.raises(WorkerLost) as info:
-        run_job("contract_jobs:forever", **_forever_job(on_superstep=kill_at_5, worker_timeout=5,
+        run_job("contract_jobs:forever", **_forever_job(on_superstep=kill_at_5, worker_timeout=5, max_restarts=0,
                                                           on_start=lambda m, p: procs.extend(p)))
     assert time.monotonic() - t0 < 30
     msg = str(info.value)
@@ -176,7 +176,7 @@ def test_a_worker_that_stops_answering_is_detected_by_heartbeat():
 
     t0 = time.monotonic()
     with pytest.raises(WorkerLost) as info:
-        run_job("contract_jobs:forever", **_forever_job(on_superstep=stop_at_3, worker_timeout=1.5,
+        run_job("contract_jobs:forever", **_forever_job(on_superstep=stop_at_3, worker_timeout=1.5, max_restarts=0,
                                                           heartbeat_interval=0.2, on_start=lambda m, p: procs.extend(p)))
     assert f"pid {procs[0].pid}) stopped answering at superstep 4" in str(info.value)
     assert 1.5 < time.monotonic() - t0 < 30

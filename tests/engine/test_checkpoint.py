@@ -258,16 +258,35 @@ def test_killing_one_worker_recovers_to_bit_identical_parameters(tmp_path, excha
     assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
 
 
-def test_without_checkpoints_a_lost_worker_still_fails_clearly():
+def test_without_checkpoints_a_lost_worker_restarts_the_job_from_its_input(tmp_path):
+    """Nothing to roll back to: every worker starts again from superstep 0 (the job's input), and
+    the parameters are those of an uninterrupted run."""
+    reference, _ = _train(tmp_path / "reference", sets=["checkpoint_every=0"])
+    procs, killed = [], []
+
+    def kill(line):
+        if line["superstep"] == 12 and not killed:
+            killed.append(procs[0].pid)
+            os.kill(procs[0].pid, signal.SIGKILL)
+
+    recovered, result = _train(tmp_path / "killed", sets=["checkpoint_every=0"], on_superstep=kill,
+                               on_start=lambda m, p: procs.extend(p), heartbeat_interval=0.2, worker_timeout=2.0)
+    assert killed and recovered == reference
+    assert result.metrics[-1]["restarts"] == 1
+    assert [m["superstep"] for m in result.metrics] == list(range(result.supersteps))
+    assert not list((tmp_path / "killed").glob("checkpoints/ss-*"))
+
+
+def test_with_recovery_off_a_lost_worker_fails_clearly():
     procs = []
 
     def kill(line):
         if line["superstep"] == 3:
             os.kill(procs[0].pid, signal.SIGKILL)
 
-    with pytest.raises(mariana.MarianaError, match="not recovered: no checkpoint to roll back to"):
+    with pytest.raises(mariana.MarianaError, match="exited with code -9"):
         run_job("contract_jobs:forever", sets=["max_supersteps=100000"], workers=2, runtime="cluster",
-                on_superstep=kill, on_start=lambda m, p: procs.extend(p))
+                on_superstep=kill, on_start=lambda m, p: procs.extend(p), max_restarts=0)
 
 
 @pytest.mark.slow

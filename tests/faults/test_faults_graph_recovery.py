@@ -8,9 +8,12 @@ of the last step, keyed by the rank array's identity) must not survive it."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +129,58 @@ def test_a_worker_lost_without_any_checkpoint_restarts_the_job_from_its_input(tm
                        on_superstep=_killer(procs, killed, LOAD_STEPS + 4), on_start=lambda m, p: procs.extend(p))
     assert killed and result.metrics[-1]["restarts"] == 1
     assert got == rows
+
+
+PAUSED_MASTER = """
+import sys, time
+from pathlib import Path
+from mariana.engine.options import RunOptions
+from mariana.jobs import get_job, resolve_config
+from mariana.jobs.launch import launch
+from mariana.storage import RunDir
+graph, run, out, flag = sys.argv[1:5]
+def hook(line):  # superstep 1 done: tell the test, which pauses this process, then wait for its word
+    if line["superstep"] == 1 and flag != "-" and not Path(flag + ".go").exists():
+        Path(flag).touch()
+        deadline = time.monotonic() + 120
+        while not Path(flag + ".go").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+job = get_job("pagerank")
+config = resolve_config(job, None, [f"graph={graph}", f"output={out}", *sys.argv[5:]])
+launch(job, config, RunOptions.from_config(config, workers=2, runtime="cluster", run_dir=RunDir(run), on_superstep=hook,
+                                           heartbeat_interval=0.2, worker_timeout=1.5), finish=True)
+"""
+
+
+def test_a_master_paused_past_the_worker_timeout_before_any_checkpoint_finishes_the_job(tmp_path, graph):
+    """Paused while the graph loads: the workers give the silent master up and exit; when it
+    wakes, it finds them gone, starts new ones and runs the job again from its input. The output
+    is that of an uninterrupted run."""
+    from test_cluster import alive, children, env_with_tests, wait_for
+
+    def master(run: str, out: str, flag: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", PAUSED_MASTER, graph, str(tmp_path / run), str(tmp_path / out),
+                                 flag, *JOBS["pagerank"]],
+                                env=env_with_tests(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    ref = master("ref", "ref.tsv", "-")
+    assert ref.wait(timeout=120) == 0, ref.stderr.read() if ref.stderr else ""
+    flag = tmp_path / "paused"
+    proc = master("run", "out.tsv", str(flag))
+    try:
+        wait_for(flag.exists, 60, "superstep 1")
+        kids = children(proc.pid)
+        assert len(kids) == 2
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_for(lambda: not any(alive(k) for k in kids), 30, "the workers to give the paused master up")
+        os.kill(proc.pid, signal.SIGCONT)
+        Path(f"{flag}.go").touch()
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+    assert (tmp_path / "out.tsv").read_bytes() == (tmp_path / "ref.tsv").read_bytes()
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["superstep"] for m in lines] == list(range(len(lines))) and lines[-1]["restarts"] == 1

@@ -11,13 +11,30 @@ import re
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import StorageError, UsageError
 from ..storage import read_text
 
-__all__ = ["EdgeList", "load_edges", "parse_edges", "example_graph_url"]
+__all__ = ["EdgeList", "InputError", "load_edges", "parse_edges", "example_graph_url", "table_ids", "table_weights",
+           "table_columns"]
+
+
+class InputError(UsageError):
+    """A ``UsageError`` at a place of an input file: ``at``, the line (text) or row (tables) it
+    names, so that of several bad lines the loader can name the first of the file."""
+
+    def __init__(self, message: str, at: int) -> None:
+        super().__init__(message)
+        self.at = at
+
+    def moved(self, url: str, at: int) -> "InputError":
+        """The same error at line ``at`` of the file (its message named its line in a piece)."""
+        prefix, message = f"{url}:{self.at}:", str(self)
+        text = f"{url}:{at}:{message[len(prefix):]}" if message.startswith(prefix) else message
+        return InputError(text, at)
 
 
 @dataclass
@@ -429,12 +446,12 @@ def _parse_lines(text: str, url: str) -> EdgeList:
             try:
                 w = float(parts[2])
             except ValueError:
-                raise UsageError(f"{url}:{lineno}: weight {parts[2]!r} is not a number") from None
+                raise InputError(f"{url}:{lineno}: weight {parts[2]!r} is not a number", lineno) from None
             if not math.isfinite(w):
-                raise UsageError(f"{url}:{lineno}: weight {parts[2]!r} must be a finite number")
+                raise InputError(f"{url}:{lineno}: weight {parts[2]!r} must be a finite number", lineno)
         else:
             what = "only one field" if len(parts) == 1 else f"{len(parts)} fields"
-            raise UsageError(f"{url}:{lineno}: expected 'src dst [weight]', found {what}: {_clip(line)}")
+            raise InputError(f"{url}:{lineno}: expected 'src dst [weight]', found {what}: {_clip(line)}", lineno)
         srcs.append(parts[0])
         dsts.append(parts[1])
         weights.append(w)
@@ -449,6 +466,10 @@ def _parse_lines(text: str, url: str) -> EdgeList:
         np.asarray(weights, dtype=np.float64).reshape(m),
         np.asarray(linenos, dtype=np.int64).reshape(m),
     )
+
+
+#: a UTF-8 byte-order mark, decoded: some editors start a file with one; it is no part of the first id
+BOM = "\ufeff"
 
 
 def example_graph_url() -> str:
@@ -478,7 +499,7 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
             text = read_text(url)
         except StorageError as exc:
             raise UsageError(f"cannot read graph file: {exc}") from None
-        parts = [parse_edges(text, url)]
+        parts = [parse_edges(text.removeprefix(BOM), url)]  # (a split's reader drops it: storage.splits)
     else:
         parts = []
         for f, size in files:
@@ -488,10 +509,9 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
             if f.endswith((".npy", ".npz")):
                 from ..storage.splits import table_rows
 
-                t = read_table_split(Split(f, 0, table_rows(f)[0], f[-3:]))
-                lines = [f"{a} {b} {w!r}" for a, b, w in zip(_whole_ids(f, t["src"], 0).tolist(),
-                                                            _whole_ids(f, t["dst"], 0).tolist(),
-                                                            t.get("weight", np.ones(len(t["src"]))).tolist())]
+                src, dst, weight = table_columns(f, read_table_split(Split(f, 0, table_rows(f)[0], f[-3:])), 0)
+                lines = [f"{a} {b} {w!r}" for a, b, w in zip(src.tolist(), dst.tolist(),
+                                                            (np.ones(len(src)) if weight is None else weight).tolist())]
                 parts.append(parse_edges("\n".join(lines) + "\n", f))
                 continue
             raw = read_text_split(whole_split(f, size))
@@ -507,15 +527,82 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
     return _combine(parts, url, extra)
 
 
-def _whole_ids(url: str, a: np.ndarray, first: int) -> np.ndarray:
-    """Float ids of a table as int64 (written as ``2``, not ``2.0``, as block mode reads them)."""
-    if a.dtype.kind != "f":
-        return a
-    bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
-    if bad.size:
-        raise UsageError(f"{url}: vertex ids must be integers, found {a[bad[0]].item()!r} "
-                         f"({a.dtype}) in row {first + int(bad[0])}")
+#: the largest magnitude of a table's integer id: 63 bits, as int64 holds it with either sign
+ID_LIMIT = 2 ** 63 - 1
+
+
+def table_ids(url: str, a: np.ndarray, first: int) -> np.ndarray:
+    """The vertex ids of one column of an edge table (.npy, .npz, Parquet) as int64: the one rule
+    of both modes (block mode's loader, vertex mode's ``load_edges``). An id is an integer of
+    at most 63 bits (signed or unsigned dtypes; uint64 ids from 2^63 and int64's smallest value,
+    -2^63, are refused: neither has a 63-bit magnitude), or a float that is a whole number below
+    2^53 in magnitude (each such float is exactly one integer, written as the integer, ``2`` not
+    ``2.0``). Any other dtype (bool, complex, bytes, ...) is refused by dtype; a bad value by
+    the file's row number of it (``first``: the row number of ``a[0]``)."""
+    kind = a.dtype.kind
+    if kind not in "iuf":
+        raise InputError(f"{url}: vertex ids must be integers of at most 63 bits, found dtype {a.dtype}", first)
+    if not a.size:
+        return a.astype(np.int64)
+    if kind == "f":
+        bad = ~(np.isfinite(a) & (np.abs(a) < 2.0 ** 53))
+        bad[~bad] = a[~bad] != np.floor(a[~bad])
+    elif kind == "u" and a.dtype.itemsize == 8:
+        if int(a.max()) <= ID_LIMIT:  # (one pass: the usual case)
+            return a.astype(np.int64)
+        bad = a > np.uint64(ID_LIMIT)
+    elif kind == "i" and a.dtype.itemsize == 8:
+        if int(a.min()) >= -ID_LIMIT:
+            return a
+        bad = a < -ID_LIMIT
+    else:
+        return a.astype(np.int64)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{url}: vertex ids must be integers of at most 63 bits, found {a[row].item()!r} "
+                         f"({a.dtype}) in row {first + row}", first + row)
     return a.astype(np.int64)
+
+
+def table_weights(url: str, w: np.ndarray, first: int, nonnegative: bool = False) -> np.ndarray:
+    """The weights of an edge table as float64 (both modes): an integer or float dtype (bool,
+    complex and others refused by dtype), every value finite and, ``nonnegative``, >= 0 (the
+    first bad row named, ``first`` the row number of ``w[0]``)."""
+    if w.dtype.kind not in "iuf":
+        raise InputError(f"{url}: weights must be numbers, found dtype {w.dtype}", first)
+    weight = w.astype(np.float64)
+    bad = ~np.isfinite(weight)
+    if nonnegative:
+        bad |= weight < 0
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        if np.isfinite(weight[row]):
+            raise InputError(f"{url}: row {first + row}: negative weight {weight[row]:g} (sssp needs weights >= 0)",
+                             first + row)
+        raise InputError(f"{url}: row {first + row}: weight must be a finite number", first + row)
+    return weight
+
+
+def table_columns(url: str, t: dict[str, np.ndarray], first: int,
+                  nonnegative: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A piece of an edge table checked: its ``src`` and ``dst`` ids (``table_ids``; a column of
+    strings, as Parquet gives them, as it is) and ``weight`` (``table_weights``; None where the
+    table has none). Of several bad rows the error names the first, whatever each is."""
+    def ids(a: np.ndarray) -> np.ndarray:
+        return a if a.dtype.kind == "U" else table_ids(url, a, first)
+
+    checks = (lambda: ids(t["src"]), lambda: ids(t["dst"]),
+              lambda: table_weights(url, t["weight"], first, nonnegative) if "weight" in t else None)
+    out: list[Any] = []
+    errors: list[InputError] = []
+    for check in checks:
+        try:
+            out.append(check())
+        except InputError as exc:
+            errors.append(exc)
+    if errors:
+        raise min(errors, key=lambda e: e.at)
+    return out[0], out[1], out[2]
 
 
 def _parquet_text(url: str, size: int) -> str:
@@ -529,9 +616,10 @@ def _parquet_text(url: str, size: int) -> str:
                 src, dst = t["names"][t["pairs"][:, 0]], t["names"][t["pairs"][:, 1]]
             else:
                 src, dst = t["src"], t["dst"]
-            ends = [_whole_ids(url, a, first).tolist() for a in (src, dst)]
-            weight = t.get("weight", np.ones(len(ends[0]))).astype(np.float64).tolist()
-            lines += [f"{a} {b} {w!r}" for a, b, w in zip(ends[0], ends[1], weight)]
+            ends = table_columns(url, {"src": src, "dst": dst, **({"weight": t["weight"]} if "weight" in t else {})},
+                                 first)
+            weight = np.ones(len(ends[0])) if ends[2] is None else ends[2]
+            lines += [f"{a} {b} {w!r}" for a, b, w in zip(ends[0].tolist(), ends[1].tolist(), weight.tolist())]
     return "\n".join(lines) + "\n"
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import StorageError, UsageError
 from ..storage import read_text, write_text
 from ..storage.compression import require
-from .edgelist import EdgeList, load_edges
+from .edgelist import BOM, EdgeList, load_edges
 from .registry import Key
 
 __all__ = ["GRAPHALYTICS_KEYS", "read_vertices", "with_vertices", "load_graph", "output_format",
@@ -52,6 +52,7 @@ def read_vertices(url: str) -> list[str]:
         text = read_text(url)
     except StorageError as exc:
         raise UsageError(f"cannot read vertices file: {exc}") from None
+    text = text.removeprefix(BOM)  # (a byte-order mark is no part of the first id)
     ids: list[str] = []
     seen: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):

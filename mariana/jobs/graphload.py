@@ -6,7 +6,10 @@ input splits and sends each edge to the block that owns its source vertex, in lo
 - superstep 0: list the input, cut it into splits (``storage.splits``), parse this worker's
   splits (the numeric fast path of ``edgelist``; the line parser names any bad line as
   ``file:line`` with its line number in the whole file), and aggregate what every worker must
-  agree on (are all ids integers, their range, the longest id);
+  agree on (are all ids integers, their range, the longest id). A bad line (or table row) is not
+  raised where it is found: each worker aggregates its first (``load_error``: file, split, line)
+  and every worker raises the first of the input's at the start of superstep 1, so the line
+  named does not depend on the worker count;
 - superstep 1: turn ids into keys, send each edge to the owner of its source (an undirected
   graph: of both ends) and every id seen to its owner (a vertex seen only as a destination, or
   listed in the ``vertices=`` file, still exists): in the edge table sent to it, which names
@@ -36,7 +39,8 @@ from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lin
 from ..storage.parts import part_url
 from ..vertices.block_kernels import group_by
 from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
-from .edgelist import PARSE_BLOCK, _cat, _narrow, _parse_lines, _unique, decimal_len, numeric_edges, numeric_ids
+from .edgelist import (PARSE_BLOCK, EdgeList, InputError, _cat, _narrow, _parse_lines, _unique, decimal_len, numeric_edges,
+                       numeric_ids, table_columns, table_ids, table_weights)
 from .graphbuild import build_block, edge_table
 
 __all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part", "strkeys", "decode_keys",
@@ -53,7 +57,7 @@ OUTPUT_ROWS = 1 << 14
 #: Integer ids up to this many characters (with the sign) are coded as int64 keys.
 MAX_DIGITS = 17
 _POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
-LOAD_AGGREGATORS = {"load_numeric": "min", "load_lo": "min", "load_hi": "max", "load_width": "max",
+LOAD_AGGREGATORS = {"load_error": "min", "load_numeric": "min", "load_lo": "min", "load_hi": "max", "load_width": "max",
                     "load_vertices": "sum", "load_edges": "sum", "source_found": "sum"}
 
 
@@ -205,25 +209,6 @@ class _Chunk:
         return int(np.char.str_len(self.names).max())
 
 
-def _int_ids(split: Split, a: np.ndarray, first: int) -> np.ndarray:
-    """Table ids as int64: a float table holds its ids as floats, whole numbers only; uint64 ids
-    must fit in int64. ``first``: the file's row number of ``a[0]``, to name a bad row."""
-    if a.dtype.kind not in "iuf":
-        raise UsageError(f"{split.url}: vertex ids must be integers, found {a.dtype}")
-    if a.dtype.kind == "f":
-        bad = ~(np.isfinite(a) & (np.abs(a) < 2.0 ** 53))
-        bad[~bad] = a[~bad] != np.floor(a[~bad])
-    elif a.dtype == np.uint64:
-        bad = a > np.uint64(2 ** 63 - 1)
-    else:
-        return a.astype(np.int64, copy=False)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise UsageError(f"{split.url}: vertex ids must be integers of at most 63 bits, found {a[row].item()!r} "
-                         f"({a.dtype}) in row {first + row}")
-    return a.astype(np.int64)
-
-
 def _decoded(values: np.ndarray, labels: bool) -> np.ndarray:
     """``values`` as they are written: decoded to strings when they are labels (keys)."""
     return decode_keys(values) if labels else values
@@ -287,11 +272,25 @@ class GraphLoader:
     # -- superstep 0 ---------------------------------------------------------------------------
     def _parse(self, ctx: Context) -> None:
         spec = self.spec
-        for split in self._my_splits(spec.graph):
-            self.chunks.extend(self._parse_split(split))
+        inputs: list[tuple[str, Callable[[Split], list[_Chunk]]]] = [(spec.graph, self._parse_split)]
         if spec.vertices:
-            for split in self._my_splits(spec.vertices):
-                self.chunks.append(self._parse_vertices(split))
+            inputs.append((spec.vertices, lambda split: [self._parse_vertices(split)]))
+        files_before = 0
+        for url, parse in inputs:
+            files = list_inputs(url)
+            order = {f: files_before + i for i, (f, _) in enumerate(files)}
+            files_before += len(files)
+            for split in self._my_splits(files):
+                try:
+                    self.chunks.extend(parse(split))
+                except UsageError as exc:
+                    # this worker's first bad line (its splits go in input order, each names its
+                    # first): raised after this superstep, the first of every worker's (``step``),
+                    # so that the line named does not depend on how many workers read the input
+                    at = exc.at if isinstance(exc, InputError) else 0
+                    ctx.aggregate("load_error", [order[split.url], split.start, at, str(exc)])
+                    self.chunks = []
+                    return
         numeric = all(c.values is not None or c.size == 0 for c in self.chunks)
         width = max((c.max_len() for c in self.chunks if c.size), default=1)
         if numeric and width > MAX_DIGITS:
@@ -306,9 +305,9 @@ class GraphLoader:
             ctx.aggregate("load_lo", int(min(v.min() for v in vals)))
             ctx.aggregate("load_hi", int(max(v.max() for v in vals)))
 
-    def _my_splits(self, url: str) -> list[Split]:
-        """This worker's splits of the input ``url`` (``storage.splits``: even splits, dealt by bytes)."""
-        files = list_inputs(url)
+    def _my_splits(self, files: list[tuple[str, int]]) -> list[Split]:
+        """This worker's splits of an input's ``files`` (``storage.splits``: even splits, dealt by
+        bytes), in input order."""
         splits = make_splits(files, split_size(files, self.workers, int(self.spec.split_mb * (1 << 20))))
         return [split for _, split in assigned(splits, self.index, self.workers)]
 
@@ -334,95 +333,104 @@ class GraphLoader:
         """One piece of lines, in the blocks it was read in; ``above``: how many lines of the split
         come before it."""
         spec = self.spec
-
-        def lines_above() -> int:  # only to name a line: how many lines of the file come before
-            return lines_before(split) + above
-
         table = numeric_edges(piece)  # ASCII numbers: straight from the bytes
         if table is not None:
             values, pairs, weight, fields = table
             small = pairs.astype(np.int32, copy=False) if len(values) < 2 ** 31 else pairs
             chunk = _Chunk(split, None, _narrow(values), small, weight)
-
-            def edge_line(e: int) -> int:  # (only to name a line: from the fields of each line)
-                return int(np.flatnonzero(fields)[e]) + 1
+            if spec.nonnegative and weight is not None and bool((weight < 0).any()):  # (the only bad line here)
+                e = int(np.flatnonzero(weight < 0)[0])
+                line = lines_before(split) + above + int(np.flatnonzero(fields)[e]) + 1
+                raise InputError(f"{split.url}:{line}: negative weight {weight[e]:g} (sssp needs weights >= 0)", line)
         else:
-            whole = b"".join(piece)
-            try:
-                text = whole.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                line = lines_above() + whole[:exc.start].count(b"\n") + 1
-                raise UsageError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})") from None
-            try:
-                el = _parse_lines(text, split.url)
-            except UsageError:  # name the line by its number in the whole file
-                _parse_lines("\n" * lines_above() + text, split.url)
-                raise
+            el = self._parse_text(split, b"".join(piece), above)
             names = np.array(el.ids, dtype=str) if el.ids else np.empty(0, dtype="U1")
             chunk = _Chunk(split, names, None, np.stack([el.src, el.dst], axis=1), el.weight)
-
-            def edge_line(e: int) -> int:
-                return int(el.lineno[e])
-        if spec.nonnegative and chunk.weight is not None:
-            bad = np.flatnonzero(chunk.weight < 0)
-            if bad.size:
-                e = int(bad[0])
-                line = lines_above() + edge_line(e)
-                raise UsageError(f"{split.url}:{line}: negative weight {chunk.weight[e]:g} (sssp needs weights >= 0)")
         if not spec.weights or chunk.weight is None or bool((chunk.weight == 1.0).all()):  # unit: held as none
             chunk.weight = None
         return chunk
 
+    def _parse_text(self, split: Split, whole: bytes, above: int) -> EdgeList:
+        """The line parser's edges of a piece's bytes (``above``: lines of the split before it),
+        negative weights refused as the fast path refuses them. A bad piece raises the error of
+        its first bad line of any kind, named by its line in the whole file: the lines before
+        one that cannot be decoded or parsed are checked too (on the error path only)."""
+        try:
+            text = whole.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            good = whole[:whole.rfind(b"\n", 0, exc.start) + 1]
+            self._parse_text(split, good, above)  # (raises if a line before it is bad)
+            line = lines_before(split) + above + good.count(b"\n") + 1
+            raise InputError(f"{split.url}:{line}: not UTF-8 text ({exc.reason})", line) from None
+        try:
+            el = _parse_lines(text, split.url)
+        except InputError as exc:
+            good_text = "".join(text.splitlines(keepends=True)[:exc.at - 1])
+            self._parse_text(split, good_text.encode(), above)
+            raise exc.moved(split.url, lines_before(split) + above + exc.at) from None
+        if self.spec.nonnegative:
+            bad = np.flatnonzero(el.weight < 0)
+            if bad.size:
+                e = int(bad[0])
+                line = lines_before(split) + above + int(el.lineno[e])
+                raise InputError(f"{split.url}:{line}: negative weight {el.weight[e]:g} (sssp needs weights >= 0)",
+                                 line)
+        return el
+
     def _table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
-        """A piece of an edge table (``first``: the file's row number of its first row)."""
+        """A piece of an edge table (``first``: the file's row number of its first row), checked
+        by the rule vertex mode reads tables by (``edgelist.table_columns``)."""
         if "names" in t or t["src"].dtype.kind == "U" or t["dst"].dtype.kind == "U":  # Parquet string ids
             return self._named_table_chunk(split, t, first)
         trim_heap()
-        src, dst = t["src"], t["dst"]
-        ids = np.stack([_int_ids(split, src, first), _int_ids(split, dst, first)], axis=1)
+        src, dst, weight = table_columns(split.url, t, first, self.spec.nonnegative)
+        ids = np.stack([src, dst], axis=1)
         del src, dst
         unique, inverse = _unique(ids.reshape(-1))  # by a lookup table when the ids are dense, as text
         del ids
-        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(inverse) // 2)
-        self._check_weight(split, weight, first)
         pairs = inverse.reshape(-1, 2)
         return _Chunk(split, None, unique, pairs.astype(np.int32) if len(unique) < 2 ** 31 else pairs,
                       weight if self.spec.weights else None)
 
-    def _check_weight(self, split: Split, weight: np.ndarray, first: int) -> None:
-        """Finite weights (and >= 0 for sssp); ``first``: the file's row number of ``weight[0]``."""
-        if not np.isfinite(weight).all():
-            row = first + int(np.flatnonzero(~np.isfinite(weight))[0])
-            raise UsageError(f"{split.url}: row {row}: weight must be a finite number")
-        if self.spec.nonnegative and (weight < 0).any():
-            row = int(np.flatnonzero(weight < 0)[0])
-            raise UsageError(f"{split.url}: row {first + row}: negative weight {weight[row]:g} "
-                             f"(sssp needs weights >= 0)")
-
     def _named_table_chunk(self, split: Split, t: dict[str, np.ndarray], first: int) -> _Chunk:
         """A Parquet table with string ids (``names`` and ``pairs``, or ``U`` arrays ``src`` and
-        ``dst`` when one of them is a number column): like the ids of a text edge list."""
+        ``dst`` when one of them is a number column): like the ids of a text edge list. Of
+        several bad rows (ids, weights), the error names the first."""
+        errors: list[InputError] = []
+
+        def checked(check: Callable[[], np.ndarray], stand_in: np.ndarray) -> np.ndarray:
+            try:
+                return check()
+            except InputError as exc:
+                errors.append(exc)
+                return stand_in  # (the other checks still look for an earlier bad row)
+
+        rows = len(t["pairs"]) if "names" in t else len(t["src"])
+        weight = checked(lambda: table_weights(split.url, t["weight"], first, self.spec.nonnegative),
+                         np.ones(rows)) if "weight" in t else np.ones(rows)
         if "names" in t:
             names, pairs = t["names"], t["pairs"]
         else:
-            src, dst = (a if a.dtype.kind == "U" else self._int_names(split, a, first) for a in (t["src"], t["dst"]))
-            names, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
+            ends = []
+            for a in (t["src"], t["dst"]):
+                if a.dtype.kind != "U":
+                    numbers = a
+                    a = checked(lambda: table_ids(split.url, numbers, first).astype(str), np.full(len(a), "0"))
+                ends.append(a)
+            names, inverse = np.unique(np.concatenate(ends), return_inverse=True)
             pairs = inverse.reshape(2, -1).T
         bad = names == ""
         for c in "\t\n\r":  # an id must stay one field of one line of the output
             bad |= np.char.find(names, c) >= 0
         if bad.any():
             row = int(np.flatnonzero(bad[pairs].any(axis=1))[0])
-            raise UsageError(f"{split.url}: row {first + row}: vertex id {str(names[pairs[row, 0]])!r} -> "
-                             f"{str(names[pairs[row, 1]])!r}: ids must be non-empty, without tabs or line breaks")
-        weight = t["weight"].astype(np.float64) if "weight" in t else np.ones(len(pairs))
-        self._check_weight(split, weight, first)
+            errors.append(InputError(f"{split.url}: row {first + row}: vertex id {str(names[pairs[row, 0]])!r} -> "
+                                     f"{str(names[pairs[row, 1]])!r}: ids must be non-empty, without tabs or line "
+                                     f"breaks", first + row))
+        if errors:
+            raise min(errors, key=lambda e: e.at)
         return _Chunk(split, names, None, pairs.astype(np.int32) if len(names) < 2 ** 31 else pairs,
                       weight if self.spec.weights else None)
-
-    @staticmethod
-    def _int_names(split: Split, a: np.ndarray, first: int) -> np.ndarray:
-        return _int_ids(split, a, first).astype(str)
 
     def _parse_vertices(self, split: Split) -> _Chunk:
         raw = read_text_split(split)
@@ -431,21 +439,29 @@ class GraphLoader:
             values = np.unique(ints)
             if values.size == ints.size:
                 return _Chunk(split, None, values, np.empty((0, 2), np.int64), None, listed=True)
-        text = raw.decode("utf-8", errors="strict")
+        undecodable = None  # (the line that cannot be decoded, why)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            good = raw[:raw.rfind(b"\n", 0, exc.start) + 1]  # the lines before it are checked first
+            text, undecodable = good.decode("utf-8"), (good.count(b"\n") + 1, exc.reason)
         tokens = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-        for i, t in enumerate(tokens):  # Graphalytics .v: one id per line
-            if len(t.split()) > 1:
-                raise UsageError(f"{split.url}:{lines_before(split) + i + 1}: expected one vertex id per line, "
-                                 f"found {len(t.split())} fields: {t!r}")
         ids = sorted({t for t in tokens if t})
-        if len(ids) < sum(1 for t in tokens if t):
-            first: dict[str, int] = {}
+        if undecodable or len(ids) < sum(1 for t in tokens if t) or any(len(t.split()) > 1 for t in tokens):
+            first: dict[str, int] = {}  # the first bad line of any kind (Graphalytics .v: one id per line)
             for i, t in enumerate(tokens):
+                line = lines_before(split) + i + 1
+                if len(t.split()) > 1:
+                    raise InputError(f"{split.url}:{line}: expected one vertex id per line, "
+                                     f"found {len(t.split())} fields: {t!r}", line)
                 if t in first:
-                    raise UsageError(f"{split.url}:{lines_before(split) + i + 1}: vertex {t!r} listed twice "
-                                     f"(first at line {lines_before(split) + first[t] + 1})")
+                    raise InputError(f"{split.url}:{line}: vertex {t!r} listed twice "
+                                     f"(first at line {lines_before(split) + first[t] + 1})", line)
                 if t:
                     first[t] = i
+            assert undecodable is not None
+            line = lines_before(split) + undecodable[0]
+            raise InputError(f"{split.url}:{line}: not UTF-8 text ({undecodable[1]})", line)
         names = np.array(ids, dtype=str) if ids else np.empty(0, dtype="U1")
         values = None
         try:
@@ -587,6 +603,8 @@ class GraphLoader:
             raise UsageError(f"cannot resume {ctx.vertex_id} from a checkpoint taken while it was loading its graph "
                              f"(superstep {s - 1} < {LOAD_STEPS}): run the job again from the start")
         try:
+            if s == 1 and ctx.aggregated("load_error") is not None:  # [file, split, line, message]: the first
+                raise UsageError(ctx.aggregated("load_error")[-1])
             if s == 0:
                 self.parsed = True
                 avoid_hugepage_stalls()

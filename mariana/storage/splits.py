@@ -32,6 +32,9 @@ __all__ = ["Split", "list_inputs", "split_size", "make_splits", "whole_split", "
 
 _CHUNK = 1 << 20
 TABLE_EXTS = (".npy", ".npz")
+#: a UTF-8 byte-order mark: at byte 0 of a text file it is no part of the first line (some
+#: editors write one); both readers of a split that starts there drop it
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ def read_text_split(split: Split) -> bytes:
     try:
         if split.kind == "compressed":
             with fs.open(path, "rb") as raw, decompressed(raw, split.url) as f:
-                return f.read()
+                return _without_bom(f.read())
         with fs.open(path, "rb") as f:
             lo = max(split.start - 1, 0)
             f.seek(lo)
@@ -173,7 +176,7 @@ def read_text_split(split: Split) -> bytes:
                         break
                     tail.append(more)
                 data = b"".join(tail)
-            return data
+            return _without_bom(data) if split.start == 0 else data
     except UsageError:
         raise
     except _FS_ERRORS as exc:
@@ -187,16 +190,33 @@ def iter_text_split(split: Split, block: int) -> Iterator[bytes]:
     try:
         if split.kind == "compressed":
             with fs.open(path, "rb") as raw, decompressed(raw, split.url) as f:
-                yield from _line_blocks(f, block, None, skip_first=False)
+                yield from _first_without_bom(_line_blocks(f, block, None, skip_first=False))
             return
         with fs.open(path, "rb") as f:
             lo = max(split.start - 1, 0)
             f.seek(lo)
-            yield from _line_blocks(f, block, split.end - lo, skip_first=split.start > 0)
+            blocks = _line_blocks(f, block, split.end - lo, skip_first=split.start > 0)
+            yield from _first_without_bom(blocks) if split.start == 0 else blocks
     except UsageError:
         raise
     except _FS_ERRORS as exc:
         raise UsageError(f"cannot read graph input {split.url}: {exc}") from None
+
+
+def _without_bom(data: bytes) -> bytes:
+    """The bytes of a file's start without a byte-order mark."""
+    return data[len(BOM):] if data.startswith(BOM) else data
+
+
+def _first_without_bom(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """``blocks`` of a file from its start, the first without a byte-order mark (the only block
+    looked at: the BOM costs nothing per line)."""
+    for block in blocks:
+        block = _without_bom(block)
+        if block:
+            yield block
+        break
+    yield from blocks
 
 
 def _line_blocks(f: IO[bytes], block: int, limit: int | None, skip_first: bool) -> Iterator[bytes]:

@@ -30,7 +30,7 @@ from mariana.jobs.graphbuild import _Distinct
 from mariana.jobs.graphload import decode_keys, intkeys, strkeys
 from mariana.storage.parts import merge_sorted
 from mariana.storage.splits import iter_text_split, lines_before, make_splits, read_text_split
-from mariana.vertices.graph_blocks import LoadedBlock
+from mariana.vertices.graph_blocks import LOAD_STEPS, LoadedBlock
 from test_graph_jobs import RandomGraph, nx_pagerank, nx_wcc, parse_tsv
 
 pytestmark = pytest.mark.timeout(120)
@@ -470,16 +470,18 @@ def test_a_load_longer_than_worker_timeout_is_not_a_lost_worker(tmp_path):
         {k: v["values"].tolist() for k, v in want.values.items()}
 
 
-def test_resuming_from_a_checkpoint_taken_while_loading_says_so(capsys, tmp_path):
+def test_no_checkpoint_is_taken_while_loading_and_resume_says_so(capsys, tmp_path):
+    """The state while a graph loads is its input in flight: checkpoints start after loading."""
     (tmp_path / "g.e").write_text("1 2\n2 3\n3 1\n")
     run_dir = tmp_path / "run"
     argv = ["run", "pagerank", "--set", f"graph={tmp_path / 'g.e'}", "--set", "checkpoint_every=1",
-            "--set", "iterations=3", "--set", "tol=0", "--run-dir", str(run_dir), "--max-supersteps", "2"]
+            "--set", "iterations=3", "--set", "tol=0", "--run-dir", str(run_dir), "--max-supersteps", str(LOAD_STEPS - 1)]
     assert main(argv) == 0
     capsys.readouterr()
+    assert not (run_dir / "checkpoints").exists()
     assert main(["run", "--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err
-    assert "checkpoint taken while it was loading" in err and "Traceback" not in err
+    assert "no valid checkpoint" in err and "Traceback" not in err
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ parameter vector of a list of layers, and the finisher that saves and reports th
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import math
 from typing import Any, Callable
@@ -15,7 +14,7 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..storage import save_params
-from ..vertices.data import Dataset, load_dataset
+from ..vertices.data import Dataset, open_dataset
 from ..vertices.stream import InMemorySource, StreamedDataset
 from ..vertices.layers import Layer, shapes_only
 from ..vertices.model import build_model
@@ -71,20 +70,10 @@ DATA_KEYS = (
 _DATASET_CACHE: list[tuple[str, Any]] = []
 
 
-def _in_memory(data: str) -> bool:
-    """digits, or one .npz file (the in-memory loader, split by test_fraction); the rest is sharded."""
-    from ..vertices.named import DATASETS
-
-    if data == "digits":
-        return True
-    if data in DATASETS or "," in data or any(c in data for c in "*?[") or not data.endswith(".npz"):
-        return False
-    return True
-
-
 def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | StreamedDataset:
-    """The config's data set, kept for the next call with the same data keys in this process
-    (the finisher names and shapes the exported model without reading the data again).
+    """The config's data set (``vertices.data.open_dataset`` of its data keys), kept for the next
+    call with the same data keys in this process (the finisher names and shapes the exported
+    model without reading the data again).
 
     ``images``: the digits as (1, 8, 8) images and uint8 samples left raw, for an input pipeline.
     Named and sharded data sets are opened (index and shards checked), never loaded: the readers
@@ -94,28 +83,9 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
     key = json.dumps([images, *(config.get(k) for k in data_keys)])
     if _DATASET_CACHE and _DATASET_CACHE[0][0] == key:
         return _DATASET_CACHE[0][1]
-    data = config["data"]
-    ds: Dataset | StreamedDataset
-    if _in_memory(data):
-        shape = (1, 8, 8) if images and data == "digits" else None
-        ds = load_dataset(data, config["test_fraction"], config["seed"], config["classes"],
-                          image_shape=shape, raw=images)
-    else:
-        from ..vertices.named import DATASETS, named_shards
-        from ..vertices.shards import open_shards
-
-        from ..vertices.shards import DataError
-
-        url = named_shards(data, None, config.get("download", False)) if data in DATASETS else data
-        try:
-            shards = open_shards(url, verify=config.get("verify_data", True), test_fraction=config["test_fraction"],
-                                 classes=config["classes"])
-        except DataError as exc:
-            hint = difflib.get_close_matches(data, [*DATASETS, "digits"], n=1)
-            raise DataError(f"{exc} (did you mean data={hint[0]}?)" if hint else str(exc)) from None
-        if config.get("shuffle_buffer", 1) < 1:
-            raise UsageError(f"config key 'shuffle_buffer' must be >= 1, got {config['shuffle_buffer']}")
-        ds = StreamedDataset(shards, config.get("shuffle_buffer", 8192))
+    ds = open_dataset(config["data"], test_fraction=config["test_fraction"], seed=config["seed"],
+                      classes=config["classes"], images=images, shuffle_buffer=config.get("shuffle_buffer", 8192),
+                      verify=config.get("verify_data", True), download=config.get("download", False))
     _DATASET_CACHE[:] = [(key, ds)]
     return ds
 

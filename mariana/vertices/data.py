@@ -1,7 +1,12 @@
 """Training data: loading a data set, and the vertices that feed batches to the training vertices.
 
-- ``load_dataset``: the bundled digits or an ``.npz`` (arrays ``x`` and ``y``) at any fsspec URL,
-  split into train and test by a seeded shuffle.
+- ``open_dataset``: what a training job's ``data=`` names, opened the way the built-in jobs open
+  it: the bundled digits or one ``.npz`` loaded (``Dataset``), a named data set or shards opened
+  for streaming (``stream.StreamedDataset``, checked, never loaded whole).
+- ``load_dataset``: the same names, all of it in memory (``Dataset``): the digits or an ``.npz``
+  (arrays ``x`` and ``y``) at any fsspec URL split into train and test by a seeded shuffle, a
+  named or sharded data set split as it is stored. The split is the one a job with the same
+  data keys trained and evaluated on.
 - ``DataReader`` (dnn-dp): serves one replica its slice of every global batch, one step ahead.
 - ``InputReader`` + ``Preprocess`` (cnn-hybrid, Mariana's input pipeline as vertices): the reader
   takes a group's raw samples of a batch out of storage order (the bytes as stored, uint8 stays
@@ -28,7 +33,7 @@ from ..engine import Context, Message, Vertex
 from ..errors import StorageError, UsageError
 from ..storage import read_bytes
 
-__all__ = ["Dataset", "load_dataset", "batch_indices", "batch_rows", "DataReader", "InputReader", "Preprocess", "decode"]
+__all__ = ["Dataset", "open_dataset", "load_dataset", "batch_indices", "batch_rows", "DataReader", "InputReader", "Preprocess", "decode"]
 
 
 @dataclass
@@ -71,14 +76,67 @@ def _read_npz(url: str) -> tuple[np.ndarray, np.ndarray]:
         raise UsageError(f"{url}: not a readable .npz file ({exc})") from None
 
 
-def load_dataset(data: str, test_fraction: float, seed: int, classes: int = 0,
-                 image_shape: tuple[int, ...] | None = None, raw: bool = False) -> Dataset:
-    """``digits`` (bundled, 8x8 pixels scaled to [0, 1]) or an ``.npz`` with ``x`` and ``y`` at any URL.
+def _in_memory(data: str) -> bool:
+    """Whether ``data`` is loaded whole (the digits, one ``.npz`` file) rather than streamed."""
+    from .named import DATASETS
 
-    The split into train and test is a seeded shuffle; ``classes`` 0 means ``max(y) + 1``.
-    ``image_shape``: reshape each sample (the digits become ``(1, 8, 8)`` images this way).
-    ``raw``: keep uint8 samples as stored (``scale`` 1/255) for an input pipeline to decode.
+    if data == "digits":
+        return True
+    return not (data in DATASETS or "," in data or any(c in data for c in "*?[") or not data.endswith(".npz"))
+
+
+def open_dataset(data: str, *, test_fraction: float = 0.2, seed: int = 0, classes: int = 0, images: bool = False,
+                 shuffle_buffer: int = 8192, verify: bool = True, download: bool = False,
+                 data_dir: str | None = None) -> Any:
+    """The data set ``data`` names, opened as the built-in training jobs open their ``data=``
+    (the keywords are their config keys of the same names; ``verify`` is ``verify_data``).
+
+    ``digits`` or one ``.npz``: a ``Dataset`` in memory, split by a seeded shuffle (``images``:
+    the digits as ``(1, 8, 8)`` images and uint8 samples left raw, for an input pipeline).
+    A named data set (``fashion-mnist``, ``mnist``, ``cifar10``: found in ``data_dir``, else
+    ``MARIANA_DATA``, the system location or the cache; fetched if ``download``) or a shard
+    directory, glob or list: a ``stream.StreamedDataset``, its index, shards and labels checked
+    and nothing loaded; ``.source(seed, global_batch, decode)`` serves batches (``rows(step,
+    start, count)``) and ``.test_share(r, n)`` a consumer's share of the test split.
+    Bad input is one ``UsageError`` line (exit 2 from the command line).
     """
+    import difflib
+
+    from .named import DATASETS, named_shards
+    from .shards import DataError, open_shards
+    from .stream import StreamedDataset
+
+    if _in_memory(data):
+        shape = (1, 8, 8) if images and data == "digits" else None
+        return load_dataset(data, test_fraction, seed, classes, image_shape=shape, raw=images)
+    url = named_shards(data, data_dir, download) if data in DATASETS else data
+    try:
+        shards = open_shards(url, verify=verify, test_fraction=test_fraction, classes=classes)
+    except DataError as exc:
+        hint = difflib.get_close_matches(data, [*DATASETS, "digits"], n=1)
+        raise DataError(f"{exc} (did you mean data={hint[0]}?)" if hint else str(exc)) from None
+    if shuffle_buffer < 1:
+        raise UsageError(f"config key 'shuffle_buffer' must be >= 1, got {shuffle_buffer}")
+    return StreamedDataset(shards, shuffle_buffer)
+
+
+def load_dataset(data: str, test_fraction: float, seed: int, classes: int = 0,
+                 image_shape: tuple[int, ...] | None = None, raw: bool = False, *, download: bool = False,
+                 data_dir: str | None = None, verify: bool = True) -> Dataset:
+    """Every name ``data=`` takes, loaded whole into memory.
+
+    ``digits`` (bundled, 8x8 pixels scaled to [0, 1]) or an ``.npz`` with ``x`` and ``y`` at any
+    URL: split into train and test by a seeded shuffle; ``classes`` 0 means ``max(y) + 1``.
+    A named data set or shards (``open_dataset``; ``download``, ``data_dir`` and ``verify`` as
+    there): their train and test splits as stored (the official test set of a named one).
+    ``image_shape``: reshape each sample (the digits become ``(1, 8, 8)`` images this way).
+    ``raw``: keep uint8 training samples as stored (``scale`` 1/255) for an input pipeline to
+    decode; the test samples are decoded (float32) either way.
+    """
+    if not _in_memory(data):
+        streamed = open_dataset(data, test_fraction=test_fraction, seed=seed, classes=classes, verify=verify,
+                                download=download, data_dir=data_dir)
+        return _loaded(streamed.shards, image_shape, raw, data)
     if data == "digits":
         with (files("mariana.vertices") / "data" / "digits.csv.gz").open("rb") as packed:
             raw_csv = np.loadtxt(gzip.open(packed), delimiter=",")
@@ -119,6 +177,26 @@ def load_dataset(data: str, test_fraction: float, seed: int, classes: int = 0,
         return Dataset(x_train, y[train], x_test, y[test], classes, scale if raw else 1.0)
     x = x.astype(np.float32, copy=False)  # indexing by the split copies it anyway
     return Dataset(x[train], y[train], x[test], y[test], classes)
+
+
+def _loaded(ss: Any, image_shape: tuple[int, ...] | None, raw: bool, where: str) -> Dataset:
+    """A ``shards.ShardSet``'s splits read whole, in storage order (uint8 decoded unless ``raw``)."""
+    def read(split: Any) -> tuple[np.ndarray, np.ndarray]:
+        if split is None or not split.segments:
+            return np.zeros((0, *ss.input_shape), split.x_dtype if split else ss.train.x_dtype), np.zeros(0, np.int64)
+        parts = [split.read_rows(i, lo, hi) for i, lo, hi in split.segments]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    (xtr, ytr), (xte, yte) = read(ss.train), read(ss.test)
+    if image_shape is not None and xtr.shape[1:] != tuple(image_shape):
+        if int(np.prod(xtr.shape[1:])) != int(np.prod(image_shape)):
+            raise UsageError(f"{where}: samples of shape {xtr.shape[1:]} cannot be images of shape {tuple(image_shape)}")
+        xtr, xte = xtr.reshape(len(xtr), *image_shape), xte.reshape(len(xte), *image_shape)
+    scale = ss.scale
+    xte = (xte * np.float32(scale)).astype(np.float32)
+    if raw and xtr.dtype == np.uint8:
+        return Dataset(xtr, ytr, xte, yte, ss.classes, scale)
+    return Dataset((xtr * np.float32(scale)).astype(np.float32), ytr, xte, yte, ss.classes)
 
 
 def batch_indices(seed: int, epoch_size: int, global_batch: int, step: int, start: int, count: int,

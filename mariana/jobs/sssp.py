@@ -9,7 +9,8 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..errors import UsageError
-from ..vertices.graph_algos import SSSPVertex
+from ..storage.parts import discard_parts
+from ..vertices.graph_algos import OVERFLOW, SSSPVertex
 from ..vertices.graph_blocks import SSSPLoaded
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
@@ -31,8 +32,10 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
         def summarize(ids: Ids, dist: np.ndarray) -> dict[str, Any]:
             reached = np.flatnonzero(dist != np.inf)
             best = reached[np.lexsort((ids.keys[reached], dist[reached]))[:top]] if top else reached[:0]
+            over = np.flatnonzero(dist == OVERFLOW)[:1]  # (rows in id order: the block's first such vertex)
             return {"reached": int(reached.size),
-                    "nearest": [[name, float(dist[i])] for name, i in zip(ids.of(best), best.tolist())]}
+                    "nearest": [[name, float(dist[i])] for name, i in zip(ids.of(best), best.tolist())],
+                    "overflow": ids.of(over)[0] if over.size else None}
 
         g = build_loaded_graph("sssp", config, bctx, lambda bid, io: SSSPLoaded(bid, io, source),
                                undirected=not config["directed"], weights=True, nonnegative=True,
@@ -64,8 +67,30 @@ def require_source(edges: Any, source: str) -> None:
     raise UsageError(f"source vertex '{source}' is not in {edges.url} ({edges.n} vertices, e.g. {sample})")
 
 
+def refuse_overflow(result: RunResult, config: dict[str, Any]) -> None:
+    """A UsageError naming the first vertex (in id order) whose distance passed float64's range
+    (``OVERFLOW``: Graphalytics reads inf as unreachable, so no such distance is written); the
+    parts the blocks wrote are discarded."""
+    found = []
+    for vid, value in result.values.items():
+        if isinstance(value, dict) and "summary" in value:  # a block that wrote its part
+            if value["summary"].get("overflow") is not None:
+                found.append(value["summary"]["overflow"])
+        elif isinstance(value, dict) and "ids" in value:  # a block's results, ids in order
+            at = np.flatnonzero(np.asarray(value["values"]) == OVERFLOW)[:1]
+            found += [value["ids"][int(i)] for i in at]
+        elif value == OVERFLOW:
+            found.append(vid)
+    if found:
+        if config["output"] and config["mode"] == "block":
+            discard_parts(config["output"])
+        raise UsageError(f"sssp: the distance to vertex {min(found)!r} overflows float64: the weights of its shortest "
+                         f"path add up to {OVERFLOW:.6g} or more (scale the weights down)")
+
+
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     source = config["source"] or EXAMPLE_SOURCE
+    refuse_overflow(result, config)
     parted = parted_results(result, config)
     if parted is not None:
         count = parted[0]

@@ -18,15 +18,22 @@ count. SSSP and WCC only take minima, which are exact.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 
 from ..engine import Context, Message, Vertex
 
-__all__ = ["PageRankVertex", "SSSPVertex", "WCCVertex", "pagerank_master", "pagerank_update", "pagerank_shares"]
+__all__ = ["PageRankVertex", "SSSPVertex", "WCCVertex", "pagerank_master", "pagerank_update", "pagerank_shares",
+           "OVERFLOW", "may_overflow", "overflow_marks", "capped"]
 
 INF = float("inf")
+#: An SSSP distance whose finite sum of finite weights passes float64's range: float64's
+#: largest value, not inf, which means unreachable (as Graphalytics reads it). A vertex at it
+#: is reachable; the job refuses to report such a distance (jobs/sssp.py), and a sum that
+#: rounds to exactly this value is refused with them (no float64 tells the two apart).
+OVERFLOW = float(np.finfo(np.float64).max)
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,7 +118,8 @@ class SSSPVertex(Vertex):
                 ctx.aggregate("updated", 1)
         if improved:
             for dst, w in self.edges:
-                ctx.send(dst, self.value + w)
+                d = self.value + w
+                ctx.send(dst, d if d != INF else OVERFLOW)  # (a finite sum past float64's range)
         ctx.vote_to_halt()
 
 
@@ -166,3 +174,68 @@ def pagerank_shares(ctx: Context, value: np.ndarray, outdeg: np.ndarray, danglin
     if rows.size:
         ctx.aggregate("dangling", value[rows])
     return value / np.maximum(outdeg, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# SSSP distances past float64's range, in the block form (graph_blocks.SSSPLoaded)
+# --------------------------------------------------------------------------------------------
+_WEIGHT_MAX: "weakref.WeakKeyDictionary[Any, float]" = weakref.WeakKeyDictionary()
+
+
+def _weight_max(split: Any) -> float:
+    """At least the largest weight of a block's edges (``graph_blocks._Split``: internal and
+    boundary), found once per split."""
+    top = _WEIGHT_MAX.get(split)
+    if top is None:
+        n = int(split.indptr[-1])
+        weights = [w for w in (None if split.weight is None else split.weight[:n], split.b_weight)
+                   if w is not None and w.size]
+        top = max([1.0, *(float(w.max()) for w in weights)])  # (1.0: unit weights, and a bound for smaller ones)
+        _WEIGHT_MAX[split] = top
+    return top
+
+
+def may_overflow(split: Any, dist: np.ndarray, rows: np.ndarray, down: np.ndarray) -> bool:
+    """Whether a sum of the distance of some row of ``rows`` or ``down`` and one of its edges'
+    weights can pass float64's range (a scalar test: its largest such distance plus the largest
+    weight; the usual answer, no, costs nothing more)."""
+    top = max((float(dist[r].max()) for r in (rows, down) if r.size), default=0.0)
+    return top + _weight_max(split) == INF
+
+
+def capped(d: np.ndarray, w: np.ndarray | float, on: bool) -> np.ndarray:
+    """Candidate distances ``d + w``, a sum past float64's range as ``OVERFLOW`` (``on``: there
+    may be one, from ``may_overflow``)."""
+    if not on:
+        return d + w
+    with np.errstate(over="ignore"):
+        return np.minimum(d + w, OVERFLOW)
+
+
+def overflow_marks(relax: Any, split: Any, dist: np.ndarray, front: np.ndarray) -> np.ndarray:
+    """After a block's relaxation (``relax``, over ``split``'s internal edges) from rows that
+    changed (``front``): every row that an internal edge of a changed row reaches only by a sum
+    past float64's range, set to ``OVERFLOW`` (as ``SSSPVertex`` sends such a sum), and what
+    those rows reach in turn; the rows set. Only when ``may_overflow``."""
+    with np.errstate(over="ignore"):  # (the sums that overflow are what this looks for)
+        return _overflow_marks(relax, split, dist, front)
+
+
+def _overflow_marks(relax: Any, split: Any, dist: np.ndarray, front: np.ndarray) -> np.ndarray:
+    marked: list[np.ndarray] = []
+    while front.size:
+        starts = split.indptr[front]
+        counts = split.indptr[front + 1] - starts
+        total = int(counts.sum())
+        if not total:
+            break
+        edge = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(total)
+        src, dst = np.repeat(front, counts), split.indices[edge]
+        d = dist[src] + (1.0 if split.weight is None else split.weight[edge])
+        hit = np.unique(dst[np.isinf(d) & np.isfinite(dist[src]) & np.isinf(dist[dst])])
+        if not hit.size:
+            break
+        dist[hit] = OVERFLOW
+        front = np.union1d(hit, relax(dist, hit))
+        marked.append(front)
+    return np.concatenate(marked) if marked else front[:0]

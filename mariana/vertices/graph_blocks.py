@@ -700,7 +700,12 @@ class SSSPLoaded(LoadedBlock):
             dist[rows] = 0.0
         else:
             rows = group_min(g.local(_concat(messages, "dst", keys=True)), _concat(messages, "d", np.float64), dist)
-        down = self._relax(dist, rows)
+        from .graph_algos import capped, may_overflow, overflow_marks
+        with np.errstate(over="ignore"):  # (a sum past float64's range is found below)
+            down = self._relax(dist, rows)
+        over = may_overflow(sp, dist, rows, down)  # a sum past float64's range: OVERFLOW, not unreachable
+        if over:
+            down = np.union1d(down, overflow_marks(self._relax, sp, dist, np.union1d(rows, down)))
         if down.size and (s > 0 or sp.b_slot.size):  # the union, by a mask (np.union1d sorts); unused
             # by a first step with no boundary edges (one block)
             changed = np.zeros(len(dist), dtype=bool)
@@ -710,6 +715,6 @@ class SSSPLoaded(LoadedBlock):
         if s > 0 and rows.size:
             ctx.aggregate("updated", int(rows.size))
         w = sp.b_weight
-        _send_min_of(ctx, g, ((sp.b_slot[e], dist[src] + (1.0 if w is None else w[e])) for src, e in sp.boundary_pieces(rows)),
-                     INF, "d")
+        _send_min_of(ctx, g, ((sp.b_slot[e], capped(dist[src], 1.0 if w is None else w[e], over))
+                              for src, e in sp.boundary_pieces(rows)), INF, "d")
         ctx.vote_to_halt()

@@ -217,3 +217,73 @@ def test_in_one_split_of_vertices_a_repeated_id_before_a_bad_line_is_named(capsy
     (tmp_path / "g.v").write_bytes("\n".join(ids).encode("utf-8", "surrogateescape") + b"\n")
     rc, err = run(capsys, "wcc", tmp_path / "g.e", f"vertices={tmp_path / 'g.v'}")
     assert rc == 2 and error_line(err) == f"{tmp_path / 'g.v'}:100: vertex 'v3' listed twice (first at line 3)"
+
+
+# ----------------------------------------------------------------------------------------------
+# an SSSP distance past float64's range is no unreachable vertex
+# ----------------------------------------------------------------------------------------------
+OVERFLOW = float(np.finfo(np.float64).max)
+RUNS = [("block", 1), ("block", 2), ("block", 3), ("vertex", 1), ("vertex", 2)]
+
+
+def capped_dijkstra(edges: list[tuple[str, str, float]], source: str) -> dict[str, float]:
+    """Shortest distances with every sum past float64's range as float64's largest value."""
+    import heapq
+
+    adj: dict[str, list[tuple[str, float]]] = {}
+    for a, b, w in edges:
+        adj.setdefault(a, []).append((b, w))
+        adj.setdefault(b, [])
+    dist = {v: float("inf") for v in adj}
+    dist[source] = 0.0
+    heap = [(0.0, source)]
+    while heap:
+        d, v = heapq.heappop(heap)
+        if d > dist[v]:
+            continue
+        for u, w in adj[v]:
+            c = min(d + w, OVERFLOW)
+            if c < dist[u]:
+                dist[u] = c
+                heapq.heappush(heap, (c, u))
+    return dist
+
+
+@pytest.mark.parametrize("mode,workers", RUNS)
+def test_an_sssp_distance_past_float64_is_refused(capsys, tmp_path, mode, workers):
+    (tmp_path / "g.e").write_text("a b 1e308\nb c 1e308\nc e 0\na d 1\nx a 1\n")
+    out = tmp_path / "out"
+    rc, err = run(capsys, "sssp", tmp_path / "g.e", "source=a", out=f"{out}/", mode=mode, workers=workers)
+    assert rc == 2
+    assert error_line(err) == ("sssp: the distance to vertex 'c' overflows float64: the weights of its shortest "
+                               "path add up to 1.79769e+308 or more (scale the weights down)")
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("mode,workers", RUNS)
+def test_a_sum_past_float64_off_the_shortest_path_is_no_error(capsys, tmp_path, mode, workers):
+    edges = [("a", "b", 1e308), ("b", "c", 1e308), ("a", "c", 5.0), ("b", "d", 7e307), ("c", "e", 1.7e308),
+             ("e", "f", 1e300), ("x", "a", 1.0)]
+    (tmp_path / "g.e").write_text("".join(f"{a} {b} {w!r}\n" for a, b, w in edges))
+    out = tmp_path / "out.tsv"
+    rc, err = run(capsys, "sssp", tmp_path / "g.e", "source=a", out=out, mode=mode, workers=workers)
+    assert rc == 0, err
+    want = capped_dijkstra(edges, "a")
+    assert OVERFLOW not in want.values()
+    assert out.read_text() == "".join(f"{v}\t{'inf' if d == float('inf') else repr(d)}\n" for v, d in sorted(want.items()))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_vertex_named_past_float64_is_the_same_in_every_run(capsys, tmp_path, seed):
+    rnd = np.random.default_rng(seed)
+    n = 200
+    weights = rnd.choice([0.0, 1.0, 2.5, 1e307, 6e307, 9e307], size=2 * n, p=[0.1, 0.05, 0.05, 0.2, 0.3, 0.3])
+    edges = [(f"v{i}", f"v{int(j)}", float(w)) for (i, j), w in zip(
+        ((i, j) for i in range(n) for j in rnd.integers(0, n, 2)), weights)]
+    (tmp_path / "g.e").write_text("".join(f"{a} {b} {w!r}\n" for a, b, w in edges))
+    want = capped_dijkstra(edges, "v0")
+    over = sorted(v for v, d in want.items() if d == OVERFLOW)
+    assert over
+    for mode, workers in RUNS:
+        rc, err = run(capsys, "sssp", tmp_path / "g.e", "source=v0", TINY, mode=mode, workers=workers)
+        assert rc == 2 and f"the distance to vertex {over[0]!r} overflows float64" in error_line(err), (mode, workers)

@@ -352,3 +352,27 @@ def test_an_unreachable_data_url_fails_fast_naming_the_endpoint_and_the_attempts
     line = errors[0]
     assert data in line and refused_endpoint in line and "attempt" in line and "over" in line, line
     assert took < 8.0, (took, line)  # the retry window (120 s) is for a store reached before, not this one
+
+
+@pytest.mark.timeout(120)
+def test_shards_on_s3_commit_with_their_index_and_a_rewrite_leaves_only_its_own(s3_url):
+    from mariana.vertices.shards import DataError, open_shards, write_shards
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 255, (300, 1, 6, 6)).astype(np.uint8), rng.integers(0, 4, 300)
+    url = f"{s3_url}/shards"
+    write_shards(url, (x[:240], y[:240]), (x[240:], y[240:]), shard_mb=0.002)
+    many = list_keys(url)
+    assert "index.json" in many and len(many) > 5
+    write_bytes(f"{url}/README.txt", b"someone else's")
+    write_shards(url, (x[:240], y[:240]), (x[240:], y[240:]), shard_mb=0.02)  # fewer, larger shards
+    index = json.loads(read_bytes(f"{url}/index.json"))
+    listed = sorted(e["file"] for s in index["splits"].values() for e in s)
+    assert list_keys(url) == sorted([*listed, "README.txt", "index.json"]) and len(listed) < len(many) - 1
+    ss = open_shards(url)
+    assert ss.train.size == 240 and np.array_equal(ss.train.read_rows(0, 0, 5)[1], y[:5])
+    import fsspec
+
+    fsspec.filesystem("s3").rm(f"{url[len('s3://'):]}/index.json")
+    with pytest.raises(DataError, match="no index.json"):
+        open_shards(url)

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StorageError, UsageError
-from ..storage import read_text
+from ..errors import UsageError
 
 __all__ = ["EdgeList", "InputError", "load_edges", "parse_edges", "example_graph_url", "table_ids", "table_weights",
            "table_columns"]
@@ -479,13 +478,14 @@ def example_graph_url() -> str:
     return str(files("mariana.jobs") / "data" / "example.e")
 
 
-def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
+def load_edges(url: str | None, vertices: str | None = None, nonnegative: bool = False) -> EdgeList:
     """Read and parse the whole graph input at ``url`` (path or fsspec URL of a file, directory or
     glob; None: the shipped example) in this process, plus the ids of a ``vertices`` file.
+    ``nonnegative``: a negative weight is a bad line (sssp), so that of several bad lines the
+    first is named, as block mode names it.
 
     This is what ``mode=vertex`` reads; block mode loads in parts (jobs/graphload.py).
     """
-    from ..storage.compression import COMPRESSED_EXTS
     from ..storage.splits import Split, list_inputs, read_table_split, read_text_split, whole_split
 
     if url == "":
@@ -494,31 +494,21 @@ def load_edges(url: str | None, vertices: str | None = None) -> EdgeList:
     files = list_inputs(url)
     from ..storage.parquet import PARQUET_EXTS
 
-    if len(files) == 1 and files[0][0] == url and not url.endswith((*COMPRESSED_EXTS, ".npy", ".npz", *PARQUET_EXTS)):
-        try:
-            text = read_text(url)
-        except StorageError as exc:
-            raise UsageError(f"cannot read graph file: {exc}") from None
-        parts = [parse_edges(text.removeprefix(BOM), url)]  # (a split's reader drops it: storage.splits)
-    else:
-        parts = []
-        for f, size in files:
-            if f.endswith(PARQUET_EXTS):
-                parts.append(parse_edges(_parquet_text(f, size), f))
-                continue
-            if f.endswith((".npy", ".npz")):
-                from ..storage.splits import table_rows
+    parts = []
+    for f, size in files:
+        if f.endswith(PARQUET_EXTS):
+            parts.append(parse_edges(_parquet_text(f, size, nonnegative), f))
+            continue
+        if f.endswith((".npy", ".npz")):
+            from ..storage.splits import table_rows
 
-                src, dst, weight = table_columns(f, read_table_split(Split(f, 0, table_rows(f)[0], f[-3:])), 0)
-                lines = [f"{a} {b} {w!r}" for a, b, w in zip(src.tolist(), dst.tolist(),
-                                                            (np.ones(len(src)) if weight is None else weight).tolist())]
-                parts.append(parse_edges("\n".join(lines) + "\n", f))
-                continue
-            raw = read_text_split(whole_split(f, size))
-            try:
-                parts.append(parse_edges(raw.decode("utf-8"), f))
-            except UnicodeDecodeError as exc:
-                raise UsageError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            t = read_table_split(Split(f, 0, table_rows(f)[0], f[-3:]))
+            src, dst, weight = table_columns(f, t, 0, nonnegative)
+            lines = [f"{a} {b} {w!r}" for a, b, w in zip(src.tolist(), dst.tolist(),
+                                                        (np.ones(len(src)) if weight is None else weight).tolist())]
+            parts.append(parse_edges("\n".join(lines) + "\n", f))
+            continue
+        parts.append(_parse_file(read_text_split(whole_split(f, size)), f, nonnegative))  # (without a BOM)
     extra: list[str] = []
     if vertices:
         for f, size in list_inputs(vertices):
@@ -605,7 +595,33 @@ def table_columns(url: str, t: dict[str, np.ndarray], first: int,
     return out[0], out[1], out[2]
 
 
-def _parquet_text(url: str, size: int) -> str:
+def _parse_file(raw: bytes, url: str, nonnegative: bool) -> EdgeList:
+    """``parse_edges`` of a whole text file's bytes; a bad file raises the error of its first bad
+    line of any kind (one that cannot be decoded or parsed, a negative weight where
+    ``nonnegative``), named as block mode names it: the lines before a line that cannot be
+    decoded or parsed are checked too (on the error path only)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        good = raw[:raw.rfind(b"\n", 0, exc.start) + 1]
+        _parse_file(good, url, nonnegative)  # (raises if a line before it is bad)
+        line = good.count(b"\n") + 1
+        raise InputError(f"{url}:{line}: not UTF-8 text ({exc.reason})", line) from None
+    try:
+        edges = parse_edges(text, url)
+    except InputError as exc:
+        _parse_file("".join(text.splitlines(keepends=True)[:exc.at - 1]).encode(), url, nonnegative)
+        raise
+    if nonnegative:
+        bad = np.flatnonzero(edges.weight < 0)
+        if bad.size:
+            e = int(bad[0])
+            raise InputError(f"{edges.where(e)}: negative weight {edges.weight[e]:g} (sssp needs weights >= 0)",
+                             int(edges.lineno[e]))
+    return edges
+
+
+def _parquet_text(url: str, size: int, nonnegative: bool = False) -> str:
     """A whole Parquet edge table as edge-list text (``mode=vertex`` reads graphs whole)."""
     from ..storage.parquet import parquet_splits, read_parquet_split
 
@@ -617,7 +633,7 @@ def _parquet_text(url: str, size: int) -> str:
             else:
                 src, dst = t["src"], t["dst"]
             ends = table_columns(url, {"src": src, "dst": dst, **({"weight": t["weight"]} if "weight" in t else {})},
-                                 first)
+                                 first, nonnegative)
             weight = np.ones(len(ends[0])) if ends[2] is None else ends[2]
             lines += [f"{a} {b} {w!r}" for a, b, w in zip(ends[0].tolist(), ends[1].tolist(), weight.tolist())]
     return "\n".join(lines) + "\n"

@@ -89,11 +89,12 @@ def with_vertices(edges: EdgeList, vertex_ids: Sequence[str], vertices_url: str)
     return EdgeList(edges.url, ids, at[edges.src], at[edges.dst], edges.weight, edges.lineno)
 
 
-def load_graph(config: dict[str, Any]) -> EdgeList:
+def load_graph(config: dict[str, Any], nonnegative: bool = False) -> EdgeList:
     """The edge list of ``graph=`` over the vertices of ``vertices=`` (if set), as stored: the
-    caller applies ``directed`` (see ``follow``)."""
+    caller applies ``directed`` (see ``follow``). ``nonnegative``: a negative weight is a bad line
+    (``load_edges``)."""
     require(config.get("output"))  # (the output's format: said before the run, not after it)
-    edges = load_edges(config["graph"])
+    edges = load_edges(config["graph"], nonnegative=nonnegative)
     if config.get("vertices"):
         edges = with_vertices(edges, read_vertices(config["vertices"]), config["vertices"])
     return edges

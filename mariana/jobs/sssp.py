@@ -49,11 +49,7 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
 
 def _whole_graph(config: dict[str, Any], bctx: BuildContext, source: str) -> Graph:
     """Vertex mode: the graph read whole in every process."""
-    edges = follow(load_graph(config), config)
-    negative = np.flatnonzero(edges.weight < 0)
-    if negative.size:
-        e = int(negative[0])
-        raise UsageError(f"{edges.where(e)}: negative weight {edges.weight[e]:g} (sssp needs weights >= 0)")
+    edges = follow(load_graph(config, nonnegative=True), config)  # (a negative weight: a bad line)
     require_source(edges, source)
     return build_graph("sssp", edges, bctx, lambda vid, adj: SSSPVertex(vid, adj, vid == source))
 

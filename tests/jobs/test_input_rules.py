@@ -161,16 +161,17 @@ def test_of_several_bad_lines_the_first_is_named_on_any_worker_count(capsys, tmp
     assert rc == 2 and error_line(err) == f"{tmp_path / 'g.e'}:120: expected 'src dst [weight]', found only one field: 'lone'"
 
 
-@pytest.mark.parametrize("workers,split", [(1, "split_mb=64"), (1, TINY), (2, TINY), (3, TINY)])
-def test_the_first_bad_line_whatever_its_kind(capsys, tmp_path, workers, split):
+@pytest.mark.parametrize("mode,workers,split", [("block", 1, "split_mb=64"), ("block", 1, TINY), ("block", 2, TINY),
+                                                ("block", 3, TINY), ("vertex", 1, TINY)])
+def test_the_first_bad_line_whatever_its_kind(capsys, tmp_path, mode, workers, split):
     # a negative weight (a well-formed line) before a malformed line and an undecodable one
     text = lines_with({150: "7 8 -2", 200: "lone", 310: "x y"}).encode().replace(b"x y", b"x \xff")
     (tmp_path / "g.e").write_bytes(text)
-    rc, err = run(capsys, "sssp", tmp_path / "g.e", "source=1", split, workers=workers)
+    rc, err = run(capsys, "sssp", tmp_path / "g.e", "source=1", split, workers=workers, mode=mode)
     assert rc == 2 and error_line(err) == f"{tmp_path / 'g.e'}:150: negative weight -2 (sssp needs weights >= 0)"
     # an undecodable line before a malformed one, in one piece or two
     (tmp_path / "u.e").write_bytes(lines_with({200: "lone"}).encode().replace(b"99 100", b"9\xff 100"))
-    rc, err = run(capsys, "wcc", tmp_path / "u.e", split, workers=workers)
+    rc, err = run(capsys, "wcc", tmp_path / "u.e", split, workers=workers, mode=mode)
     assert rc == 2 and error_line(err) == f"{tmp_path / 'u.e'}:99: not UTF-8 text (invalid start byte)"
 
 
@@ -184,15 +185,16 @@ def test_the_first_file_of_the_input_is_named_first(capsys, tmp_path, workers):
     assert rc == 2 and error_line(err) == f"{d / 'a.e'}:300: expected 'src dst [weight]', found only one field: 'lone'"
 
 
-@pytest.mark.parametrize("workers,split", [(1, "split_mb=64"), (1, "split_mb=0.001"), (2, "split_mb=0.001"),
-                                           (3, "split_mb=0.001")])
-def test_of_several_bad_table_rows_the_first_is_named(capsys, tmp_path, workers, split):
+@pytest.mark.parametrize("mode,workers,split", [("block", 1, "split_mb=64"), ("block", 1, "split_mb=0.001"),
+                                                ("block", 2, "split_mb=0.001"), ("block", 3, "split_mb=0.001"),
+                                                ("vertex", 1, "split_mb=64")])
+def test_of_several_bad_table_rows_the_first_is_named(capsys, tmp_path, mode, workers, split):
     table = np.stack([np.arange(300.0), np.arange(1.0, 301.0), np.ones(300)], axis=1)
     table[40, 2] = -1.0  # a negative weight before
     table[210, 1] = 0.5  # ... a fractional destination id (the source ids are checked first)
     table[250, 0] = 1.5
     np.save(tmp_path / "g.npy", table)
-    rc, err = run(capsys, "sssp", tmp_path / "g.npy", "source=1", split, workers=workers)
+    rc, err = run(capsys, "sssp", tmp_path / "g.npy", "source=1", split, workers=workers, mode=mode)
     assert rc == 2 and error_line(err) == f"{tmp_path / 'g.npy'}: row 40: negative weight -1 (sssp needs weights >= 0)"
 
 

@@ -80,7 +80,11 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
     stream them.
     """
     data_keys = ("data", "test_fraction", "seed", "classes", "shuffle_buffer", "verify_data", "download")
-    key = json.dumps([images, *(config.get(k) for k in data_keys)])
+    from ..vertices.named import DATASETS, find_files
+
+    # a named data set by where it is found now too (MARIANA_DATA, --data-dir, the cache may change)
+    found = str(find_files(config["data"])) if config["data"] in DATASETS else None
+    key = json.dumps([images, found, *(config.get(k) for k in data_keys)])
     if _DATASET_CACHE and _DATASET_CACHE[0][0] == key:
         return _DATASET_CACHE[0][1]
     ds = open_dataset(config["data"], test_fraction=config["test_fraction"], seed=config["seed"],

@@ -36,6 +36,7 @@ lease at once, on another node it has expired by then (at worst it waits out the
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -476,8 +477,6 @@ def _exists_error(exc: BaseException) -> bool:
 
 
 def _tmp(path: str) -> str:
-    from .rundir import tmp_name
-
     return posixpath.join(posixpath.dirname(path), tmp_name(posixpath.basename(path)))
 
 
@@ -533,3 +532,22 @@ def _fsync_dir(path: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def host_tag() -> str:
+    """This machine in a temporary's name: its host name, and a hash of its boot id and pid
+    namespace (a pid names one process only within both)."""
+    if not _HOST_TAG:
+        here = machine()
+        digest = hashlib.sha1(f"{here['boot_id']}/{here['pidns']}".encode()).hexdigest()[:6]
+        _HOST_TAG.append(f"{re.sub(r'[^A-Za-z0-9-]', '-', socket.gethostname())[:24]}-{digest}")
+    return _HOST_TAG[0]
+
+
+_HOST_TAG: list[str] = []  # (after a fork the child's pid changes, not its machine)
+
+
+def tmp_name(base: str) -> str:
+    """The name of a temporary file that becomes ``base``: it names its writer (pid and machine),
+    so that the next start can tell a killed writer's leftover from a live writer's file."""
+    return f".{base}.{uuid.uuid4().hex[:12]}.{os.getpid()}@{host_tag()}.tmp"

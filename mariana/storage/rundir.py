@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import builtins
 import errno
-import hashlib
 import io
 import json
 import logging
 import os
 import posixpath
 import re
-import socket
 import time
 import uuid
 from contextlib import contextmanager, nullcontext, suppress
@@ -41,6 +39,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 from ..errors import MarianaError, StorageError, UsageError
 from .compression import compressed, compression_of, decompressed
 from .localfs import LOCAL, LocalFS, is_plain_path
+from .lease import host_tag, pid_alive, tmp_name
 from .retry import cause, retrying
 
 log = logging.getLogger(__name__)
@@ -417,27 +416,8 @@ def _open_whole(fs: Any, path: str, fsync: bool, sync_dir: bool = True, compress
             os.unlink(tmp)
 
 
-def host_tag() -> str:
-    """This machine in a temporary's name: its host name, and a hash of its boot id and pid
-    namespace (a pid names one process only within both)."""
-    if not _HOST_TAG:
-        from .lease import machine
-
-        here = machine()
-        digest = hashlib.sha1(f"{here['boot_id']}/{here['pidns']}".encode()).hexdigest()[:6]
-        _HOST_TAG.append(f"{re.sub(r'[^A-Za-z0-9-]', '-', socket.gethostname())[:24]}-{digest}")
-    return _HOST_TAG[0]
-
-
-_HOST_TAG: list[str] = []  # (after a fork the child's pid changes, not its machine)
 #: ``.NAME.HEX.PID@HOST.tmp`` (this version), ``.NAME.HEX32.tmp`` (earlier ones: no writer recorded)
 _TMP = re.compile(r"^\.(?P<base>.+)\.[0-9a-f]{8,32}(?:\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+))?\.tmp$")
-
-
-def tmp_name(base: str) -> str:
-    """The name of a temporary file that becomes ``base``: it names its writer (pid and machine),
-    so that the next start can tell a killed writer's leftover from a live writer's file."""
-    return f".{base}.{uuid.uuid4().hex[:12]}.{os.getpid()}@{host_tag()}.tmp"
 
 
 def sweep_temporaries(folder: str, base: str | None = None, depth: int = 1) -> list[str]:
@@ -445,8 +425,6 @@ def sweep_temporaries(folder: str, base: str | None = None, depth: int = 1) -> l
     folders below) that no live writer owns: one whose writer ran on this machine and has ended,
     or that nobody has written for ``STALE_TMP_S`` seconds. ``base``: only the temporaries of
     that name. Returns the paths removed; best effort (a file another sweep removed is skipped)."""
-    from .lease import pid_alive
-
     here = host_tag()
     removed: list[str] = []
     now = time.time()

@@ -32,6 +32,7 @@ import numpy as np
 from ..engine import Context, Message, Vertex
 from ..errors import StorageError, UsageError
 from ..storage import read_bytes
+from .stream import batch_rows
 
 __all__ = ["Dataset", "open_dataset", "load_dataset", "batch_indices", "batch_rows", "DataReader", "InputReader", "Preprocess", "decode"]
 
@@ -208,20 +209,6 @@ def batch_indices(seed: int, epoch_size: int, global_batch: int, step: int, star
     current epoch's permutation.
     """
     return batch_rows(seed, epoch_size, global_batch, step, start, count, cache)[0]
-
-
-def batch_rows(seed: int, epoch_size: int, global_batch: int, step: int, start: int, count: int,
-               cache: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """``batch_indices`` and, for each, its position in the global batch (which row of a
-    whole-batch dropout mask is its own, however the batch is split)."""
-    steps_per_epoch = epoch_size // global_batch
-    epoch, k = divmod(step, steps_per_epoch)
-    if not cache or cache[0][0] != epoch:
-        cache[:] = [(epoch, np.random.default_rng([seed, epoch]).permutation(epoch_size))]
-    begin = k * global_batch + start
-    segment = cache[0][1][begin:begin + count]
-    order = np.argsort(segment, kind="stable")
-    return segment[order], start + order
 
 
 class DataReader(Vertex):

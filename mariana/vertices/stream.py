@@ -61,15 +61,11 @@ class InMemorySource:
         self._perm: list[Any] = []
 
     def rows(self, step: int, start: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        from .data import batch_rows
-
         idx, pos = batch_rows(self.seed, self.size, self.global_batch, step, start, count, self._perm)
         return self.x[idx], self.y[idx], pos
 
     def ids(self, step: int, start: int, count: int) -> np.ndarray:
         """The sample indices (rows of the training set) of that slice of the step's batch."""
-        from .data import batch_rows
-
         return batch_rows(self.seed, self.size, self.global_batch, step, start, count, self._perm)[0]
 
     def position(self, step: int) -> dict[str, int]:
@@ -308,3 +304,17 @@ class StreamedDataset:
             return None
         size = test.size
         return TestStream(test, r * size // n, (r + 1) * size // n, self.scale, mean, std)
+
+
+def batch_rows(seed: int, epoch_size: int, global_batch: int, step: int, start: int, count: int,
+               cache: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``batch_indices`` and, for each, its position in the global batch (which row of a
+    whole-batch dropout mask is its own, however the batch is split)."""
+    steps_per_epoch = epoch_size // global_batch
+    epoch, k = divmod(step, steps_per_epoch)
+    if not cache or cache[0][0] != epoch:
+        cache[:] = [(epoch, np.random.default_rng([seed, epoch]).permutation(epoch_size))]
+    begin = k * global_batch + start
+    segment = cache[0][1][begin:begin + count]
+    order = np.argsort(segment, kind="stable")
+    return segment[order], start + order

@@ -28,7 +28,7 @@ from mariana.vertices.graph_blocks import LOAD_STEPS
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
 WORKERS = 3
-FAST = {"heartbeat_interval": 0.2, "worker_timeout": 2.0}
+FAST: dict[str, Any] = {"heartbeat_interval": 0.2, "worker_timeout": 2.0}
 #: each job with its config: long enough that a kill after the first checkpoint leaves steps to run
 JOBS: dict[str, list[str]] = {
     "pagerank": ["tol=0", "iterations=30"],

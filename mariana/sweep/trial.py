@@ -107,6 +107,7 @@ def run_segment(spec: dict[str, Any], ask: Callable[[int], bool],
     try:
         job = get_job(spec["job"])
         run_dir = RunDir(spec["run"])
+        _take_lease(run_dir)
         config = spec["config"]
         resume = Checkpoints(run_dir, config.get("keep_checkpoints", 3)).newest_valid() is not None
         if not resume:  # a first segment, or one killed before its first checkpoint: start afresh
@@ -126,7 +127,10 @@ def run_segment(spec: dict[str, Any], ask: Callable[[int], bool],
         options = RunOptions.from_config(config, workers=spec.get("workers", 1), run_dir=run_dir, resume=resume,
                                          trace=spec.get("trace", True), metrics_every_s=0.0,  # the scheduler reads them live
                                          **_remote_options(spec.get("remote"), announce))
-        result = launch(wrapped, config, options, name=spec["job"], finish=True).result
+        try:
+            result = launch(wrapped, config, options, name=spec["job"], finish=True).result
+        finally:
+            run_dir.release_lease()
         paused = bool(stopper) and stopper[0].paused
         return {"status": "paused" if paused else "completed", "halt_reason": result.halt_reason,
                 "supersteps": result.supersteps, "wall_s": time.perf_counter() - t0}
@@ -222,3 +226,18 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _take_lease(run_dir: RunDir, patience_s: float = 120.0) -> None:
+    """The trial's run directory for this segment, before its records are read or dropped. A
+    holder that still runs here is waited for (``patience_s`` at most): a killed sweep's segment
+    that is still ending, whose writes must finish before this one starts."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            run_dir.take_lease()
+            return
+        except UsageError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # (the holder is another process: nothing here to wait on)

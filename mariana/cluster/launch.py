@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 __all__ = ["run_cluster", "LocalCluster", "spawn_workers", "stop_processes", "blas_threads", "thread_vars",
            "local_spec", "THREAD_VARS", "throwaway_keys", "sweep_throwaway_keys"]
 
-#: ``mariana-keys-PID.START@HOST-XXXXXXXX``: the throwaway keys of a ``--secure`` run, named by
+#: ``mariana-keys-PID.START@HOST-RANDOM``: the throwaway keys of a ``--secure`` run, named by
 #: the process that made them (pid, its start time, this machine), so that the next start can
 #: remove those of a process that was killed (``kill -9`` runs no cleanup)
 _KEYS = re.compile(r"^mariana-keys-(?:(?P<pid>\d+)\.(?P<start>\d*)@(?P<host>[A-Za-z0-9-]+)-)?[A-Za-z0-9_]+$")

@@ -78,7 +78,7 @@ def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, st
 def _resolve_resume(args: argparse.Namespace, resume: RunDir | None) -> tuple[Any, dict[str, Any], int, str | None,
                                                                             RunDir | None, RunDir | None]:
     """``_resolve_run`` of ``--resume RUN``, or of the run directory ``--resume-if-possible`` found (``resume``)."""
-    url = args.resume or args.run_dir
+    url = getattr(args, "resume", None) or args.run_dir  # (`mariana master --from-env` has no --resume)
     try:
         run_dir = resume or RunDir(url, create=False)
         prev = run_dir.read_json("job.json")

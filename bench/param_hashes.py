@@ -33,7 +33,7 @@ def configs(smoke: bool) -> list[tuple[str, str, list[str]]]:
     """(name, job, --set values) of every reference config."""
     out = [(f"dnn-dp/{x}/{o}", "dnn-dp", [*SHORT, "replicas=2", f"exchange={x}", f"optimizer={o}"])
            for x in EXCHANGES for o in OPTIMIZERS]
-    # the defaults (exchange=allreduce, optimizer=momentum): the same hash as dnn-dp/linear/momentum
+    # the defaults (exchange=auto: allreduce at 2 replicas; optimizer=momentum): the hash of dnn-dp/linear/momentum
     out += [("dnn-dp/default", "dnn-dp", [*SHORT, "replicas=2"])]
     out += [("cnn-hybrid/g1p2", "cnn-hybrid", [*SHORT, "groups=1", "partitions=2"]),
             ("cpu-cluster/g1k2", "cpu-cluster", [*SHORT, "groups=1", "workers_per_group=2"])]

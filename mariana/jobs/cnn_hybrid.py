@@ -23,7 +23,7 @@ from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..vertices.data import InputReader, Preprocess
 from ..vertices.layers import shapes_only
-from ..vertices.exchange import ParameterShardVertex, make_topology, topology_choices, topology_help
+from ..vertices.exchange import ParameterShardVertex, exchange_choices, make_topology, topology_help
 from ..vertices.partition import PartitionVertex, join_params
 from .registry import BuildContext, Job, Key
 from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices,
@@ -53,7 +53,7 @@ def plan(config: dict[str, Any], bctx: BuildContext | None = None) -> dict[str, 
         raise UsageError(f"config key 'pipeline' must be >= 0, got {config['pipeline']}")
     spe, total = schedule(config, ds.train_size, G, "groups")
     opt = optimizer_of(config)
-    topology = make_topology(config, partitioned=True)
+    topology = make_topology(config, G, partitioned=True)
     make = partition_maker(config, ds, P, G, "partitions")
     sizes = partition_sizes(config, ds, P, "partitions")
     shards = [topology.shards(n, G, f"-p{p:02d}") for p, n in enumerate(sizes)]
@@ -158,7 +158,7 @@ JOB = Job(
         Key("partitions", 2, "int", "partitions per group (model parallelism: each holds 1/P of every layer's "
                                     "channels or units)"),
         Key("exchange", "linear", "str", "parameter exchange between groups: " + topology_help(partitioned=True),
-            choices=topology_choices(partitioned=True)),
+            choices=exchange_choices(partitioned=True)),
         Key("ps_shards", 1, "int", "parameter-server vertices per partition for exchange=ps"),
         *OPTIMIZER_KEYS,
         *schedule_keys(20, "groups"),

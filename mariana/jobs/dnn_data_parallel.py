@@ -19,7 +19,7 @@ from ..partitioner import GroupStrategy
 from ..vertices.layers import shapes_only
 from ..vertices.model import build_model
 from ..vertices.data import DataReader
-from ..vertices.exchange import ParameterShardVertex, make_topology, topology_choices, topology_help
+from ..vertices.exchange import AUTO, ParameterShardVertex, auto_topology, exchange_choices, make_topology, topology_help
 from ..vertices.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
 from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices,
@@ -38,7 +38,7 @@ def _plan(config: dict[str, Any], bctx: BuildContext) -> dict[str, Any]:
     with shapes_only():  # sizes for the shards; the weights are drawn where vertices are built
         num_params = build_model(config["model"], ds.input_shape, ds.classes, config["seed"]).num_params
     opt = optimizer_of(config)
-    topology = make_topology(config)
+    topology = make_topology(config, replicas)
     return dict(ds=ds, replicas=replicas, spe=spe, total=total, opt=opt, topology=topology,
                 model=functools.cache(lambda: build_model(config["model"], ds.input_shape, ds.classes, config["seed"])),
                 shards=topology.shards(num_params, replicas), devices=devices(config["device"], replicas))
@@ -109,10 +109,16 @@ def _assemble(slices_by_vertex: dict[str, tuple[int, np.ndarray]], config: dict[
     return out
 
 
+def _exchange_name(config: dict[str, Any], replicas: int) -> str:
+    """``exchange=``, with what ``auto`` stood for."""
+    name = config["exchange"]
+    return f"auto ({auto_topology(replicas)})" if name == AUTO else name
+
+
 def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
     replicas = sum(k.startswith("replica-") for k in result.values)
     return finish_training(result, config, run_dir, "dnn-dp", final_params(result, config), "replica-",
-                           f"{replicas} replica(s), exchange={config['exchange']}")
+                           f"{replicas} replica(s), exchange={_exchange_name(config, replicas)}")
 
 
 JOB = Job(
@@ -124,8 +130,8 @@ JOB = Job(
         Key("model", DEFAULT_MODEL, "list", "layers: dense:UNITS[:ACT], conv:OUT:K[:STRIDE[:PAD]][:ACT], maxpool:K, "
                                             "flatten, dropout:P, relu|tanh|sigmoid; softmax cross-entropy is appended"),
         Key("replicas", 0, "int", "model replicas (0: one per worker)"),
-        # allreduce is the default: the same parameters as linear, bit for bit, in one superstep per step
-        Key("exchange", "allreduce", "str", "gradient exchange: " + topology_help(), choices=topology_choices()),
+        # every topology gives the same parameters, bit for bit; auto picks the fewest bytes per step
+        Key("exchange", "auto", "str", "gradient exchange: " + topology_help(), choices=exchange_choices()),
         Key("ps_shards", 1, "int", "parameter-server vertices for exchange=ps (all on worker 0)"),
         *OPTIMIZER_KEYS,
         *schedule_keys(20, "replicas"),

@@ -39,7 +39,8 @@ from .optim import Optimizer, replica_stats
 
 __all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology", "register_topology",
            "topology_choices", "topology_help",
-           "AllReduce", "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
+           "AllReduce", "AUTO", "auto_topology", "exchange_choices",
+           "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
            "tree_parent", "gradient_buckets", "BUCKET"]
 
 
@@ -248,21 +249,44 @@ class AllReduce(Topology):
         return True
 
 
+#: ``exchange=auto``: the fewest bytes per member and step for the member count. ``allreduce``
+#: sends (N-1) x the model per member and keeps N copies of the optimizer state, ``linear``
+#: 2(N-1)/N x the model and one copy in all, at the price of a second superstep per step: at
+#: two members the bytes are equal and allreduce's single superstep wins; beyond, linear does.
+AUTO = "auto"
+AUTO_HELP = "allreduce for up to 2 members, linear beyond (the fewest bytes per member and step)"
+
+
+def auto_topology(members: int, partitioned: bool = False) -> str:
+    """The topology ``exchange=auto`` stands for with ``members`` members."""
+    return "allreduce" if members <= 2 and not partitioned else "linear"
+
+
 def topology_choices(partitioned: bool = False) -> tuple[str, ...]:
-    """The registered ``exchange=`` names (``partitioned``: only those partitioned models can use)."""
+    """The registered ``exchange=`` names (``partitioned``: only those partitioned models can use);
+    a job's key also offers ``auto`` (``exchange_choices``)."""
     return tuple(name for name, cls in TOPOLOGIES.items() if cls.partitioned or not partitioned)
+
+
+def exchange_choices(partitioned: bool = False) -> tuple[str, ...]:
+    """A job's ``exchange=`` choices: ``auto`` and every registered topology it can use."""
+    return (AUTO, *topology_choices(partitioned))
 
 
 def topology_help(partitioned: bool = False) -> str:
     """The ``exchange`` key's help: every choice with its line."""
-    return "; ".join(f"{name}: {TOPOLOGIES[name].help}" for name in topology_choices(partitioned))
+    auto = f"{AUTO}: {'linear' if partitioned else AUTO_HELP}"
+    return "; ".join([auto, *(f"{name}: {TOPOLOGIES[name].help}" for name in topology_choices(partitioned))])
 
 
-def make_topology(config: dict[str, Any], partitioned: bool = False) -> Topology:
-    """The topology of a job's resolved config (``exchange=`` and the topology's own keys)."""
-    name, choices = config["exchange"], topology_choices(partitioned)
+def make_topology(config: dict[str, Any], members: int, partitioned: bool = False) -> Topology:
+    """The topology of a job's resolved config (``exchange=`` and the topology's own keys) for
+    ``members`` members; ``auto`` picks by the member count (``auto_topology``)."""
+    name, choices = config["exchange"], exchange_choices(partitioned)
     if name not in choices:
         raise UsageError(f"unknown exchange {name!r}; choose one of: {', '.join(choices)}")
+    if name == AUTO:
+        name = auto_topology(members, partitioned)
     return TOPOLOGIES[name].from_config(config)
 
 

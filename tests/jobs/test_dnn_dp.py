@@ -65,6 +65,37 @@ def test_allreduce_gives_the_parameters_of_linear_bit_for_bit_in_one_superstep_p
     assert not any(k.startswith("shard") for k in ar.values)
 
 
+@pytest.mark.parametrize(("replicas", "stands_for"), [(1, "allreduce"), (2, "allreduce"), (4, "linear"), (8, "linear")])
+def test_auto_exchange_is_allreduce_up_to_two_replicas_and_linear_beyond(replicas, stands_for):
+    """The default: the same parameters as either, with the supersteps (and shards) of the one it picks."""
+    sets = SMALL + ["optimizer=adam", f"replicas={replicas}"]
+    auto, a = train(sets)
+    picked, p = train(sets + [f"exchange={stands_for}"])
+    assert {k.name: k.default for k in JOB.keys}["exchange"] == "auto"
+    assert same(auto, picked) and a.supersteps == p.supersteps
+    assert any(k.startswith("shard") for k in a.values) == (stands_for == "linear")
+
+
+@pytest.mark.timeout(240)
+def test_auto_exchange_sends_at_most_2_n_minus_1_over_n_models_per_member_and_step(tmp_path):
+    """Bytes on the wire (the cluster's trace) per member and step against reduce-scatter +
+    all-gather's bound, 2 (N-1)/N x the model, plus headers; allreduce's (N-1) x is over it."""
+    from mariana.trace import cmd_summary
+
+    n, steps = 4, 3
+    model = 64 * 256 + 256 + 256 * 10 + 10  # the digits' 64 inputs, 256 hidden, 10 classes
+    bound = 2 * (n - 1) / n * model * 4
+    per_member = {}
+    for ex in ("auto", "allreduce"):
+        run = tmp_path / ex
+        sets = ['model=["dense:256:relu", "dense:10"]', f"steps={steps}", f"exchange={ex}"]
+        assert main(["run", "dnn-dp", "--workers", str(n), "--runtime", "cluster", "--run-dir", str(run),
+                     *(x for kv in sets for x in ("--set", kv))]) == 0
+        per_member[ex] = cmd_summary(str(run), as_json=True)[1]["bytes"]["total"] / (n * steps)
+    assert per_member["auto"] <= bound * 1.02 + 4096, per_member
+    assert per_member["allreduce"] > 1.9 * bound, per_member  # (N-1) = 3 models against 1.5
+
+
 @pytest.mark.parametrize("sets", [["replicas=2", "exchange=linear"], ["replicas=4", "exchange=tree"],
                                   ["replicas=4", "exchange=ps", "ps_shards=3"],
                                   ["replicas=2", "optimizer=adagrad_approx"], ["replicas=2", "exchange=allreduce"],

@@ -96,17 +96,22 @@ def _value(x: Any, t: type, depth: int) -> Any:
     return _other(x, t, depth)
 
 
+def _item(v: Any, where: Any, depth: int) -> Any:
+    """``_value`` of a container's item at index or key ``where``, which a refusal's path names."""
+    try:
+        return _value(v, type(v), depth)
+    except PayloadError as exc:
+        exc.where.insert(0, where)
+        raise
+
+
 def _sequence(x: Any, copy: bool, depth: int) -> Any:
     types = set(map(type, x))
     if types <= _ATOMS or (types == _INT and _INT_MIN <= min(x) and max(x) <= _INT_MAX):
         return list(x) if copy else x
     out = None
     for i, v in enumerate(x):
-        try:
-            c = _value(v, type(v), depth)
-        except PayloadError as exc:
-            exc.where.insert(0, i)
-            raise
+        c = _item(v, i, depth)
         if c is not v and out is None:
             out = list(x[:i])
         if out is not None:
@@ -126,11 +131,7 @@ def _dict(x: dict, copy: bool, depth: int) -> dict:
                 raise PayloadError(f"dict key {_short(k)} of type {_name(k)}: the wire carries str keys only")
     out: dict | None = {} if copy else None
     for i, (k, v) in enumerate(x.items()):
-        try:
-            c = _value(v, type(v), depth)
-        except PayloadError as exc:
-            exc.where.insert(0, k)
-            raise
+        c = _item(v, k, depth)
         if out is None and c is not v:
             out = dict(list(x.items())[:i])
         if out is not None:

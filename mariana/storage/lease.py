@@ -53,7 +53,7 @@ from typing import Any, Iterator
 
 from ..errors import StorageError, UsageError
 from .localfs import LocalFS
-from .retry import cause, retrying
+from .retry import cause, env_seconds, retrying
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,7 @@ class LeaseLost(StorageError):
 
 def lease_ttl() -> float:
     """Seconds a lease lasts without a renewal (``MARIANA_LEASE_TTL_S``, at least 1)."""
-    raw = os.environ.get(ENV_TTL, "")
-    try:
-        return max(1.0, float(raw)) if raw.strip() else DEFAULT_TTL_S
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %g", ENV_TTL, raw, DEFAULT_TTL_S)
-        return DEFAULT_TTL_S
+    return env_seconds(ENV_TTL, DEFAULT_TTL_S, least=1.0)
 
 
 def _skew(ttl: float) -> float:

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, TypeVar
 log = logging.getLogger(__name__)
 
 __all__ = ["retrying", "is_transient", "cause", "retry_window", "first_contact_window", "keepalive", "store_of",
-           "reached", "preflight", "ENV", "FIRST_CONTACT_ENV"]
+           "reached", "preflight", "env_seconds", "ENV", "FIRST_CONTACT_ENV"]
 
 ENV = "MARIANA_STORAGE_RETRY_S"
 DEFAULT_WINDOW_S = 120.0
@@ -81,24 +81,25 @@ _probed: set[str] = set()  # stores whose endpoint took a connection (probed onc
 _lock = threading.Lock()
 
 
+def env_seconds(name: str, default: float, least: float = 0.0) -> float:
+    """Seconds from environment variable ``name`` (at least ``least``), ``default`` when it is
+    unset or blank; a value that is not a number is warned about once per read and ignored."""
+    raw = os.environ.get(name, "")
+    try:
+        return max(least, float(raw)) if raw.strip() else default
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds; using %g", name, raw, default)
+        return default
+
+
 def retry_window() -> float:
     """Seconds a transient error is retried for (``MARIANA_STORAGE_RETRY_S``; 0 turns retrying off)."""
-    raw = os.environ.get(ENV, "")
-    try:
-        return max(0.0, float(raw)) if raw.strip() else DEFAULT_WINDOW_S
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %g", ENV, raw, DEFAULT_WINDOW_S)
-        return DEFAULT_WINDOW_S
+    return env_seconds(ENV, DEFAULT_WINDOW_S)
 
 
 def first_contact_window() -> float:
     """Seconds a store that never answered is tried for (``MARIANA_STORAGE_FIRST_CONTACT_S``)."""
-    raw = os.environ.get(FIRST_CONTACT_ENV, "")
-    try:
-        return max(0.0, float(raw)) if raw.strip() else DEFAULT_FIRST_CONTACT_S
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %g", FIRST_CONTACT_ENV, raw, DEFAULT_FIRST_CONTACT_S)
-        return DEFAULT_FIRST_CONTACT_S
+    return env_seconds(FIRST_CONTACT_ENV, DEFAULT_FIRST_CONTACT_S)
 
 
 def _url_in(text: str) -> str | None:

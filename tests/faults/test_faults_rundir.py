@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +27,7 @@ import pytest
 from mariana.errors import UsageError
 from mariana.storage import RunDir
 from mariana.storage.lease import Lease
+from polling import until
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -57,13 +57,7 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
 
 
 def _until(what: str, ok: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = ok()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.05)
+    return until(what, ok, timeout, every=0.05)
 
 
 def _has(url: str, rel: str) -> bool:

@@ -25,6 +25,7 @@ from mariana.errors import UsageError
 from mariana.storage import RunDir, save_params
 from mariana.storage.checkpoint import Checkpoints
 from mariana.storage.lease import Lease, LeaseLost, machine
+from polling import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,16 +55,6 @@ def run_url(request, tmp_path) -> str:
 def _holder(url: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
-
-
-def _until(what: str, ok: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = ok()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.02)
 
 
 def _epoch(run: RunDir, n: int) -> dict[str, Any]:
@@ -182,7 +173,7 @@ def test_a_stale_holder_cannot_commit_anything(run_url):
     entry = parts.write_part(0, "worker-0", {"x": np.arange(3)})
     parts.commit(0, [entry], workers=1)
     fresh = RunDir(run_url)
-    fresh.lease = _until("takeover of the expired lease", _taken(fresh, ttl=60))
+    fresh.lease = until("takeover of the expired lease", _taken(fresh, ttl=60))
     assert fresh.lease.token == 2
     fresh.write_json("job.json", {"by": "fresh"})
     fresh.append_jsonl("metrics.jsonl", [{"superstep": 0}])
@@ -209,7 +200,7 @@ def test_a_lapsed_lease_nobody_took_is_reclaimed_and_the_writes_go_on(run_url):
     run = RunDir(run_url)
     run.lease = Lease.acquire(run, ttl=1.2, renew=False)
     expires = _epoch(run, 1)["expires"]
-    _until("the lease's expiry", lambda: time.time() > expires + 0.5)
+    until("the lease's expiry", lambda: time.time() > expires + 0.5)
     run.write_json("job.json", {"ok": True})
     assert run.lease.token == 2 and _epoch(run, 2)["pid"] == os.getpid()
     assert run.read_json("job.json") == {"ok": True}
@@ -220,7 +211,7 @@ def test_the_renewal_thread_keeps_a_short_lease(tmp_path):
     run = RunDir(str(tmp_path / "run"))
     run.lease = Lease.acquire(run, ttl=1.2)
     first = _epoch(run, 1)
-    _until("two renewals", lambda: _epoch(run, 1)["renewals"] >= 2)
+    until("two renewals", lambda: _epoch(run, 1)["renewals"] >= 2)
     assert _epoch(run, 1)["expires"] > first["expires"]
     run.release_lease()
     assert _epoch(run, 1)["released"] is True

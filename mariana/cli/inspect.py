@@ -17,19 +17,36 @@ log = logging.getLogger("mariana")
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    jobs = [get_job(name) for name in BUILTIN_JOBS]
+    """``mariana jobs [JOB] [--json]``: every built-in job with its config keys, or one job's keys
+    (a built-in name or ``package.module:attribute``; an unknown name: one line listing the jobs)."""
+    one = getattr(args, "job", None)
+    jobs = [get_job(one)] if one else [get_job(name) for name in BUILTIN_JOBS]
     if args.json:
-        print(json.dumps([{"name": j.name, "description": j.description,
-                           "keys": [{"name": k.name, "type": k.type, "default": k.default, "help": k.help,
-                                     **({"choices": list(k.choices)} if k.choices else {})} for k in j.keys]}
-                          for j in jobs], indent=2))
+        docs = [_job_doc(j) for j in jobs]
+        print(json.dumps(docs[0] if one else docs, indent=2, default=str))
         return 0
     for j in jobs:
         print(f"{j.name}: {j.description}")
         for k in j.keys:
-            choices = f" (one of: {', '.join(map(str, k.choices))})" if k.choices else ""
-            print(f"    {k.name} = {json.dumps(k.default)}  [{k.type}]  {k.help}{choices}")
+            print(f"    {_key_line(k)}")
+    if one:
+        print(f"set a key with --set KEY=VALUE, or in --config FILE.toml (top level or a [{jobs[0].name}] table)")
     return 0
+
+
+def _job_doc(job: Any) -> dict[str, Any]:
+    """One job and its keys as ``mariana jobs --json`` prints them."""
+    return {"name": job.name, "description": job.description,
+            "keys": [{"name": k.name, "type": k.type, "default": k.default, "help": k.help,
+                      **({"choices": list(k.choices)} if k.choices else {}),
+                      **({"minimum": k.minimum} if k.minimum is not None else {})} for k in job.keys]}
+
+
+def _key_line(k: Any) -> str:
+    """``name = default  [type]  help (one of: ...) (>= minimum)``."""
+    choices = f" (one of: {', '.join(map(str, k.choices))})" if k.choices else ""
+    minimum = f" (>= {k.minimum:g})" if k.minimum is not None else ""
+    return f"{k.name} = {json.dumps(k.default, default=str)}  [{k.type}]  {k.help}{choices}{minimum}"
 
 
 def cmd_params(args: argparse.Namespace) -> int:

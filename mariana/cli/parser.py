@@ -128,8 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_data_parser(sub, _Parser)
 
-    j = sub.add_parser("jobs", help="list the jobs and their config keys")
-    j.add_argument("--json", action="store_true")
+    j = sub.add_parser("jobs", help="list the jobs and their config keys (one job's keys: `mariana jobs JOB`)")
+    j.add_argument("job", nargs="?", metavar="JOB", help="show only this job's keys: a built-in name or "
+                   "package.module:attribute")
+    j.add_argument("--json", action="store_true", help="print as JSON on stdout (with JOB: one object, else a list)")
     return p
 
 

@@ -23,8 +23,10 @@ layer's params and grads views of two flat buffers (the form the engine sends an
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -306,7 +308,8 @@ def _size2(index: int, entry: str, field: str, what: str, minimum: int) -> tuple
 
 
 def parse_entry(index: int, entry: str) -> tuple[str, list[Any], str | None]:
-    """Split one spec entry into (type, arguments, activation or None); UsageError if malformed."""
+    """Split one spec entry into (type, arguments, activation or None); UsageError if malformed,
+    naming the field at fault (an unknown activation with the known ones, a missing or extra field)."""
     if not isinstance(entry, str):
         raise UsageError(f"entry {index} {entry!r} is not a string")
     fields = [f.strip() for f in entry.strip().split(":")]
@@ -315,14 +318,49 @@ def parse_entry(index: int, entry: str) -> tuple[str, list[Any], str | None]:
         raise _fail(index, entry, "is the loss, which is appended automatically; remove it from the spec")
     kind = LAYERS.get(name)
     if kind is None:
-        raise _fail(index, entry, f"has unknown layer type {name!r}; known types: {', '.join(sorted(LAYERS))}")
+        raise _fail(index, entry, f"has unknown layer type {name!r}{_did_you_mean(name, LAYERS)}; "
+                                  f"known types: {', '.join(sorted(LAYERS))}")
     act = None
     if kind.activation and rest and rest[-1].lower() in ACTIVATIONS:
         act = rest.pop().lower()
     lo, hi = kind.fields
-    if not lo <= len(rest) <= hi:
-        raise _fail(index, entry, f"has the wrong number of fields; expected {kind.syntax}")
+    if "" in rest:
+        raise _fail(index, entry, f"has an empty field (a stray ':'); expected {kind.syntax}")
+    word = rest[-1].lower() if lo < len(rest) <= hi + 1 and _WORD.fullmatch(rest[-1]) else None
+    if word is not None and not (kind.activation and word in ACTIVATIONS):  # a name in the activation's place
+        if not kind.activation:
+            where = (f"put {word!r} in an entry of its own" if word in ACTIVATIONS
+                     else f"expected {kind.syntax}")
+            raise _fail(index, entry, f"has a field {rest[-1]!r}, but {name} takes no activation; {where}")
+        raise _fail(index, entry, f"has unknown activation {rest[-1]!r}{_did_you_mean(word, ACTIVATIONS)}; "
+                                  f"activations: {', '.join(ACTIVATIONS)} (expected {kind.syntax})")
+    if len(rest) < lo:
+        missing = _field_names(kind)[len(rest):lo]
+        raise _fail(index, entry, f"has the wrong number of fields: {' and '.join(missing) or 'a field'} "
+                                  f"{'is' if len(missing) < 2 else 'are'} missing; expected {kind.syntax}")
+    if len(rest) > hi:
+        extra = ":".join(rest[hi:])
+        raise _fail(index, entry, f"has the wrong number of fields: {extra!r} {_too_many(len(rest) - hi)} "
+                                  f"for {name}; expected {kind.syntax}")
     return name, kind.parse(_Fields(index, entry, rest)), act
+
+
+#: a field that is a name, not a number or ``HxW`` size: where an activation would be
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _too_many(n: int) -> str:
+    return "is one field too many" if n == 1 else f"are {n} fields too many"
+
+
+def _field_names(kind: LayerKind) -> list[str]:
+    """The names of ``kind``'s fields after its type, from its syntax (``dense:UNITS[:ACT]``: UNITS)."""
+    return [t for t in re.findall(r"[A-Z][A-Z_]*", kind.syntax) if t != "ACT"]
+
+
+def _did_you_mean(word: str, known: Any) -> str:
+    hint = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
 def build_model(

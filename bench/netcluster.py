@@ -198,7 +198,7 @@ def sweep_stale() -> list[str]:
     return removed
 
 
-def _read_line(stream: IO[bytes], deadline: float) -> bytes:
+def read_line(stream: IO[bytes], deadline: float) -> bytes:
     """One line from a pipe, or b"" at EOF or past ``deadline``."""
     buf = b""
     fd = stream.fileno()
@@ -309,7 +309,7 @@ class Host:
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
         finally:
             log.close()
-        ready = _read_line(self.holder.stdout, time.monotonic() + 30)
+        ready = read_line(self.holder.stdout, time.monotonic() + 30)
         self.holder.stdout.close()
         if ready != b"ready\n":
             self.holder.kill()

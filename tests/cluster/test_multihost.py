@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -219,8 +220,6 @@ def test_hosts_reach_each_other_through_the_bridge_and_not_the_root_namespace(cl
     assert not [a for a in _root_addresses() if a.startswith("10.47.")]
     assert not subprocess.run(["ip", "route", "show", "10.47.0.0/24"], capture_output=True, text=True).stdout.strip()
     # a host's loopback is its own: the root namespace's listener on 127.0.0.1 is not there
-    import socket
-
     with socket.create_server(("127.0.0.1", 0)) as srv:
         assert p0.connect("127.0.0.1", srv.getsockname()[1]) == "fail ConnectionRefusedError"
 

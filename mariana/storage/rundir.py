@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 _FS_ERRORS = Exception
 
 __all__ = ["RunDir", "read_text", "read_bytes", "write_text", "write_bytes", "default_run_url", "tmp_name",
-           "sweep_temporaries", "STALE_TMP_S", "host_tag"]
+           "sweep_temporaries", "STALE_TMP_S", "host_tag", "NotWritable", "check_writable"]
 
 #: A temporary file nobody has written for this long is no live writer's (any host, any version)
 STALE_TMP_S = 3600.0
@@ -100,6 +100,78 @@ def default_run_url(job: str, root: str = "runs") -> str:
     return f"{root}/{job}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
+class NotWritable(UsageError, StorageError):
+    """A place the user named (run directory, output) that this process cannot write: their
+    mistake to fix (one line, exit 2), and a ``StorageError`` to code that handles those."""
+
+
+#: OS errors that say the place itself is wrong (permissions, a read-only or pseudo filesystem,
+#: a missing or non-directory parent), not that the storage is having trouble
+_PLACE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
+
+
+def _wrong_place(exc: BaseException) -> bool:
+    """(Object stores' clients raise ``PermissionError``/``FileNotFoundError`` without an errno.)"""
+    return isinstance(exc, (PermissionError, FileNotFoundError, NotADirectoryError, FileExistsError)) or (
+        isinstance(exc, OSError) and exc.errno in _PLACE_ERRNOS)
+
+
+def _reason(exc: BaseException, path: str) -> str:
+    """An OS error as its words and the file it names when that is not ``path`` itself."""
+    if isinstance(exc, OSError) and exc.strerror:
+        named = str(exc.filename).rstrip("/") if exc.filename else ""
+        return exc.strerror + (f" ({named})" if named and named != path.rstrip("/") else "")
+    return cause(exc)
+
+
+def check_writable(url: str, what: str, inside: bool = True) -> None:
+    """Refuse (``NotWritable``, naming ``what`` and ``url``) a place this process cannot write,
+    creating nothing that stays: a probe file (a ``tmp_name``, so a killed probe is swept) is
+    made and removed in the folder ``url`` (``inside``) or the folder that holds it, or, where that
+    does not exist yet, in the nearest folder above it that does (a writable folder there can
+    hold the new ones). On a remote store the probe is written where the data would go (on a
+    store with folders: in the nearest one that exists). Transient storage errors are retried,
+    then raised as ``StorageError``."""
+    fs, path = _fs(url)
+    path = path.rstrip("/") or "/"
+    folder = path if inside else (posixpath.dirname(path) or ".")
+    if isinstance(fs, LocalFS):
+        while not os.path.lexists(folder) and posixpath.dirname(folder) != folder:
+            folder = posixpath.dirname(folder)
+        if not os.path.isdir(folder):
+            raise NotWritable(f"{what} {url} cannot be written: {folder} is not a directory")
+        probe = posixpath.join(folder, tmp_name("probe"))
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+        except OSError as exc:  # (the error names the probe: say the folder instead)
+            where = "" if folder == path else f" ({folder})"
+            raise NotWritable(f"{what} {url} cannot be written: {exc.strerror or exc}{where}") from None
+        return
+
+    def put_and_remove() -> None:
+        probe = posixpath.join(folder, tmp_name("probe"))
+        with fs.open(probe, "wb") as f:
+            f.write(b"")
+        try:
+            fs.rm(probe)
+        except Exception as exc:  # noqa: BLE001 - it could be written, which is what was asked
+            log.warning("could not remove the probe %s: %s", probe, cause(exc))
+    while True:
+        try:
+            retrying(f"checking that {url} can be written", put_and_remove)
+            return
+        except FileNotFoundError:  # a store with folders, this one not made yet: probe the one above
+            if posixpath.dirname(folder) in ("", folder):
+                raise NotWritable(f"{what} {url} cannot be written: no such bucket or folder") from None
+            folder = posixpath.dirname(folder)
+        except _FS_ERRORS as exc:
+            if not _wrong_place(exc):
+                raise StorageError(f"cannot check that {what} {url} can be written: {cause(exc)}") from exc
+            where = "" if folder == path else f" ({folder})"
+            raise NotWritable(f"{what} {url} cannot be written: {getattr(exc, 'strerror', None) or exc}{where}") from None
+
+
 class RunDir:
     """A run directory at ``url`` (a path or any fsspec URL).
 
@@ -121,7 +193,11 @@ class RunDir:
         try:
             self._retry(f"creating {url}", lambda: self.fs.makedirs(self.root, exist_ok=True))
         except _FS_ERRORS as exc:
+            if _wrong_place(exc):  # (a path the user gave: theirs to fix, exit 2)
+                raise NotWritable(f"run directory {url} cannot be created: {_reason(exc, self.root)}") from None
             raise StorageError(f"cannot create run directory {url}: {cause(exc)}") from exc
+        if create and isinstance(self.fs, LocalFS):  # a folder it cannot write: said now, not at the first
+            check_writable(url, "run directory")     # record (on a remote store a probe costs round trips)
         self._can_append = _in_process(self.fs)
         self._lines: dict[str, list[str]] = {}
         self._dirs: set[str] = set()

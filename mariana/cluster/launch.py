@@ -31,6 +31,7 @@ from .worker import GraphBuilder, Worker
 from ..engine.options import RunOptions
 from ..engine.runner import resume_point
 from ..comm.shm import sweep
+from ..comm.shmbudget import HOST_WORKERS_VAR
 from ..comm.security import Security, add_key, init_keys, load_keypair
 from ..engine.result import RunResult
 from ..engine.threads import THREAD_VARS, blas_threads, thread_vars
@@ -39,7 +40,7 @@ from ..comm.zmqcomm import parse_endpoint
 log = logging.getLogger(__name__)
 
 __all__ = ["run_cluster", "LocalCluster", "spawn_workers", "stop_processes", "blas_threads", "thread_vars",
-           "local_spec", "THREAD_VARS", "throwaway_keys", "sweep_throwaway_keys"]
+           "local_spec", "THREAD_VARS", "throwaway_keys", "sweep_throwaway_keys", "host_vars"]
 
 #: ``mariana-keys-PID.START@HOST-RANDOM``: the throwaway keys of a ``--secure`` run, named by
 #: the process that made them (pid, its start time, this machine), so that the next start can
@@ -111,12 +112,19 @@ def spawn_workers(spec: WorkerSpec, n: int = 1, sharing: int | None = None) -> l
     launcher that starts them one at a time passes the job's total. N processes each spinning up
     one thread per core oversubscribe the machine (measured here: 150 dnn-dp steps on 2 workers
     took 3.87 s of superstep time with 2 OpenBLAS threads each on 2 cores, 0.44 s with 1).
+    The same count divides the host's shared-memory budget among them (``comm/shmbudget.py``).
     """
-    env = {**os.environ, **thread_vars(n if sharing is None else sharing), **spec.env()}
+    env = {**os.environ, **host_vars(n if sharing is None else sharing), **spec.env()}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
     cmd = [sys.executable, "-m", "mariana", *spec.argv()]
     return [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for _ in range(n)]
+
+
+def host_vars(sharing: int) -> dict[str, str]:
+    """The environment of each of ``sharing`` local worker processes of one job: BLAS thread pools
+    (``thread_vars``) and the count that divides the host's shared-memory budget."""
+    return {**thread_vars(sharing), HOST_WORKERS_VAR: str(max(1, sharing))}
 
 
 def stop_processes(procs: list[Any], grace: float = 3.0, leaving: float = 0.0) -> None:
@@ -247,7 +255,7 @@ class LocalCluster:
             log.debug("local workers start as fresh interpreters: %s", why)
             return []
         log.debug("forking %d local workers", workers)
-        return fork_workers(workers, thread_vars(workers), self.build)
+        return fork_workers(workers, host_vars(workers), self.build)  # (applied to each child's environment)
 
     def run(self, graph: Graph, run_dir: Any) -> RunResult:
         """Run ``graph`` on the started workers (``options.resume``: from ``run_dir``'s newest checkpoint)."""

@@ -22,8 +22,11 @@ once, in ``ShmNotes.from_wire``):
   reuses an extent only after it is reported free, so a vertex may keep a payload for as long as
   it likes: its extent just stays leased.
 
-When an arena is full it grows by a new segment (offered, usable once acknowledged) up to
-``cap_bytes`` per worker; until then, and beyond the cap, frames travel as ordinary zmq frames.
+When an arena is full it grows by a new segment (offered, usable once acknowledged) up to the
+worker's share of the host's budget (``comm/shmbudget.py``: the arenas of all of a job's workers
+on one host together stay within a part of the machine's memory, and each is at most
+``cap_bytes``), and only while the machine keeps a reserve of memory available; until then, and
+beyond, frames travel as ordinary zmq frames (logged once per worker when the bound bites).
 A rollback (new generation) drops every arena and mapping of the old one: the peers may be new
 processes, and batches of the old generation are dropped anyway (their extents are released when
 they are collected, and reports about old arenas are ignored by ``aid``).
@@ -54,6 +57,7 @@ import numpy as np
 
 from ..errors import ProtocolError
 from ..messages import codec
+from .shmbudget import Budget
 from .shmfiles import POOL_NAME, SEGMENT_NAME, SHM_DIR, host_id, sweep, sweep_stale
 
 log = logging.getLogger(__name__)
@@ -183,8 +187,10 @@ class Arena:
     graph's route structure, say) does not keep its pages, resident in both workers, for the rest
     of the run, while the extents a job reuses every superstep keep theirs."""
 
-    def __init__(self, aid: str, budget: list[int], first: int = FIRST_SEGMENT) -> None:
+    def __init__(self, aid: str, budget: list[int], first: int = FIRST_SEGMENT, limits: Budget | None = None) -> None:
         self.aid, self.budget, self.first = aid, budget, first  # budget: [bytes left], shared
+        self.limits = limits  # the machine's reserve, asked before a segment is added
+        self.bound: str | None = None  # why the last growth was refused: "share" or "machine"
         self.segs: list[_Segment] = []
         self.usable: set[int] = set()
         self.leases: dict[tuple[int, int], int] = {}
@@ -198,11 +204,19 @@ class Arena:
 
     def grow(self, need: int = 0, want: int = 0) -> bool:
         """Add a segment (double the last, or ``want``, room for ``need`` at least) if the budget
-        allows; offer it."""
-        size = max(self.first, 2 * self.segs[-1].size if self.segs else 0, _round(want), _round(need) + HEADER)
+        and the machine's reserve allow; offer it. Refused: False, and ``bound`` says why."""
+        least = _round(need) + HEADER
+        size = max(self.first, 2 * self.segs[-1].size if self.segs else 0, _round(want), least)
         size = min(size, self.budget[0])
-        if size < _round(need) + HEADER or size <= HEADER:
+        if size < least or size <= HEADER:
+            self.bound = "share"
             return False
+        if self.limits is not None and not self.limits.allows(size):
+            if least >= size or not self.limits.allows(least):
+                self.bound = "machine"
+                return False
+            size = least
+        self.bound = None
         seg = _Segment(f"{self.aid}-{len(self.segs)}", size)
         self.budget[0] -= size
         self.segs.append(seg)
@@ -430,12 +444,18 @@ class Shm:
     """One worker's shared-memory links: arenas it sends from, peers' arenas it reads from."""
 
     def __init__(self, job_id: str, index: int, gen: int = 0, enabled: bool = True,
-                 cap_bytes: int = 1 << 30, min_bytes: int = 64 << 10, first_bytes: int = FIRST_SEGMENT) -> None:
+                 cap_bytes: int = 1 << 30, min_bytes: int = 64 << 10, first_bytes: int = FIRST_SEGMENT,
+                 host_budget: int | None = None, host_workers: int | None = None) -> None:
+        """``cap_bytes``: at most this much for this worker's arenas; ``host_budget`` (bytes) and
+        ``host_workers``: the budget of the job's workers on this host and how many they are
+        (by default from the machine and the launcher, ``comm/shmbudget.py``)."""
         self.host = host_id() if enabled else None
         self.enabled = self.host is not None
         self.prefix = f"mariana-{job_id[:12]}-w{index}-{os.getpid()}"
         self.cap_bytes, self.min_bytes, self.first_bytes = cap_bytes, min_bytes, first_bytes
-        self.budget = [cap_bytes]
+        self.limits = Budget(cap_bytes, host_budget, host_workers) if self.enabled else None
+        self.budget = [self.limits.share if self.limits is not None else cap_bytes]  # [bytes left], every arena's
+        self._bound_logged = False
         self._lock = threading.Lock()  # finalizers may run on any thread
         self.gen = gen
         self.superstep = 0  # set by ``begin``: the send-buffer contract check needs it
@@ -490,7 +510,8 @@ class Shm:
         self.zero_copy = 0
         if not self.usable(peer) and not (pool is not None and pool.acked.get(peer)):
             frames = codec.encode(header)
-            if self.enabled and peer not in self.arenas and peer not in self.off:
+            arena = self.arenas.get(peer)
+            if self.enabled and (arena is None or not arena.segs) and peer not in self.off:
                 big = [n for n in map(_nbytes, frames[1:]) if n >= self.min_bytes]
                 if big:  # the first big frames for this peer: an arena, offered with the next part
                     self._arena(peer, max(big), 2 * sum(big))
@@ -551,7 +572,8 @@ class Shm:
             if loc is None:
                 if not arena.growing:
                     try:
-                        arena.grow(n)
+                        if not arena.grow(n):
+                            self._bound_bites(arena)
                     except OSError as exc:
                         log.debug("shm: cannot grow the arena for peer %d: %s", peer, exc)
                 if n > codec.DEFAULT_CHUNK_BYTES:
@@ -614,13 +636,29 @@ class Shm:
         return ShmNotes(offer=offer, ack=ack, freed=freed_note, pool_offer=pool_offer, pool_ack=pool_ack)
 
     def _arena(self, peer: int, need: int, want: int) -> None:
-        arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes)
-        arena.superstep = self.superstep
+        """An arena for ``peer`` with a first segment; one the bound left without any tries again
+        at the next big frame (the budget may have room by then)."""
+        arena = self.arenas.get(peer)
+        if arena is None:
+            arena = self.arenas[peer] = Arena(f"{self.prefix}-g{self.gen}-p{peer}", self.budget, self.first_bytes,
+                                              self.limits)
+            arena.superstep = self.superstep
         try:
-            arena.grow(need, want)
+            if not arena.grow(need, want):
+                self._bound_bites(arena)
         except OSError as exc:
             log.debug("shm: cannot create a segment for peer %d, using zmq: %s", peer, exc)
             self._off(peer)
+
+    def _bound_bites(self, arena: Arena) -> None:
+        """Log once per worker that the bound on shared memory keeps frames on the socket."""
+        if arena.bound is None or self._bound_logged:
+            return
+        self._bound_logged = True
+        limits = self.limits
+        why = (f"its share is used up ({limits.describe()})" if arena.bound == "share" or limits is None else
+               f"the machine would keep less than {limits.reserve >> 20} MB available")
+        log.info("shm: worker arenas bounded: %s; frames that find no room travel over the socket", why)
 
     def _off(self, peer: int) -> None:
         self.off.add(peer)

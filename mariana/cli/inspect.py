@@ -57,7 +57,9 @@ def cmd_params(args: argparse.Namespace) -> int:
 
     from ..jobs.export import run_params
     from ..storage import write_bytes
+    from ..storage.rundir import check_writable
 
+    check_writable(args.to, "--to", inside=False)  # before the parameters are read, not after
     try:
         named, source = run_params(args.run, args.checkpoint)
     except MarianaError as exc:

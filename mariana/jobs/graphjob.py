@@ -10,7 +10,7 @@ from ..errors import StorageError, UsageError
 from ..partitioner import ExplicitStrategy, RangeStrategy
 from ..storage import write_text
 from ..storage.compression import require
-from ..storage.parts import commit_parts, discard_parts
+from ..storage.parts import check_output, commit_parts, discard_parts
 from ..storage.splits import list_inputs
 from ..vertices.block_kernels import import_traversals
 from ..vertices.graph_blocks import LOAD_STEPS
@@ -105,6 +105,7 @@ def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
                     graphalytics=output_format(config) == "graphalytics")
     for url in [spec.output, *(f for f, _ in list_inputs(spec.graph))]:
         require(url)  # (a .zst name without its package: said now, not after the run)
+    check_output(spec.output)  # (each process that writes a part checks it can, before superstep 0)
     if spec.vertices:
         try:
             list_inputs(spec.vertices)

@@ -17,9 +17,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import MarianaError, StorageError
-from .rundir import _FS_ERRORS, _fs, _open_whole
+from .rundir import _FS_ERRORS, _fs, _open_whole, check_writable
 
-__all__ = ["part_url", "is_directory_output", "commit_parts", "merge_sorted", "discard_parts", "LINE_ORDERS"]
+__all__ = ["part_url", "is_directory_output", "commit_parts", "merge_sorted", "discard_parts", "LINE_ORDERS",
+           "check_output"]
 
 
 def _tmp(output: str) -> str:
@@ -220,6 +221,24 @@ def commit_parts(output: str, parts: list[str], order: str = "string") -> str:
         raise
     except _FS_ERRORS as exc:
         raise StorageError(f"cannot write output {output}: {exc}") from exc
+
+
+def check_output(output: str | None, key: str = "output") -> None:
+    """Refuse, before the job runs, an ``output`` this process could not write at its end
+    (``rundir.NotWritable`` naming the config key and the path): the folder that gets the parts
+    (``OUT.tmp-parts/``) and the merged file beside ``OUT``, and an existing ``OUT/`` folder the
+    parts move into. Nothing is left behind (``rundir.check_writable``)."""
+    if not output:
+        return
+    what = f"config key '{key}'"
+    check_writable(output, what, inside=False)
+    fs, path = _fs(output)
+    try:
+        existing = bool(fs.isdir(path))
+    except _FS_ERRORS:
+        existing = False  # (a store that cannot say: the probe beside it has spoken)
+    if existing:
+        check_writable(output, what, inside=True)
 
 
 def discard_parts(output: str) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from .. import __version__
+from ..engine.memory import OomWatch
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import wire
 from ..messages.kinds import Kind
@@ -160,6 +161,9 @@ class MasterState:
         self.parts: dict[int, wire.Checkpointed] = {}
         self.begun_wall = 0.0
         self._next_beat = 0.0
+        #: the kernel's OOM-kill counts from now: a worker killed by SIGKILL is reported as the
+        #: OOM killer's victim where the kernel says so
+        self.oom = OomWatch()
 
     # -- queries --------------------------------------------------------------------------
     def present(self) -> list[WorkerInfo]:
@@ -377,7 +381,8 @@ class MasterState:
             return []
         w = self.worker_of_pid(ev.pid)
         who = w.describe() if w else f"worker process {ev.pid}"
-        return [Fail(WorkerLost(f"{who} exited with code {ev.code} at superstep {self.current}", w.index if w else None))]
+        how = self.oom.exit(ev.code, ev.pid)
+        return [Fail(WorkerLost(f"{who} {how} at superstep {self.current}", w.index if w else None))]
 
     # -- diagnosis --------------------------------------------------------------------------
     def hang_report(self, after: float, wall: float) -> tuple[str, list[dict[str, Any]], dict[str, list], int | None]:

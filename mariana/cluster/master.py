@@ -381,7 +381,7 @@ class Master:
                 if w is None:
                     continue  # a refused worker, a heartbeat socket not connected yet: nothing to do
                 code = self._exit_code(w)  # a local worker that died says more than "unreachable"
-                how = f"exited with code {code}" if code is not None else "is unreachable"
+                how = self.state.oom.exit(code, w.pid) if code is not None else "is unreachable"
                 raise WorkerLost(f"{w.describe()} {how} at superstep {self.current}", w.index) from None
 
     def _exit_code(self, w: WorkerInfo) -> int | None:

@@ -24,6 +24,7 @@ import os
 import time
 from pathlib import Path
 
+from ..engine.memory import memory_cgroups
 from .shmfiles import SHM_DIR
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,6 @@ RESERVE = 0.25
 RECHECK_S = 1.0
 
 _UNLIMITED = 1 << 62  # a cgroup v1 limit at or above this is "no limit"
-_CGROUP = Path("/sys/fs/cgroup")
 
 
 def _meminfo() -> dict[str, int]:
@@ -81,41 +81,12 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def _cgroup_dirs() -> list[tuple[Path, str, str]]:
-    """This process's memory cgroup and its ancestors: (folder, limit file, usage file), innermost first."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return []
-    found: list[tuple[Path, str, str]] = []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, rel = parts
-        if controllers == "" and (_CGROUP / "cgroup.controllers").exists():  # v2, the unified mount
-            root, files = _CGROUP, ("memory.max", "memory.current")
-        elif "memory" in controllers.split(","):  # v1
-            root, files = _CGROUP / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
-        else:
-            continue
-        at = root / rel.lstrip("/")
-        if not at.is_dir():  # a cgroup namespace: its root is where the mount begins
-            at = root
-        while True:
-            found.append((at, *files))
-            if at == root:
-                break
-            at = at.parent
-    return found
-
-
 def _cgroup_room() -> tuple[int, int] | None:
     """(room, limit) under the tightest limit of this process's memory cgroups, None if unlimited."""
     best: tuple[int, int] | None = None
-    for at, limit_file, usage_file in _cgroup_dirs():
-        limit = _read_int(at / limit_file)
-        usage = _read_int(at / usage_file)
+    for at, version in memory_cgroups():
+        files = ("memory.max", "memory.current") if version == 2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        limit, usage = _read_int(at / files[0]), _read_int(at / files[1])
         if limit is None or usage is None or limit >= _UNLIMITED:
             continue
         room_here = max(0, limit - usage)

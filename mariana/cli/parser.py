@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow a plaintext data socket off loopback (only on a network you trust)")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
+    w.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="BLAS/OpenMP threads of this worker (default: as `mariana run` gives its workers: this host's "
+                        "cores divided among the job's workers on it; OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, "
+                        "MKL_NUM_THREADS, BLIS_NUM_THREADS where set)")
     _from_env_args(w, master=False)
 
     k = sub.add_parser("keys", help="CURVE keys for secure multi-host jobs")

@@ -344,6 +344,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ..cluster.entry import WorkerSpec, run_worker
     from ..jobs.launch import build_graph
 
+    threads = getattr(args, "threads", None)
+    if threads is not None:  # every path below (--from-env, --sweep) sizes its pools from these
+        if threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {threads}")
+        from ..engine.threads import THREAD_VARS, apply_thread_vars
+
+        apply_thread_vars({var: str(threads) for var in THREAD_VARS})
     if args.from_env:
         from .envlaunch import from_env
 
@@ -370,9 +377,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         return serve_sweep(WorkerSpec("", args.host, args.connect_timeout, args.max_message_mb, server_key=server_key,
                                       key=args.key, job=args.job, verbosity=-1 if args.quiet else args.verbose,
-                                      insecure=args.insecure), sweep)
+                                      insecure=args.insecure, threads=threads), sweep)
     if not master:
         raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
     spec = WorkerSpec(master, args.host, args.connect_timeout, args.max_message_mb, server_key=server_key, key=args.key,
-                      job=args.job, verbosity=-1 if args.quiet else args.verbose, insecure=args.insecure)
+                      job=args.job, verbosity=-1 if args.quiet else args.verbose, insecure=args.insecure,
+                      threads=threads)
     return run_worker(spec, build_graph)

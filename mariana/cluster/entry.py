@@ -17,13 +17,16 @@ import threading
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..comm import is_loopback, parse_endpoint
 from ..engine.memory import one_malloc_arena
+from ..engine.threads import all_set, apply_thread_vars, cores, thread_vars
 from ..errors import MarianaError, UsageError, VertexError
 from .worker import EXIT_MASTER_LOST, TOKEN_VAR, GraphBuilder, Worker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkerSpec", "TOKEN_VAR", "make_worker", "run_worker", "configure_logging", "LOG_FORMAT", "report_error"]
+__all__ = ["WorkerSpec", "TOKEN_VAR", "make_worker", "run_worker", "configure_logging", "LOG_FORMAT", "report_error",
+           "size_thread_pools", "same_host"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -50,6 +53,9 @@ class WorkerSpec:
     #: have it. Never on a command line (any local user can read those): a spawned worker gets
     #: it in its environment (``TOKEN_VAR``), a forked one in its spec on a private pipe.
     token: str | None = None
+    #: BLAS/OpenMP threads of this worker (``mariana worker --threads``, which sets them); None: its
+    #: host's cores shared among the job's workers there, once the WELCOME names them (``size_thread_pools``)
+    threads: int | None = None
 
     def argv(self) -> list[str]:
         """The ``mariana`` arguments that start this worker in a fresh interpreter."""
@@ -64,6 +70,8 @@ class WorkerSpec:
             args += ["--job", self.job]
         if self.insecure:
             args.append("--insecure")
+        if self.threads:
+            args += ["--threads", str(self.threads)]
         return args
 
     def env(self) -> dict[str, str]:
@@ -141,7 +149,37 @@ def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> i
                 os._exit(EXIT_MASTER_LOST)
 
         worker.on_master_lost = lost
+        worker.on_welcome = lambda welcome: size_thread_pools(welcome.peers, welcome.index)
     try:
         return worker.run()
     finally:
         returned.set()
+
+
+def same_host(peers: list[str], index: int) -> int:
+    """How many of the job's workers (``peers``: every worker's data endpoint, in worker order)
+    run on the host of worker ``index``: those whose endpoint has its address (loopback counts
+    as one host: only processes of one machine reach it)."""
+
+    def where(endpoint: str) -> str:
+        try:
+            host, _ = parse_endpoint(endpoint)
+        except MarianaError:
+            return endpoint
+        return "loopback" if is_loopback(host) else host
+
+    mine = where(peers[index]) if 0 <= index < len(peers) else None
+    return max(1, sum(1 for ep in peers if where(ep) == mine))
+
+
+def size_thread_pools(peers: list[str], index: int) -> None:
+    """A worker process's BLAS/OpenMP pools as ``mariana run`` sizes its workers': the host's
+    cores shared among the job's workers on it (``same_host``), each variable the user set kept.
+    Nothing when every variable is set already (a launcher or the user sized the pools)."""
+    if all_set():
+        return
+    sharing = same_host(peers, index)
+    values = thread_vars(sharing)
+    apply_thread_vars(values)
+    log.info("worker %d: %s BLAS/OpenMP threads (%d cores, %d worker(s) of the job on this host)",
+             index, values["OPENBLAS_NUM_THREADS"], cores(), sharing)

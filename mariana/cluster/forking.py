@@ -26,6 +26,7 @@ import time
 import traceback
 from typing import NoReturn
 
+from ..engine.threads import apply_thread_vars
 from ..storage.lease import paused_renewals, renewal_threads
 from .entry import WorkerSpec, configure_logging, report_error, run_worker
 from .worker import GraphBuilder
@@ -271,20 +272,3 @@ def _reset_signals() -> None:
         if callable(handler) and sig != signal.SIGINT:
             signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-#: The variable each threadpoolctl internal API reads its thread count from.
-_VAR_OF = {"openblas": "OPENBLAS_NUM_THREADS", "mkl": "MKL_NUM_THREADS", "blis": "BLIS_NUM_THREADS",
-           "openmp": "OMP_NUM_THREADS"}
-
-
-def apply_thread_vars(thread_vars: dict[str, str]) -> None:
-    """Thread pools as a fresh worker with ``thread_vars`` in its environment sizes them: the
-    libraries read their variable once, at load, which in a forked child was the parent's."""
-    os.environ.update(thread_vars)
-    from threadpoolctl import ThreadpoolController
-
-    for lib in ThreadpoolController().lib_controllers:
-        value = thread_vars.get(_VAR_OF.get(lib.internal_api, "OMP_NUM_THREADS"), "")
-        if value.isdigit() and int(value) > 0:
-            lib.set_num_threads(int(value))

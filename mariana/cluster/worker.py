@@ -154,6 +154,9 @@ class Worker:
         #: called (from the heartbeat thread) when the master is lost: a worker process exits even
         #: in the middle of a long compute (``entry.run_worker``); None in-process (tests)
         self.on_master_lost: Callable[[], None] | None = None
+        #: called with the WELCOME before the job is built: a worker process sizes its BLAS thread
+        #: pools by the workers on its host (``entry.run_worker``); None in-process (tests)
+        self.on_welcome: Callable[[wire.Welcome], None] | None = None
 
     # the control state's, under the names the I/O code uses
     @property
@@ -297,6 +300,8 @@ class Worker:
     def _serve(self, welcome: wire.Welcome) -> int:
         self.index, n = welcome.index, welcome.workers
         self.drops.who = f"worker {self.index}"
+        if self.on_welcome is not None:
+            self.on_welcome(welcome)
         # heartbeats start before the build: a job that loads a large graph must not look dead
         self._hb_wake = os.pipe()
         self._hb_thread = threading.Thread(target=self._heartbeat, name="mariana-heartbeat", daemon=True,

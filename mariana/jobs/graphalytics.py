@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import StorageError, UsageError
 from ..storage import read_text, write_text
 from ..storage.compression import require
+from ..storage.parts import check_output
 from .edgelist import BOM, EdgeList, load_edges
 from .registry import Key
 
@@ -93,7 +94,8 @@ def load_graph(config: dict[str, Any], nonnegative: bool = False) -> EdgeList:
     """The edge list of ``graph=`` over the vertices of ``vertices=`` (if set), as stored: the
     caller applies ``directed`` (see ``follow``). ``nonnegative``: a negative weight is a bad line
     (``load_edges``)."""
-    require(config.get("output"))  # (the output's format: said before the run, not after it)
+    require(config.get("output"))  # (the output's format and place: said before the run, not after it)
+    check_output(config.get("output"))
     edges = load_edges(config["graph"], nonnegative=nonnegative)
     if config.get("vertices"):
         edges = with_vertices(edges, read_vertices(config["vertices"]), config["vertices"])

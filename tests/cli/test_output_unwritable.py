@@ -9,11 +9,13 @@ from cli_helpers import one_error_line
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.mark.parametrize("job,workers", [("pagerank", "1"), ("pagerank", "2"), ("wcc", "2"), ("cdlp", "1"),
-                                         ("lcc", "1")])
-def test_an_unwritable_output_is_refused_before_the_run(mariana, tmp_path, job, workers):
+@pytest.mark.parametrize("job,workers,mode", [("pagerank", "1", "block"), ("pagerank", "2", "block"), ("wcc", "2", "block"),
+                                              ("cdlp", "1", "block"), ("lcc", "1", "block"), ("pagerank", "1", "vertex"),
+                                              ("wcc", "2", "vertex")])
+def test_an_unwritable_output_is_refused_before_the_run(mariana, tmp_path, job, workers, mode):
     run = tmp_path / "run"
-    proc = mariana("run", job, "--workers", workers, "--set", "output=/proc/out.tsv", "--run-dir", str(run))
+    proc = mariana("run", job, "--workers", workers, "--set", "output=/proc/out.tsv", "--set", f"mode={mode}",
+                   "--run-dir", str(run))
     one_error_line(proc, "config key 'output' /proc/out.tsv cannot be written")
     assert not run.exists()  # refused while building: no run directory, no superstep
 

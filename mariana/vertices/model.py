@@ -284,7 +284,7 @@ def bind_layers(layers: list[Layer], flat_params: Array, flat_grads: Array) -> N
 # Spec parsing and shape inference
 # -------------------------------------------------------------------------------------------
 def _fail(index: int, entry: str, message: str) -> UsageError:
-    return UsageError(f"entry {index} {entry!r} {message}")
+    return UsageError(f"config key 'model': entry {index} {entry!r} {message}")
 
 
 def _int(index: int, entry: str, field: str, what: str, minimum: int) -> int:
@@ -311,7 +311,7 @@ def parse_entry(index: int, entry: str) -> tuple[str, list[Any], str | None]:
     """Split one spec entry into (type, arguments, activation or None); UsageError if malformed,
     naming the field at fault (an unknown activation with the known ones, a missing or extra field)."""
     if not isinstance(entry, str):
-        raise UsageError(f"entry {index} {entry!r} is not a string")
+        raise UsageError(f"config key 'model': entry {index} {entry!r} is not a string")
     fields = [f.strip() for f in entry.strip().split(":")]
     name, rest = fields[0].lower(), fields[1:]
     if name == LOSS_NAME:

@@ -32,7 +32,7 @@ def test_a_bad_entry_names_its_field(entry, needles):
     with pytest.raises(UsageError) as info:
         parse_entry(2, entry)
     text = str(info.value)
-    assert text.startswith(f"entry 2 {entry!r} "), text
+    assert text.startswith(f"config key 'model': entry 2 {entry!r} "), text
     assert "\n" not in text
     for needle in needles:
         assert needle in text, (needle, text)

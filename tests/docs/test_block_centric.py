@@ -1,0 +1,45 @@
+"""docs/block-centric.md: its code runs, as tests/docs/test_docs_code.py runs the other pages'
+(python blocks in one namespace, bash blocks with `bash -e`, in a fresh directory), and the
+module it shows block by block is examples/kcore.py exactly."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from test_docs_code import DOCS, ROOT, _env, blocks
+
+pytestmark = pytest.mark.timeout(120)
+
+PAGE = "block-centric.md"
+
+
+def test_the_page_shows_examples_kcore_as_it_is():
+    """The python blocks before "Running it" joined are the module after its docstring."""
+    shown = (DOCS / PAGE).read_text().split("\n## Running it\n")[0]
+    parts = [code for lang, code in blocks(PAGE) if lang == "python" and code in shown]
+    source = (ROOT / "examples" / "kcore.py").read_text()
+    body = source[source.index('"""', 3) + 3:].lstrip("\n")
+    assert "\n\n".join(parts) == body
+
+
+def test_the_code_on_the_page_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "docs_block_centric"}
+    ran = []
+    for i, (lang, code) in enumerate(blocks(PAGE)):
+        if lang == "python":
+            exec(compile(code, f"{PAGE} python block {i}", "exec"), namespace)  # noqa: S102 - the docs' own code
+        elif lang == "bash":
+            out = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=_env(),
+                                 capture_output=True, text=True, timeout=100)
+            assert out.returncode == 0, f"{PAGE} bash block {i} failed:\n{code}\n{out.stdout}\n{out.stderr}"
+        ran.append(lang)
+    assert ran.count("python") == 6 and ran.count("bash") == 1
+    cores = dict(line.split("\t") for line in (tmp_path / "cores.tsv").read_text().splitlines())
+    assert {v: int(c) for v, c in cores.items()} == namespace["want"]
+
+
+def test_the_page_is_in_the_nav():
+    assert f": {PAGE}" in (ROOT / "mkdocs.yml").read_text()

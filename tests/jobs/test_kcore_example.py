@@ -107,3 +107,28 @@ def test_the_command_runs_it_by_name_on_two_worker_processes(tmp_path, mode):
     assert f"kcore: {len(want)} vertices, largest core {max(want.values())}" in p.stdout
     got = dict(line.split("\t") for line in out.read_text().splitlines())
     assert {v: int(c) for v, c in got.items()} == want
+
+
+@pytest.mark.parametrize("mode", ["vertex", "block"])
+def test_a_run_resumed_from_a_checkpoint_midway_gives_the_same_cores(tmp_path, mode):
+    """What checkpoints keep (``state_fields``: the estimates heard; the block's fragment) is enough
+    to go on from: a resume from a superstep midway ends as the uninterrupted run did."""
+    import shutil
+
+    from mariana.jobs.launch import run_job
+    from mariana.storage import RunDir
+    from mariana.storage.checkpoint import Checkpoints
+
+    edges = random_graph(4)
+    sets = [f"graph={write(tmp_path, edges)}", f"mode={mode}", "checkpoint_every=1", "keep_checkpoints=100"]
+    run = tmp_path / "run"
+    whole = run_job(kcore.JOB, sets=sets, workers=2, runtime="local", run_dir=RunDir(str(run)))
+    assert dict(collect(whole)) == networkx_cores(edges)
+    steps = Checkpoints(RunDir(str(run)), keep=100).supersteps()  # newest first
+    midway = steps[len(steps) // 2]
+    assert len(steps) >= 4 and steps[-1] < midway < steps[0]
+    for ss in steps:
+        if ss > midway:
+            shutil.rmtree(run / "checkpoints" / f"ss-{ss:06d}")
+    resumed = run_job(kcore.JOB, sets=sets, workers=2, runtime="local", run_dir=RunDir(str(run)), resume=True)
+    assert dict(collect(resumed)) == dict(collect(whole)) and resumed.supersteps == whole.supersteps

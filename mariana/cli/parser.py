@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--insecure", action="store_true",
                    help="allow a plaintext data socket off loopback (only on a network you trust)")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")
+    w.add_argument("--first-contact-timeout", type=float, default=None, metavar="S",
+                   help="give up after S seconds if nothing accepts a connection at the master's address (default 5: "
+                        "cluster.joining.FIRST_CONTACT_S; with --from-env, whose ranks start together: --connect-timeout)")
     w.add_argument("--max-message-mb", type=int, default=1024, metavar="MB", help="largest frame accepted (MAXMSGSIZE)")
     w.add_argument("--threads", type=int, default=None, metavar="N",
                    help="BLAS/OpenMP threads of this worker (default: as `mariana run` gives its workers: this host's "

@@ -360,6 +360,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         args.master = args.master or (None if args.master_file else launch.master_endpoint)
         args.host = args.host or launch.local_address()
     args.host = args.host or "127.0.0.1"
+    first_contact = getattr(args, "first_contact_timeout", None)
+    if first_contact is None and not args.from_env:  # (ranks started together wait for rank 0's master)
+        from ..cluster.joining import FIRST_CONTACT_S
+
+        first_contact = FIRST_CONTACT_S
     master, server_key, sweep = args.master, args.server_key, getattr(args, "sweep", None)
     if args.master_file:
         from ..sweep.remote import read_sweep_file
@@ -382,5 +387,5 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
     spec = WorkerSpec(master, args.host, args.connect_timeout, args.max_message_mb, server_key=server_key, key=args.key,
                       job=args.job, verbosity=-1 if args.quiet else args.verbose, insecure=args.insecure,
-                      threads=threads)
+                      threads=threads, first_contact=first_contact)
     return run_worker(spec, build_graph)

@@ -56,6 +56,9 @@ class WorkerSpec:
     #: BLAS/OpenMP threads of this worker (``mariana worker --threads``, which sets them); None: its
     #: host's cores shared among the job's workers there, once the WELCOME names them (``size_thread_pools``)
     threads: int | None = None
+    #: seconds for the master's address to accept a connection at all (`mariana worker`: 5 s, so
+    #: that a wrong or dead master is said at once); None: ``connect_timeout`` (a launcher's workers)
+    first_contact: float | None = None
 
     def argv(self) -> list[str]:
         """The ``mariana`` arguments that start this worker in a fresh interpreter."""
@@ -72,6 +75,7 @@ class WorkerSpec:
             args.append("--insecure")
         if self.threads:
             args += ["--threads", str(self.threads)]
+        args += ["--first-contact-timeout", str(self.connect_timeout if self.first_contact is None else self.first_contact)]
         return args
 
     def env(self) -> dict[str, str]:
@@ -130,7 +134,8 @@ def report_error(exc: BaseException) -> int:
 def make_worker(spec: WorkerSpec, build: GraphBuilder) -> Worker:
     """The worker of ``spec``, not yet joined (``run()`` joins and serves; ``leave()`` ends it)."""
     return Worker(spec.master, build, spec.host, spec.connect_timeout, spec.max_message_mb << 20,
-                  spec.security(), spec.job, token=spec.token or os.environ.get(TOKEN_VAR) or None)
+                  spec.security(), spec.job, token=spec.token or os.environ.get(TOKEN_VAR) or None,
+                  first_contact=spec.first_contact)
 
 
 def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> int:

@@ -43,6 +43,7 @@ from collections import deque
 from typing import Any, Callable
 
 from .. import __version__
+from .joining import ConnectWatch
 from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl, WriteCheckpoint
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import codec, wire
@@ -56,7 +57,7 @@ from ..engine.graph import Graph
 from ..engine.memory import TraceMemory, trim_heap
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
-from ..comm import Again, HandshakeWatch, drain, poller, recv, release_sent, send, send_frames, transport_for
+from ..comm import Again, drain, poller, recv, release_sent, send, send_frames, transport_for
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class Worker:
 
     def __init__(self, master: str, build: GraphBuilder, host: str = "127.0.0.1", connect_timeout: float = 60.0,
                  max_message_bytes: int = 1 << 30, security: Any = None, job: str | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, first_contact: float | None = None) -> None:
         self.master = master
         self.build = build
         self.host = host
@@ -118,6 +119,8 @@ class Worker:
         self.security = security
         self.want_job = job
         self.token = token  # a local launch's job token (entry.WorkerSpec.token)
+        #: seconds for the master's address to accept a connection at all; None: ``connect_timeout``
+        self.first_contact = first_contact
         self.transport = transport_for(master, max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.hostname, self.pid = socket.gethostname(), os.getpid()
@@ -184,6 +187,10 @@ class Worker:
             except OSError:  # closed: the thread has ended
                 pass
 
+    def first_contact_s(self) -> float:
+        """How long this worker waits for the master's address to accept a connection."""
+        return self.connect_timeout if self.first_contact is None else min(self.first_contact, self.connect_timeout)
+
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> int:
         """Run until the job ends; returns the process exit code."""
@@ -214,17 +221,24 @@ class Worker:
                            want_job=self.want_job, token=self.token,
                            key=self.security.public.decode() if self.security is not None else None).to_wire()
         # the watch first: a handshake can fail as soon as the socket connects (a watch made after
-        # it missed that under load, and the worker said no master answered)
-        watch = HandshakeWatch(self.ctl) if self.security is not None else None
+        # it missed that under load, and the worker said no master answered); so can a connection
+        # be made before a watch made after it would see it
+        secure, first = self.security is not None, self.first_contact
+        watch = ConnectWatch(self.ctl, handshakes=secure) if secure or first is not None else None
         self.transport.connect(self.ctl, self.master)
-        deadline = time.monotonic() + self.connect_timeout
+        start = time.monotonic()
+        contact = None if first is None else start + min(first, self.connect_timeout)
         try:
-            return self._join_loop(hello, deadline, watch)
+            return self._join_loop(hello, start + self.connect_timeout, watch, contact)
         finally:
             if watch is not None:
                 watch.close()
 
-    def _join_loop(self, hello: dict[str, Any], deadline: float, watch: HandshakeWatch | None) -> wire.Welcome | None:
+    def _join_loop(self, hello: dict[str, Any], deadline: float, watch: ConnectWatch | None,
+                   contact: float | None) -> wire.Welcome | None:
+        """HELLO until the master answers; None (logged) if it refuses or stays silent until
+        ``deadline``. ``contact``: by then something must have accepted a TCP connection at the
+        master's address, else ``UsageError`` (no master there: a wrong address, or none started)."""
         wait, refused = 0.1, None
         while time.monotonic() < deadline and not self._stop.is_set():
             # never block in send: a DEALER whose handshakes keep failing has no peer to queue for
@@ -258,7 +272,16 @@ class Worker:
                     log.error("the master at %s refused this worker: %s", self.master, msg.reason)
                     return None
             wait = min(wait * 2, 2.0)
-            log.info("waiting for the master at %s ...", self.master)
+            if contact is not None and watch is not None and not watch.connected:
+                watch.update()  # a connection made while it waited
+                now = time.monotonic()
+                if not watch.connected:
+                    if now >= contact:
+                        raise UsageError(f"no master at {self.master}: nothing there accepted a connection in "
+                                         f"{self.first_contact_s():g}s of trying (is the master running, at this "
+                                         f"address? --first-contact-timeout S waits longer)")
+                    wait = min(wait, max(contact - now, 0.01))
+            log.debug("waiting for the master at %s ...", self.master)
         if watch is not None and refused is None:  # a failure reported during the last wait
             refused = watch.failed()
         if refused is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,49 @@ def test_hand_started_dnn_dp_equals_mariana_run_bit_for_bit(tmp_path):
     for name in names:
         a, b = np.load(tmp_path / "ref" / "params" / name), np.load(tmp_path / "hand" / "params" / name)
         assert a.tobytes() == b.tobytes(), name
+
+
+def _free_port() -> int:
+    """A loopback TCP port nothing listens on (bound, then closed: connections to it are refused)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_worker_without_a_master_says_so_in_one_line_within_seconds():
+    """Nothing listens at the master's address: one line naming it and how long it tried, exit 2,
+    after the first-contact timeout (not --connect-timeout's 60 s)."""
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    t0 = time.monotonic()
+    w = subprocess.run([sys.executable, "-m", "mariana", "worker", "--master", endpoint, "--first-contact-timeout", "1.5"],
+                       env=_env(), capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    lines = w.stderr.splitlines()
+    assert w.returncode == 2, w.stderr
+    assert len(lines) == 1, w.stderr
+    assert lines[0].startswith("mariana: error: no master at " + endpoint) and "1.5s" in lines[0], lines[0]
+    assert 1.5 <= took < 15, took
+
+
+def test_a_master_that_answers_late_is_waited_for_past_the_first_contact():
+    """A master reached within the first contact (a socket that accepts and never answers) is
+    governed by --connect-timeout: the worker waits it out, then says no master answered."""
+    import zmq
+
+    ctx = zmq.Context()
+    silent = ctx.socket(zmq.ROUTER)  # accepts connections, answers nothing
+    try:
+        port = silent.bind_to_random_port("tcp://127.0.0.1")
+        t0 = time.monotonic()
+        w = subprocess.run([sys.executable, "-m", "mariana", "worker", "--master", f"tcp://127.0.0.1:{port}",
+                            "--first-contact-timeout", "0.5", "--connect-timeout", "3"],
+                           env=_env(), capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        silent.close(linger=0)
+        ctx.term()
+    assert w.returncode == 2, w.stderr
+    assert "no master answered" in w.stderr and "no master at" not in w.stderr, w.stderr
+    assert took >= 3, took

@@ -212,7 +212,7 @@ def _run_resolved(args: argparse.Namespace, job: Any, config: dict[str, Any], wo
         shm=getattr(args, "shm", True), shm_cap_mb=getattr(args, "shm_cap_mb", 1024), spawn=not master, security=security,
         fork=getattr(args, "fork", True),
         bind=args.bind if master else "tcp://127.0.0.1:0", on_start=on_start)
-    status, error = "interrupted", None
+    status, error, interrupted = "interrupted", None, None
     try:
         done = launch(job, config, options, name=args.job or job.name, finish=True,
                       refuse_used=afresh_dir is None)
@@ -220,9 +220,13 @@ def _run_resolved(args: argparse.Namespace, job: Any, config: dict[str, Any], wo
     except MarianaError as exc:
         status, error = "failed", str(exc)
         raise
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the launch has stopped its workers on the way out
+        interrupted = exc
     finally:
         progress.close()
         hooks.finish(status, error)
+    if interrupted is not None:
+        return _interrupted(interrupted, run_dir if isinstance(run_dir, str) else run_dir.url, master)
     result, url = done.result, done.run_dir.url
     if args.json:
         print(json.dumps({"job": job.name, "run_dir": url, "supersteps": result.supersteps,
@@ -231,6 +235,39 @@ def _run_resolved(args: argparse.Namespace, job: Any, config: dict[str, Any], wo
         print(done.text)
         print(f"run directory: {url}", file=sys.stderr)
     return 0
+
+
+def _interrupted(exc: KeyboardInterrupt, url: str, master: bool) -> int:
+    """An interrupted run: one line on stderr saying how to resume it; exit 130 (SIGINT) or 143 (SIGTERM)."""
+    from . import Terminated
+
+    what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+    hint = _resume_hint(url, master)
+    print(f"mariana: {what}" + (f"; {hint}" if hint else ""), file=sys.stderr, flush=True)
+    return code
+
+
+def _resume_hint(url: str, master: bool) -> str | None:
+    """How to continue the run in ``url``: the command that resumes it from its newest committed
+    checkpoint, or that it has none; None when it wrote nothing yet."""
+    import shlex
+
+    from ..storage.checkpoint import Checkpoints
+
+    try:
+        run_dir = RunDir(url, create=False)
+        if not run_dir.exists("job.json"):
+            return None
+        checkpoints = Checkpoints(run_dir)
+        newest = next((ss for ss in checkpoints.supersteps() if checkpoints.exists_committed(ss)), None)
+    except MarianaError:
+        return None
+    if newest is None:
+        return f"{url} holds no checkpoint to resume from (--set checkpoint_every=N makes a run resumable)"
+    if master:
+        return (f"resume it from the checkpoint at superstep {newest} with the same `mariana master` command "
+                f"and --run-dir {shlex.quote(url)} --resume-if-possible")
+    return f"resume it from the checkpoint at superstep {newest} with: mariana run --resume {shlex.quote(url)}"
 
 
 def _run_hooks(args: argparse.Namespace, run_url: str, config: dict[str, Any], job_name: str) -> Any:

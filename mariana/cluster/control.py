@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from .. import __version__
-from ..engine.memory import OomWatch
+from .oom import OomWatch
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import wire
 from ..messages.kinds import Kind

@@ -24,12 +24,44 @@ import os
 import time
 from pathlib import Path
 
-from ..engine.memory import memory_cgroups
 from .shmfiles import SHM_DIR
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BUDGET_VAR", "HOST_WORKERS_VAR", "FRACTION", "RESERVE", "Budget", "room", "capacity", "host_workers"]
+#: cgroup v2's unified mount (v1 controllers are folders below it)
+_CGROUP = Path("/sys/fs/cgroup")
+
+
+def memory_cgroups() -> list[tuple[Path, int]]:
+    """This process's memory cgroup and its ancestors, innermost first: (folder, cgroup version)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    found: list[tuple[Path, int]] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if controllers == "" and (_CGROUP / "cgroup.controllers").exists():
+            root, version = _CGROUP, 2
+        elif "memory" in controllers.split(","):
+            root, version = _CGROUP / "memory", 1
+        else:
+            continue
+        at = root / rel.lstrip("/")
+        if not at.is_dir():  # a cgroup namespace: its root is where the mount begins
+            at = root
+        while True:
+            found.append((at, version))
+            if at == root:
+                break
+            at = at.parent
+    return found
+
+__all__ = ["BUDGET_VAR", "HOST_WORKERS_VAR", "FRACTION", "RESERVE", "Budget", "room", "capacity", "host_workers",
+           "memory_cgroups"]
 
 #: the host budget in MB for all of a job's workers on this host together (overrides ``FRACTION``)
 BUDGET_VAR = "MARIANA_SHM_BUDGET_MB"

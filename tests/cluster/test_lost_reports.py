@@ -1,4 +1,4 @@
-"""How a lost worker's end is reported (engine/memory.OomWatch): its exit code, a signal by name,
+"""How a lost worker's end is reported (cluster/oom.OomWatch): its exit code, a signal by name,
 and for SIGKILL whether the kernel's OOM killer did it (its log, its counts) or else the hint
 that it does this when memory runs out. The real OOM kill runs in a memory cgroup of its own
 with a small limit, so the machine never runs short."""
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mariana.cluster.master import WorkerLost
-from mariana.engine.memory import OOM_HINT, OomWatch, oom_kills
+from mariana.cluster.oom import OOM_HINT, OomWatch, oom_kills
 from mariana.jobs.launch import run_job
 from test_cluster import alive
 

@@ -58,8 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "(write --server-key=KEY: a key may start with '-')")
     w.add_argument("--key", metavar="FILE.key_secret", help="this worker's secret key (`mariana keys add`)")
     w.add_argument("--job", help="refuse to serve a master that runs another job")
-    w.add_argument("--host", default=None, help="address to bind this worker's data socket on (default 127.0.0.1; "
-                   "with --from-env: this host's address on the route to the master)")
+    w.add_argument("--host", default=None, help="address to bind this worker's data socket on, and to tell its "
+                   "peers (default: this host's address on the route to the master; 127.0.0.1 for a master on loopback)")
+    w.add_argument("--advertise", metavar="ADDRESS", default=None,
+                   help="the address peers reach this worker's data socket at, where it is not the bound one "
+                        "(behind NAT, a container's address); the port stays the bound one")
     w.add_argument("--insecure", action="store_true",
                    help="allow a plaintext data socket off loopback (only on a network you trust)")
     w.add_argument("--connect-timeout", type=float, default=60.0, metavar="S", help="give up joining after S seconds")

@@ -352,7 +352,8 @@ def _env_worker(launch: Any, args: argparse.Namespace, master: str | None, job: 
     spec = WorkerSpec(master or launch.master_endpoint, getattr(args, "host", None) or launch.local_address(),
                       args.connect_timeout, args.max_message_mb, job=job,
                       server_key=os.path.join(keys, "master.key") if keys else None,
-                      key=_worker_key(args, launch.rank) if keys else None, insecure=getattr(args, "insecure", False))
+                      key=_worker_key(args, launch.rank) if keys else None, insecure=getattr(args, "insecure", False),
+                      advertise=getattr(args, "advertise", None))
     return run_worker(spec, build_graph)
 
 
@@ -396,7 +397,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return _env_worker(launch, args, None, args.job)
         args.master = args.master or (None if args.master_file else launch.master_endpoint)
         args.host = args.host or launch.local_address()
-    args.host = args.host or "127.0.0.1"
     first_contact = getattr(args, "first_contact_timeout", None)
     if first_contact is None and not args.from_env:  # (ranks started together wait for rank 0's master)
         from ..cluster.joining import FIRST_CONTACT_S
@@ -412,9 +412,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
         else:
             master = master or info["endpoint"]
         server_key = server_key or info.get("server_key")
+    if sweep and master:
+        raise UsageError("a worker joins either a master (--master) or a sweep (--sweep), not both")
+    if not args.host and (master or sweep):  # bound and told to peers: reachable from the other hosts
+        from ..cluster.joining import route_address
+
+        args.host = route_address(master or sweep)
     if sweep:
-        if master:
-            raise UsageError("a worker joins either a master (--master) or a sweep (--sweep), not both")
         from ..sweep.remote import serve_sweep
 
         return serve_sweep(WorkerSpec("", args.host, args.connect_timeout, args.max_message_mb, server_key=server_key,
@@ -424,5 +428,5 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise UsageError("mariana worker needs --master tcp://HOST:PORT or --master-file FILE")
     spec = WorkerSpec(master, args.host, args.connect_timeout, args.max_message_mb, server_key=server_key, key=args.key,
                       job=args.job, verbosity=-1 if args.quiet else args.verbose, insecure=args.insecure,
-                      threads=threads, first_contact=first_contact)
+                      threads=threads, first_contact=first_contact, advertise=args.advertise)
     return run_worker(spec, build_graph)

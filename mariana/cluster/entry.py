@@ -59,6 +59,8 @@ class WorkerSpec:
     #: seconds for the master's address to accept a connection at all (`mariana worker`: 5 s, so
     #: that a wrong or dead master is said at once); None: ``connect_timeout`` (a launcher's workers)
     first_contact: float | None = None
+    #: the address peers reach this worker's data socket at, when not where it is bound (NAT, containers)
+    advertise: str | None = None
 
     def argv(self) -> list[str]:
         """The ``mariana`` arguments that start this worker in a fresh interpreter."""
@@ -75,6 +77,8 @@ class WorkerSpec:
             args.append("--insecure")
         if self.threads:
             args += ["--threads", str(self.threads)]
+        if self.advertise:
+            args += ["--advertise", self.advertise]
         args += ["--first-contact-timeout", str(self.connect_timeout if self.first_contact is None else self.first_contact)]
         return args
 
@@ -99,8 +103,10 @@ class WorkerSpec:
 
             if not is_loopback(self.host):
                 if not self.insecure:
-                    raise UsageError(f"--host {self.host} is not loopback: a reachable worker needs CURVE keys (--key "
-                                     "and --server-key, from `mariana keys add`), or --insecure on a network you trust")
+                    raise UsageError(f"--host {self.host} is not loopback (by default a worker binds this host's address "
+                                     "on its route to the master): a reachable worker needs CURVE keys (--key and "
+                                     "--server-key or --master-file, from `mariana keys add`), or --insecure on a "
+                                     "network you trust")
                 log.warning("INSECURE: this worker's data socket on %s accepts any sender and data travels in "
                             "plaintext", self.host)
             return None
@@ -135,7 +141,7 @@ def make_worker(spec: WorkerSpec, build: GraphBuilder) -> Worker:
     """The worker of ``spec``, not yet joined (``run()`` joins and serves; ``leave()`` ends it)."""
     return Worker(spec.master, build, spec.host, spec.connect_timeout, spec.max_message_mb << 20,
                   spec.security(), spec.job, token=spec.token or os.environ.get(TOKEN_VAR) or None,
-                  first_contact=spec.first_contact)
+                  first_contact=spec.first_contact, advertise=spec.advertise)
 
 
 def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> int:

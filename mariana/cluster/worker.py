@@ -43,7 +43,7 @@ from collections import deque
 from typing import Any, Callable
 
 from .. import __version__
-from .joining import ConnectWatch
+from .joining import ConnectWatch, unreached, with_host
 from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl, WriteCheckpoint
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import codec, wire
@@ -57,7 +57,7 @@ from ..engine.graph import Graph
 from ..engine.memory import TraceMemory, trim_heap
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
-from ..comm import Again, drain, poller, recv, release_sent, send, send_frames, transport_for
+from ..comm import Again, drain, is_loopback, parse_endpoint, poller, recv, release_sent, send, send_frames, transport_for
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Worker:
 
     def __init__(self, master: str, build: GraphBuilder, host: str = "127.0.0.1", connect_timeout: float = 60.0,
                  max_message_bytes: int = 1 << 30, security: Any = None, job: str | None = None,
-                 token: str | None = None, first_contact: float | None = None) -> None:
+                 token: str | None = None, first_contact: float | None = None, advertise: str | None = None) -> None:
         self.master = master
         self.build = build
         self.host = host
@@ -121,6 +121,9 @@ class Worker:
         self.token = token  # a local launch's job token (entry.WorkerSpec.token)
         #: seconds for the master's address to accept a connection at all; None: ``connect_timeout``
         self.first_contact = first_contact
+        #: the address peers are told to reach the data socket at (``--advertise``); None: where it is bound
+        self.advertise = advertise
+        self.data_endpoint = ""  # as advertised in HELLO
         self.transport = transport_for(master, max_message_bytes, security)
         self.identity = f"w-{uuid.uuid4().hex[:12]}".encode()
         self.hostname, self.pid = socket.gethostname(), os.getpid()
@@ -198,6 +201,9 @@ class Worker:
         try:
             self.ctl = t.dealer(None, self.identity)  # connected by _join, once its handshakes are watched
             self.data, data_ep = t.router(t.data_bind(self.host), mandatory=False)
+            if self.advertise and not t.inproc:
+                data_ep = with_host(data_ep, self.advertise)
+            self.data_endpoint = data_ep
             welcome = self._join(data_ep)
             if welcome is None:
                 return 2
@@ -344,7 +350,9 @@ class Worker:
         self.shm = Shm(self.job_id, self.index, self.gen, welcome.shm, welcome.shm_cap_mb << 20, welcome.shm_min_kb << 10)
         self.run_url = welcome.run_dir
         self.background = welcome.checkpoint_background
-        self._connect_peers(welcome.peers)
+        code = self._reach_peers(self._connect_peers(welcome.peers))
+        if code is not None:
+            return code
         if self.shm.pool is not None:
             self.shm.pool.peers = set(self.peers)
         self._equip()
@@ -383,9 +391,11 @@ class Worker:
         """Every control message waiting now (malformed ones dropped and counted)."""
         return [header for _, header, _ in drain(self.ctl, False, self.drops)]
 
-    def _connect_peers(self, endpoints: list[str]) -> None:
-        """(Re)connect a DEALER to every peer whose data endpoint is new or changed."""
+    def _connect_peers(self, endpoints: list[str]) -> dict[int, ConnectWatch]:
+        """(Re)connect a DEALER to every peer whose data endpoint is new or changed; a watch of
+        each new connection over TCP (for ``_reach_peers``)."""
         my_id = f"{self.job_id}/{self.index}".encode()
+        watches: dict[int, ConnectWatch] = {}
         for p, ep in enumerate(endpoints):
             if p == self.index or (p < len(self.peer_endpoints) and self.peer_endpoints[p] == ep and p in self.peers):
                 continue
@@ -394,10 +404,34 @@ class Worker:
                 old.close(linger=0)
                 self.transport.sockets.remove(old)
             key = self.peer_keys[p].encode() if p < len(self.peer_keys) and self.peer_keys[p] else None
-            self.peers[p] = self.transport.dealer(ep, my_id, server_key=key)
+            sock = self.transport.dealer(None, my_id, server_key=key)
+            if not self.transport.inproc:  # watched from before it connects: the connection may be quick
+                watches[p] = ConnectWatch(sock)
+            self.transport.connect(sock, ep)
+            self.peers[p] = sock
         self.peer_endpoints = list(endpoints)
         self.peer_ids = {f"{self.job_id}/{p}".encode(): p for p in self.peers}
+        return watches
 
+    def _reach_peers(self, watches: dict[int, ConnectWatch]) -> int | None:
+        """Wait (at most ``connect_timeout``) until every watched peer's data socket accepted this
+        worker's connection; a peer that did not fails the join, reported to the master in one
+        line naming both ends (exit code 2). Every peer's socket is bound before its HELLO, so
+        only a wrong address or a blocked port keeps a connection from being made."""
+        left = unreached(watches, self.connect_timeout, self._stop)
+        if not left:
+            return None
+        first, *others = left
+        more = f" (nor {len(others)} other peer(s))" if others else ""
+        where = self.peer_endpoints[first]
+        why = ("a loopback address reaches only its own host: is that worker on another one? (its --host)"
+               if is_loopback(parse_endpoint(where)[0]) else "is that address on a route from this host, and the "
+               "port open? (--host binds, --advertise tells peers another address)")
+        msg = (f"worker {self.index} at {self.data_endpoint} cannot reach worker {first}'s data socket at "
+               f"{where}{more} within {self.connect_timeout:g}s: {why}")
+        log.error("%s", msg)
+        self._send_ctl(wire.Error("setup", msg))
+        return 2
     def _restore(self, superstep: int) -> int | None:
         """Load this worker's part of the checkpoint taken before ``superstep``."""
         try:
@@ -455,7 +489,9 @@ class Worker:
         self.peer_keys = msg.peer_keys or self.peer_keys
         if self.security is not None:
             self.security.allow([k for k in self.peer_keys if k])
-        self._connect_peers(msg.peers)
+        code = self._reach_peers(self._connect_peers(msg.peers))
+        if code is not None:
+            return code
         if self.shm is not None:
             self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
             if self.shm.pool is not None:

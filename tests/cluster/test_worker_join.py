@@ -4,6 +4,7 @@ there, the address they advertise, and peers they cannot reach. Real processes o
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -169,3 +170,116 @@ def test_a_master_that_answers_late_is_waited_for_past_the_first_contact():
     assert w.returncode == 2, w.stderr
     assert "no master answered" in w.stderr and "no master at" not in w.stderr, w.stderr
     assert took >= 3, took
+
+
+GRAPH = TESTS / "engine" / "data" / "small.e"
+
+
+def _route_source(address: str) -> str | None:
+    """The kernel's source address for the route to ``address`` (``ip route get``), or None."""
+    import shutil
+
+    if shutil.which("ip") is None:
+        return None
+    out = subprocess.run(["ip", "route", "get", address], capture_output=True, text=True).stdout.split()
+    return out[out.index("src") + 1] if "src" in out else None
+
+
+def test_a_worker_binds_and_advertises_its_address_on_the_route_to_the_master():
+    from mariana.cluster.joining import route_address
+
+    assert route_address("tcp://127.0.0.1:7070") == "127.0.0.1"
+    assert route_address("tcp://localhost:7070") == "127.0.0.1"
+    assert route_address("tcp://[::1]:7070") == "::1"
+    source = _route_source("127.0.0.2")  # a master bound on a second loopback address: the route's source
+    if source is not None:
+        assert route_address("tcp://127.0.0.2:7070") == source
+
+
+class _Namespace:
+    """A network namespace of this test's own: loopback up and one address, 10.77.0.2/24, on a veth
+    pair inside it (nothing leaves it); removed on ``close``."""
+
+    def __init__(self) -> None:
+        import shutil
+
+        if os.geteuid() != 0 or shutil.which("ip") is None:
+            pytest.skip("needs root and iproute2 for a network namespace")
+        self.name = f"mwj-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+        made = subprocess.run(["ip", "netns", "add", self.name], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"cannot make a network namespace: {made.stderr.strip()}")
+        try:
+            for cmd in (["link", "add", "va", "type", "veth", "peer", "name", "vb"],
+                        ["addr", "add", "10.77.0.2/24", "dev", "va"], ["link", "set", "va", "up"],
+                        ["link", "set", "vb", "up"], ["link", "set", "lo", "up"]):
+                subprocess.run(["ip", "-n", self.name, *cmd], check=True, capture_output=True)
+        except subprocess.CalledProcessError as exc:
+            self.close()
+            pytest.skip(f"cannot set up the namespace's link: {exc.stderr.decode().strip()}")
+
+    def mariana(self, *args: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(["ip", "netns", "exec", self.name, sys.executable, "-m", "mariana", *args],
+                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+    def close(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+
+def test_off_loopback_a_worker_binds_its_hosts_address_by_default(tmp_path):
+    """In a namespace whose address is 10.77.0.2: a worker for a master at 10.77.0.9 binds
+    10.77.0.2 (not 127.0.0.1), so it needs keys or --insecure; and a master there with two
+    such workers runs a job, every worker having joined from 10.77.0.2."""
+    ns = _Namespace()
+    procs: list[subprocess.Popen] = []
+    try:
+        plain = ns.mariana("worker", "--master", "tcp://10.77.0.9:7070", "--first-contact-timeout", "0.5")
+        procs.append(plain)
+        _, err = plain.communicate(timeout=60)
+        assert plain.returncode == 2 and err.startswith("mariana: error: --host 10.77.0.2 is not loopback"), err
+        master_file = tmp_path / "master.json"
+        out = tmp_path / "wcc.tsv"
+        master = ns.mariana("-v", "master", "wcc", "--bind", "tcp://10.77.0.2:0", "--insecure", "--workers", "2",
+                            "--set", f"graph={GRAPH}", "--set", f"output={out}", "--run-dir", str(tmp_path / "run"),
+                            "--master-file", str(master_file))
+        procs.append(master)
+        until("the master file", lambda: master_file.exists() and master_file.read_text().endswith("}")
+              or master.poll() is not None)
+        procs += [ns.mariana("worker", "--master-file", str(master_file), "--insecure") for _ in range(2)]
+        errs = _reap(procs[1:], timeout=90)
+        assert [p.returncode for p in procs[1:]] == [0, 0, 0], errs
+        assert errs[0].count("joined from tcp://10.77.0.2:") == 2, errs[0]
+        assert out.read_text().count("\n") == 59
+    finally:
+        _reap(procs, timeout=5)
+        ns.close()
+
+
+def test_a_peer_that_cannot_be_reached_fails_the_join_in_one_line_naming_both_ends(tmp_path):
+    """A worker that tells its peers an address nothing listens on (bound on 127.0.0.1, advertised
+    on 127.0.0.3): its peer cannot connect, and the master fails the job within the connect
+    timeout with one line naming both workers' addresses (before, the master waited forever)."""
+    master_file = tmp_path / "master.json"
+    mariana = [sys.executable, "-m", "mariana"]
+    master = subprocess.Popen([*mariana, "master", "wcc", "--workers", "2", "--set", f"graph={GRAPH}",
+                               "--run-dir", str(tmp_path / "run"), "--master-file", str(master_file)],
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [master]
+    try:
+        until("the master file", lambda: master_file.exists() and master_file.read_text().endswith("}")
+              or master.poll() is not None)
+        t0 = time.monotonic()
+        worker = [*mariana, "worker", "--master-file", str(master_file), "--connect-timeout", "3"]
+        procs.append(subprocess.Popen(worker, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen([*worker, "--advertise", "127.0.0.3"], env=_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+        master.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        errs = _reap(procs, timeout=30)
+    assert master.returncode == 1, errs[0]
+    last = errs[0].strip().splitlines()[-1]
+    assert re.fullmatch(r"mariana: error: worker (\d) \(.*\) cannot run job wcc: worker \1 at tcp://127\.0\.0\.1:\d+ "
+                        r"cannot reach worker \d's data socket at tcp://127\.0\.0\.3:\d+ within 3s: .*", last), last
+    assert 3 <= took < 30, took
+    assert all(p.returncode != 0 for p in procs[1:]) and any(p.returncode == 2 for p in procs[1:]), errs

@@ -20,7 +20,7 @@ from ..errors import MarianaError, VertexError
 from .data import cmd_data
 from .inspect import cmd_checkpoint, cmd_jobs, cmd_keys, cmd_params, cmd_report, cmd_trace, cmd_ui
 from .parser import build_parser
-from .run import cmd_master_from_env, cmd_run, cmd_worker
+from .run import Terminated, cmd_master_from_env, cmd_run, cmd_worker
 from .sweep import cmd_sweep
 
 __all__ = ["main", "build_parser"]
@@ -31,10 +31,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": cmd_worker, "keys": cmd_keys, "report": cmd_report, "ui": cmd_ui, "data": cmd_data,
     "sweep": cmd_sweep,
 }
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that a run records ``interrupted`` and stops its workers."""
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

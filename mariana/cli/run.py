@@ -19,6 +19,10 @@ from ..storage import RunDir, default_run_url
 log = logging.getLogger("mariana")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that a run records ``interrupted`` and stops its workers."""
+
+
 def _load_toml(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
@@ -239,8 +243,6 @@ def _run_resolved(args: argparse.Namespace, job: Any, config: dict[str, Any], wo
 
 def _interrupted(exc: KeyboardInterrupt, url: str, master: bool) -> int:
     """An interrupted run: one line on stderr saying how to resume it; exit 130 (SIGINT) or 143 (SIGTERM)."""
-    from . import Terminated
-
     what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
     hint = _resume_hint(url, master)
     print(f"mariana: {what}" + (f"; {hint}" if hint else ""), file=sys.stderr, flush=True)

@@ -43,7 +43,7 @@ from collections import deque
 from typing import Any, Callable
 
 from .. import __version__
-from .joining import ConnectWatch, unreached, with_host
+from .joining import with_host
 from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl, WriteCheckpoint
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import codec, wire
@@ -57,7 +57,8 @@ from ..engine.graph import Graph
 from ..engine.memory import TraceMemory, trim_heap
 from ..engine.superstep import Begin, Partition
 from ..engine.tracing import Capture
-from ..comm import Again, drain, is_loopback, parse_endpoint, poller, recv, release_sent, send, send_frames, transport_for
+from ..comm import (Again, ConnectWatch, drain, is_loopback, parse_endpoint, poller, recv, release_sent, send, send_frames,
+                   transport_for, unreached)
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from .zmqcomm import (HEARTBEAT_PREFIX, Again, HandshakeWatch, Transport, Unreachable, drain, heartbeat_of, is_loopback,
-                      open_contexts, parse_endpoint, poller, recv, release_sent, send, send_frames)
+from .zmqcomm import (HEARTBEAT_PREFIX, Again, ConnectWatch, Transport, Unreachable, drain, heartbeat_of, is_loopback,
+                      open_contexts, parse_endpoint, poller, recv, release_sent, send, send_frames, unreached)
 
 __all__ = ["SCHEMES", "scheme_of", "transport_for", "Transport", "Again", "Unreachable", "send",
            "send_frames", "recv", "drain", "poller", "parse_endpoint", "is_loopback", "open_contexts",
-           "HEARTBEAT_PREFIX", "heartbeat_of", "HandshakeWatch", "release_sent"]
+           "HEARTBEAT_PREFIX", "heartbeat_of", "ConnectWatch", "unreached", "release_sent"]
 
 #: URL scheme -> (the transport class, keyword arguments that select the scheme).
 SCHEMES: dict[str, tuple[type[Transport], dict[str, Any]]] = {

@@ -19,6 +19,7 @@ import ipaddress
 import itertools
 import logging
 import re
+import threading
 import time
 import weakref
 from typing import Any, Callable, Iterator, Sequence
@@ -208,31 +209,68 @@ class Transport:
             self.ctx.term()
 
 
-class HandshakeWatch:
-    """Watches a CURVE client socket for handshake failures (the server refused our key, or
-    speaks another security mechanism), so a worker can say so instead of waiting in silence."""
+_FAILED = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 
-    _FAILED = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 
-    def __init__(self, sock: zmq.Socket) -> None:
+class ConnectWatch:
+    """Watches one socket, from before it connects: ``connected`` turns true once a TCP connection
+    is made; ``failed()`` says why a CURVE handshake failed (with ``handshakes``). One monitor per
+    socket."""
+
+    def __init__(self, sock: zmq.Socket, handshakes: bool = False) -> None:
         self.sock = sock
-        self.mon = sock.get_monitor_socket(self._FAILED)
+        self.connected = False
+        self._why: str | None = None
+        self.mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | (_FAILED if handshakes else 0))
+
+    def update(self) -> None:
+        """Take the events that came: a connection made, a handshake failed (kept for ``failed``)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        while self.mon.poll(0):
+            event = recv_monitor_message(self.mon)["event"]
+            if event == zmq.EVENT_CONNECTED:
+                self.connected = True
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self._why = "the master refused this worker's key (is its public key in the master's allow-list DIR/allowed/?)"
+            else:
+                self._why = "the CURVE handshake with the master failed (wrong --server-key, or a master without --keys?)"
 
     def failed(self) -> str | None:
         """Why a handshake failed since the last call, or None."""
-        from zmq.utils.monitor import recv_monitor_message
-
-        why = None
-        while self.mon.poll(0):
-            event = recv_monitor_message(self.mon)["event"]
-            why = ("the master refused this worker's key (is its public key in the master's allow-list DIR/allowed/?)"
-                   if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                   else "the CURVE handshake with the master failed (wrong --server-key, or a master without --keys?)")
+        self.update()
+        why, self._why = self._why, None
         return why
 
     def close(self) -> None:
-        self.sock.disable_monitor()
+        """Stop watching (before the socket's context ends: the monitor is a socket of it too)."""
+        try:
+            self.sock.disable_monitor()
+        except zmq.ZMQError:  # the socket is closed already
+            pass
         self.mon.close(linger=0)
+
+
+def unreached(watches: dict[int, ConnectWatch], timeout: float, stop: threading.Event | None = None) -> list[int]:
+    """Wait at most ``timeout`` seconds (or until ``stop``) for every watched socket to connect;
+    the keys of those that did not, in order. Every watch is closed on return."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            for key, w in list(watches.items()):
+                w.update()
+                if w.connected:
+                    watches.pop(key).close()
+            left = deadline - time.monotonic()
+            if not watches or left <= 0 or (stop is not None and stop.is_set()):
+                return sorted(watches)
+            poller = zmq.Poller()
+            for w in watches.values():
+                poller.register(w.mon, zmq.POLLIN)
+            poller.poll(max(1, int(min(left, 0.5) * 1000)))
+    finally:
+        for w in watches.values():
+            w.close()
 
 
 def send(sock: zmq.Socket, header: dict[str, Any], identity: bytes | None = None, nowait: bool = False) -> int:

@@ -44,7 +44,7 @@ from ..cluster.entry import WorkerSpec
 from ..cluster.worker import EXIT_MASTER_LOST
 from ..comm import is_loopback, parse_endpoint
 from ..comm.jsonchannel import JsonDealer, JsonRouter
-from ..comm.zmqcomm import HandshakeWatch, Transport
+from ..comm.zmqcomm import ConnectWatch, Transport
 from ..engine.threads import thread_vars
 from ..errors import MarianaError, UsageError
 
@@ -449,7 +449,7 @@ def serve_sweep(spec: WorkerSpec, sweep: str) -> int:
     name = f"{socket.gethostname()}:{os.getpid()}"
     # reconnecting every 0.25 s at most: a host started before its sweep joins right after the bind
     channel = JsonDealer(transport, sweep, f"{name}:{secrets.token_hex(4)}".encode())
-    watch = HandshakeWatch(channel.sock) if security is not None else None
+    watch = ConnectWatch(channel.sock, handshakes=True) if security is not None else None
     env = {**os.environ, **threads, **spec.env()}
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

@@ -48,6 +48,7 @@ from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl,
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import codec, wire
 from ..messages.message import Message
+from ..messages.payload import containers
 from ..messages.wire import DropCounter
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
@@ -105,6 +106,20 @@ class _Interrupt(Exception):
     def __init__(self, msg: wire.Wire) -> None:
         super().__init__(msg.KIND.name)
         self.msg = msg
+
+
+#: messages in one part of a batch at most; fewer where payloads hold lists or maps (``part_size``)
+PART_MESSAGES = 1 << 18
+
+
+def part_size(msgs: list[Message]) -> int:
+    """How many of ``msgs`` one batch part may carry: each message is a list on the wire, plus the
+    lists and maps of its payload (sampled at the first, middle and last message), and a part
+    stays within half the receiver's container budget (``codec.Limits.max_containers``)."""
+    if len(msgs) <= 1:
+        return PART_MESSAGES
+    per = 1 + max(containers(msgs[i].payload) for i in (0, len(msgs) // 2, -1))
+    return max(1, min(PART_MESSAGES, codec.DEFAULT_LIMITS.max_containers // 2 // per))
 
 
 class Worker:
@@ -569,8 +584,7 @@ class Worker:
         # close the barrier while they travel (every peer waits for them before it computes
         # again); an empty one is not sent at all (DONE says whom this worker sent a batch, and
         # the master tells every worker whom to wait for in the next BEGIN, CHECKPOINT or FINISH)
-        last = [(p, frames) for p in self.peers
-                if (frames := self._encode_part(p, batches[p], last=True, skip_empty=True)) is not None]
+        last = [(p, parts) for p in self.peers if (parts := self._encode_parts(p, batches[p], last=True, skip_empty=True))]
         out = self._out
         own = batches[self.index]
         self._pending = _Pending(s, own)  # delivered when the next BEGIN, CHECKPOINT or FINISH comes
@@ -600,8 +614,9 @@ class Worker:
                                  stats={"bytes_out": out.bytes, "dropped": dict(self.drops.counts)},
                                  to=[p for p, _ in last]))
         t_send = out.send_s
-        for p, frames in last:
-            self._send(p, frames)
+        for p, parts in last:
+            for frames in parts:
+                self._send(p, frames)
         self._prev_send_s = out.send_s - t_send  # in the next superstep's trace record
         return None
 
@@ -683,9 +698,18 @@ class Worker:
         self._send_part(peer, msgs, last=False, copy=True)
 
     def _send_part(self, peer: int, msgs: list[Message], last: bool, copy: bool = False) -> None:
-        frames = self._encode_part(peer, msgs, last)
-        assert frames is not None
-        self._send(peer, frames, copy)
+        for frames in self._encode_parts(peer, msgs, last):
+            self._send(peer, frames, copy)
+
+    def _encode_parts(self, peer: int, msgs: list[Message], last: bool, skip_empty: bool = False) -> list[list]:
+        """``_encode_part`` of ``msgs`` in as many parts as keep each part's header within the
+        receiver's container budget (``part_size``); [] where ``skip_empty`` skips it."""
+        n = part_size(msgs)
+        if len(msgs) <= n:
+            frames = self._encode_part(peer, msgs, last, skip_empty)
+            return [] if frames is None else [frames]
+        cuts = range(0, len(msgs), n)
+        return [self._encode_part(peer, msgs[i:i + n], last and i == cuts[-1]) or [] for i in cuts]
 
     def _encode_part(self, peer: int, msgs: list[Message], last: bool, skip_empty: bool = False) -> list | None:
         """The frames of a part of this superstep's batch for ``peer`` (counted as sent); None

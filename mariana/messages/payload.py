@@ -30,7 +30,7 @@ import numpy as np
 
 from .codec import ALLOWED_DTYPES
 
-__all__ = ["PayloadError", "wire_value", "MAX_DEPTH"]
+__all__ = ["PayloadError", "wire_value", "MAX_DEPTH", "containers"]
 
 #: nesting levels of a payload (the wire's header puts a batch's payloads 3 levels down and
 #: decodes up to codec.Limits.max_depth; msgpack's encoder stops at 512)
@@ -192,3 +192,27 @@ def _name(x: Any) -> str:
 def _short(x: Any) -> str:
     text = repr(x)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def containers(x: Any, stop: int = 1 << 20) -> int:
+    """How many lists and maps the wire form of payload ``x`` holds (arrays travel as frames of
+    their own: none), counting at most about ``stop``: what a batch's parts are sized by, so that
+    no part's header exceeds the receiver's container budget (``codec.Limits.max_containers``)."""
+    t = type(x)
+    if t is list or t is tuple:
+        n = 1
+        for v in x:
+            if type(v) in (list, tuple, dict):
+                n += containers(v, stop - n)
+                if n > stop:
+                    break
+        return n
+    if t is dict:
+        n = 1
+        for v in x.values():
+            if type(v) in (list, tuple, dict):
+                n += containers(v, stop - n)
+                if n > stop:
+                    break
+        return n
+    return 0

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import MarianaError, UsageError
 from ..jobs.registry import get_job, resolve_config
 from ..storage import RunDir, default_run_url
+from ..storage.rundir import check_writable
 
 log = logging.getLogger("mariana")
 
@@ -70,6 +71,7 @@ def _resolve_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int, st
         config = resolve_config(job, _load_toml(args.config), args.sets, args.config or "")
         if afresh is None and args.run_dir:
             _refuse_used(args.run_dir)
+            check_writable(args.run_dir, "run directory")  # (before the job builds: its data may take long)
         return job, config, 1 if args.workers is None else args.workers, args.placement, None, afresh
     try:
         return _resolve_resume(args, resume)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Same-host shared memory (engine/shm.py) vs zmq over tcp loopback.
+"""Same-host shared memory (comm/shm.py) vs zmq over tcp loopback.
 
     python bench/shm_transport.py                  # (a) transport rounds, (b) dnn-dp 784-2048x3-10
     python bench/shm_transport.py --skip-run       # (a) only

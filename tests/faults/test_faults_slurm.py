@@ -1,5 +1,5 @@
 """Master failover through a real Slurm on loopback: Debian's slurmctld, slurmd and munge,
-configured here for one node (this machine, 2 CPUs), run the README's sbatch recipe with 2 tasks.
+configured here for one node (this machine, 2 CPUs), run the guide's sbatch recipe (docs/checkpoints.md) with 2 tasks.
 The master's task is killed (kill -9); the batch script asks Slurm to requeue the job, the same
 command starts again and the master resumes from the run directory's newest checkpoint by itself
 (``--resume-if-possible``, on by default with ``--from-env``). The parameters are bit-identical
@@ -133,7 +133,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
 
 
 def _script(run: Path, log: Path) -> str:
-    """The README's sbatch recipe for 2 tasks on this one node (plaintext on loopback: MASTER_ADDR)."""
+    """The guide's sbatch recipe for 2 tasks on this one node (plaintext on loopback: MASTER_ADDR)."""
     sets = " ".join(f"--set {s}" for s in SETS)
     return f"""#!/bin/bash
 #SBATCH --job-name=mariana-dnn

@@ -56,7 +56,7 @@ from ..engine.checkpointing import BackgroundWriter, capture, write_worker
 from ..comm.shm import Shm, sweep_stale
 from ..engine.graph import Graph
 from ..engine.memory import TraceMemory, trim_heap
-from ..engine.superstep import Begin, Partition
+from ..engine.superstep import Begin, Partition, gc_paused
 from ..engine.tracing import Capture
 from ..comm import (Again, ConnectWatch, drain, is_loopback, parse_endpoint, poller, recv, release_sent, send, send_frames,
                    transport_for, unreached)
@@ -705,11 +705,12 @@ class Worker:
         """``_encode_part`` of ``msgs`` in as many parts as keep each part's header within the
         receiver's container budget (``part_size``); [] where ``skip_empty`` skips it."""
         n = part_size(msgs)
-        if len(msgs) <= n:
-            frames = self._encode_part(peer, msgs, last, skip_empty)
-            return [] if frames is None else [frames]
-        cuts = range(0, len(msgs), n)
-        return [self._encode_part(peer, msgs[i:i + n], last and i == cuts[-1]) or [] for i in cuts]
+        with gc_paused():  # (a list per message, never in a cycle)
+            if len(msgs) <= n:
+                frames = self._encode_part(peer, msgs, last, skip_empty)
+                return [] if frames is None else [frames]
+            cuts = range(0, len(msgs), n)
+            return [self._encode_part(peer, msgs[i:i + n], last and i == cuts[-1]) or [] for i in cuts]
 
     def _encode_part(self, peer: int, msgs: list[Message], last: bool, skip_empty: bool = False) -> list | None:
         """The frames of a part of this superstep's batch for ``peer`` (counted as sent); None
@@ -745,6 +746,10 @@ class Worker:
 
     def _drain_data(self) -> None:
         """Receive every waiting batch or part; keep the valid ones for their superstep, drop the rest."""
+        with gc_paused():  # (decoding allocates a list per message, never in a cycle)
+            self._drain_batches()
+
+    def _drain_batches(self) -> None:
         for identity, header, size in drain(self.data, True, self.drops, self._resolve):
             peer = self.peer_ids.get(identity)
             if (self.shm is not None and peer is not None and header.get("job") == self.job_id

@@ -39,7 +39,7 @@ from .vertex import Context, Message
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Begin", "Done", "Partition", "Coordinator"]
+__all__ = ["Begin", "Done", "Partition", "Coordinator", "gc_paused"]
 
 _by_src = attrgetter("src")
 

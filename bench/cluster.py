@@ -17,8 +17,9 @@ default exchange (auto). torch: DistributedDataParallel over gloo, one rank on e
 BLAS/OpenMP thread (``OMP/OPENBLAS/MKL/BLIS_NUM_THREADS=1``; torch also ``set_num_threads(1)``).
 
 Figures, over the steady state (the ``--warmup`` first steps left out):
-- time per step: mariana, from the master's trace (the supersteps that carry the step's loss
-  aggregate end a step); torch, from rank 0's clock after each ``optimizer.step()``;
+- time per step: mariana, from the workers' traces (from the moment every worker has the first
+  measured step's inbox to the same moment after the last step: ``mariana_figures``); torch,
+  from rank 0's clock after each ``optimizer.step()`` (its allreduce done);
 - busiest link per step: the most bytes that crossed one host's link in one direction (the
   bridge port's counters, sampled every 5 ms from inside the bridge's namespace and interpolated
   at the window's ends; ``link_sample_gap_s``: the widest sample gap there), per step; the link
@@ -217,24 +218,37 @@ def run_mariana(c: nc.Cluster, where: Path, n: int, env: dict[str, str], data: P
 
 
 def mariana_figures(run: Path, warmup: int) -> dict[str, Any]:
-    """Steady-state window and per-member bytes per step from a dnn-dp run's traces."""
+    """The steady-state window of a dnn-dp run and its bytes per member and step, from its traces.
+
+    A step's first superstep carries its loss aggregate; its last parts (the scatter's, then the
+    gather's) arrive before the next step's first superstep computes. The window runs from the
+    moment every worker has its inbox for the first measured step (its start plus its wait, on
+    the machine's clock) to the same moment of the superstep after the last step (or the run's
+    end): no part is in flight at either end, so each link's counters hold whole steps."""
     master = [json.loads(line) for line in (run / "trace" / "master.jsonl").read_text().splitlines() if line.strip()]
-    ends = [r for r in master if "loss" in (r.get("aggregates") or {})]  # one a step: the superstep that ends it
-    if len(ends) <= warmup:
-        raise SystemExit(f"{run}: {len(ends)} steps in the trace, warm-up {warmup}")
-    first, last = ends[warmup - 1] if warmup else master[0], ends[-1]
-    t0, t1 = first["end"] if warmup else first["start"], last["end"]
-    steps = len(ends) - warmup
-    window = range(first["superstep"] + (1 if warmup else 0), last["superstep"] + 1)
-    sent = []
-    for p in sorted((run / "trace").glob("worker-*.jsonl")):
-        w = p.stem.split("-")[1]
-        total = 0
-        for line in p.read_text().splitlines():
-            r = json.loads(line)
-            if r["superstep"] in window:
-                total += sum(b for peer, b in r.get("bytes_out", {}).items() if peer != w)
-        sent.append(total / steps)
+    firsts = [r["superstep"] for r in master if "loss" in (r.get("aggregates") or {})]
+    if len(firsts) < warmup + 1 or len(firsts) < 2:
+        raise SystemExit(f"{run}: {len(firsts)} steps in the trace, warm-up {warmup}")
+    per_step = firsts[-1] - firsts[-2]  # supersteps a step takes
+    lo, hi = firsts[warmup], firsts[-1] + per_step  # [lo, hi): the measured steps' supersteps
+    traces = {int(p.stem.split("-")[1]): [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+              for p in sorted((run / "trace").glob("worker-*.jsonl"))}
+
+    def inbox_ready(ss: int) -> float | None:
+        """When the last worker had superstep ``ss``'s inbox (None: no such superstep)."""
+        at = [r["start"] - r.get("clock_offset_s", 0.0) + r.get("wait_s", 0.0)
+              for records in traces.values() for r in records if r["superstep"] == ss]
+        return max(at) if len(at) == len(traces) else None
+
+    t0, t1 = inbox_ready(lo), inbox_ready(hi)
+    if t0 is None:
+        raise SystemExit(f"{run}: superstep {lo} missing from the workers' traces")
+    if t1 is None:  # the run ended with the last step: its last parts were in when the master ended
+        t1 = master[-1]["end"]
+    steps = len(firsts) - warmup
+    sent = [sum(b for r in records if lo <= r["superstep"] < hi
+                for peer, b in r.get("bytes_out", {}).items() if int(peer) != w) / steps
+            for w, records in sorted(traces.items())]
     return {"t0": t0, "t1": t1, "steps": steps, "step_s": (t1 - t0) / steps, "trace_bytes_per_member": sent}
 
 

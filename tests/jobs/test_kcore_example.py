@@ -22,6 +22,7 @@ import pytest
 import mariana
 from mariana.jobs import BuildContext, resolve_config
 from mariana.jobs.graphjob import collect
+from mariana.jobs.launch import run_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,12 +71,17 @@ def write(tmp_path: Path, edges: list[tuple[str, str]]) -> Path:
 @pytest.mark.parametrize("mode", ["vertex", "block"])
 @pytest.mark.parametrize("workers,runtime", [(1, "local"), (2, "local"), (2, "cluster")])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_both_modes_give_networkx_core_numbers(tmp_path, seed, mode, workers, runtime):
+def test_both_modes_give_networkx_core_numbers(tmp_path, monkeypatch, seed, mode, workers, runtime):
     edges = random_graph(seed)
     want = networkx_cores(edges)
     assert max(want.values()) >= 8 and min(want.values()) == 0  # deep cores and the loop-only vertex
     config = resolve_config(kcore.JOB, {"graph": str(write(tmp_path, edges)), "mode": mode})
-    result = mariana.run(kcore.build(config, BuildContext(workers=workers)), workers=workers, runtime=runtime)
+    if runtime == "cluster":  # by name, as `mariana run kcore:JOB` does: workers that cannot be forked import it
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")]))
+        monkeypatch.syspath_prepend(str(EXAMPLES))
+        result = run_job("kcore:JOB", config, workers=workers, runtime=runtime)
+    else:
+        result = mariana.run(kcore.build(config, BuildContext(workers=workers)), workers=workers, runtime=runtime)
     assert dict(collect(result)) == want
     text, summary = kcore.finish(result, config)
     assert summary == {"vertices": len(want), "max_core": max(want.values())}, text

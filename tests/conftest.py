@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -50,3 +53,15 @@ def form(request, monkeypatch) -> str:
         if not have_scipy():
             pytest.skip("scipy is not installed")
     return request.param
+
+
+@pytest.fixture
+def mariana(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """``mariana(*args)``: the command as a user runs it, ``python -m mariana ARGS`` in ``tmp_path``
+    (stdin closed, output captured as text, at most 100 s); the completed process."""
+
+    def run(*args: str, timeout: float = 100.0) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mariana", *args], cwd=tmp_path, env=dict(os.environ),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+    return run

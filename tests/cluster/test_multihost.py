@@ -349,7 +349,7 @@ def test_documented_steps_train_across_three_hosts_bit_identical_to_local(cluste
                20, "keys/master.json")
         for i, h in ((1, h1), (2, h2)):
             procs.append(h.popen(_mariana("worker", "--master-file", "keys/master.json", "--key",
-                                          f"keys/host{i}.key_secret", "--host", h.address),
+                                          f"keys/host{i}.key_secret"),  # (each binds its address on the route)
                                  cwd=tmp_path, stdout=logs[f"worker{i}"], stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 30
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:

@@ -122,8 +122,7 @@ def run_across(c: nc.Cluster, where: Path, job: str, sets: list[str], hosts: lis
             auth = ["--key", str(keys / f"host{i}.key_secret")] if keys else ["--insecure"]
             logs.append(where / f"worker{w}-h{i}.log")
             with open(logs[-1], "wb") as log:
-                procs.append(h.popen(_mariana("worker", "--master-file", str(master_file), *auth,
-                                              "--host", h.address),
+                procs.append(h.popen(_mariana("worker", "--master-file", str(master_file), *auth),
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         deadline = time.monotonic() + RUN_TIMEOUT
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:

@@ -161,20 +161,9 @@ def _tail(path: Path, n: int = 2000) -> str:
 
 def _wait_all(procs: list[subprocess.Popen], logs: list[Path], what: str) -> None:
     """Wait for every process to end 0 (killing them all past RUN_TIMEOUT or at the first failure)."""
-    deadline = time.monotonic() + RUN_TIMEOUT
-    try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline or any(p.returncode for p in procs if p.poll() is not None):
-                break
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-    codes = [p.returncode for p in procs]
-    if codes != [0] * len(procs):
-        raise SystemExit(f"{what}: exit codes {codes}\n" + "\n".join(f"--- {log.name}\n{_tail(log)}" for log in logs))
+    failed = nc.wait_all(procs, logs, RUN_TIMEOUT)
+    if failed:
+        raise SystemExit(f"{what}: {failed}")
 
 
 def make_keys(where: Path, n: int, env: dict[str, str]) -> Path:

@@ -198,6 +198,28 @@ def sweep_stale() -> list[str]:
     return removed
 
 
+def wait_all(procs: Sequence[subprocess.Popen], logs: Sequence[Path], timeout: float) -> str | None:
+    """Wait for every process (on any host) to end, at most ``timeout`` seconds, stopping at the
+    first that fails; kill whatever still runs. None when all exited 0, else the exit codes and
+    each log's tail."""
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline or any(p.returncode for p in procs if p.poll() is not None):
+                break
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    codes = [p.returncode for p in procs]
+    if codes == [0] * len(procs):
+        return None
+    return f"exit codes {codes}\n" + "\n".join(f"--- {log.name}\n{log.read_bytes()[-2000:].decode(errors='replace')}"
+                                              for log in logs)
+
+
 def read_line(stream: IO[bytes], deadline: float) -> bytes:
     """One line from a pipe, or b"" at EOF or past ``deadline``."""
     buf = b""

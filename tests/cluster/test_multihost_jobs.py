@@ -124,17 +124,9 @@ def run_across(c: nc.Cluster, where: Path, job: str, sets: list[str], hosts: lis
             with open(logs[-1], "wb") as log:
                 procs.append(h.popen(_mariana("worker", "--master-file", str(master_file), *auth),
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.05)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-    codes = [p.returncode for p in procs]
-    assert codes == [0] * len(procs), f"exit codes {codes}\n" + "\n".join(
-        f"--- {log.name}\n{_tail(log)}" for log in logs)
+        failed = nc.wait_all(procs, logs, RUN_TIMEOUT)
+    assert failed is None, failed
     return run
 
 

@@ -48,7 +48,6 @@ from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl,
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import codec, wire
 from ..messages.message import Message
-from ..messages.payload import containers
 from ..messages.wire import DropCounter
 from ..storage import RunDir
 from ..storage.checkpoint import Checkpoints
@@ -106,20 +105,6 @@ class _Interrupt(Exception):
     def __init__(self, msg: wire.Wire) -> None:
         super().__init__(msg.KIND.name)
         self.msg = msg
-
-
-#: messages in one part of a batch at most; fewer where payloads hold lists or maps (``part_size``)
-PART_MESSAGES = 1 << 18
-
-
-def part_size(msgs: list[Message]) -> int:
-    """How many of ``msgs`` one batch part may carry: each message is a list on the wire, plus the
-    lists and maps of its payload (sampled at the first, middle and last message), and a part
-    stays within half the receiver's container budget (``codec.Limits.max_containers``)."""
-    if len(msgs) <= 1:
-        return PART_MESSAGES
-    per = 1 + max(containers(msgs[i].payload) for i in (0, len(msgs) // 2, -1))
-    return max(1, min(PART_MESSAGES, codec.DEFAULT_LIMITS.max_containers // 2 // per))
 
 
 class Worker:
@@ -704,7 +689,7 @@ class Worker:
     def _encode_parts(self, peer: int, msgs: list[Message], last: bool, skip_empty: bool = False) -> list[list]:
         """``_encode_part`` of ``msgs`` in as many parts as keep each part's header within the
         receiver's container budget (``part_size``); [] where ``skip_empty`` skips it."""
-        n = part_size(msgs)
+        n = wire.part_size(msgs)
         with gc_paused():  # (a list per message, never in a cycle)
             if len(msgs) <= n:
                 frames = self._encode_part(peer, msgs, last, skip_empty)

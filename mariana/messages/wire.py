@@ -19,13 +19,15 @@ from typing import Any, ClassVar
 
 from ..errors import ProtocolError
 from .kinds import Kind
+from .codec import DEFAULT_LIMITS
 from .message import Message
+from .payload import containers
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Wire", "Hello", "Welcome", "Refuse", "Ready", "Begin", "Batch", "Done", "Finish", "Result", "Bye",
            "Abort", "Error", "Heartbeat", "Checkpoint", "Checkpointed", "Rollback", "RECORDS", "decode",
-           "check_batch", "DropCounter"]
+           "check_batch", "DropCounter", "PART_MESSAGES", "part_size"]
 
 
 class Wire:
@@ -346,6 +348,20 @@ def decode(header: dict[str, Any]) -> Wire:
     if cls is None:
         raise ProtocolError("kind", f"unknown message kind {header.get('kind')!r}")
     return cls.from_wire(header)
+
+
+#: messages in one part of a batch at most; fewer where payloads hold lists or maps (``part_size``)
+PART_MESSAGES = 1 << 18
+
+
+def part_size(msgs: list[Message]) -> int:
+    """How many of ``msgs`` one batch part may carry: each message is a list on the wire, plus the
+    lists and maps of its payload (sampled at the first, middle and last message), and a part
+    stays within half the receiver's container budget (``codec.Limits.max_containers``)."""
+    if len(msgs) <= 1:
+        return PART_MESSAGES
+    per = 1 + max(containers(msgs[i].payload) for i in (0, len(msgs) // 2, -1))
+    return max(1, min(PART_MESSAGES, DEFAULT_LIMITS.max_containers // 2 // per))
 
 
 def check_batch(header: dict[str, Any], peer: int | None, job_id: str, current: int,

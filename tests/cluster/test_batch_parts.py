@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 import mariana
-from mariana.cluster.worker import PART_MESSAGES, part_size
 from mariana.messages import codec
 from mariana.messages.message import Message
 from mariana.messages.payload import containers
+from mariana.messages.wire import PART_MESSAGES, part_size
 
 pytestmark = pytest.mark.timeout(180)
 

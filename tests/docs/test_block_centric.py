@@ -4,11 +4,10 @@ module it shows block by block is examples/kcore.py exactly."""
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
-from test_docs_code import DOCS, ROOT, _env, blocks
+from test_docs_code import DOCS, ROOT, blocks, run_page
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,16 +25,7 @@ def test_the_page_shows_examples_kcore_as_it_is():
 
 def test_the_code_on_the_page_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": "docs_block_centric"}
-    ran = []
-    for i, (lang, code) in enumerate(blocks(PAGE)):
-        if lang == "python":
-            exec(compile(code, f"{PAGE} python block {i}", "exec"), namespace)  # noqa: S102 - the docs' own code
-        elif lang == "bash":
-            out = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=_env(),
-                                 capture_output=True, text=True, timeout=100)
-            assert out.returncode == 0, f"{PAGE} bash block {i} failed:\n{code}\n{out.stdout}\n{out.stderr}"
-        ran.append(lang)
+    namespace, ran = run_page(PAGE, tmp_path, timeout=100)
     assert ran.count("python") == 6 and ran.count("bash") == 1
     cores = dict(line.split("\t") for line in (tmp_path / "cores.tsv").read_text().splitlines())
     assert {v: int(c) for v, c in cores.items()} == namespace["want"]

@@ -49,18 +49,28 @@ def test_every_page_of_the_guide_is_tested_and_in_the_nav():
 QUICK = ("index.md", "vertex-api.md", "writing-a-job.md")
 
 
-@pytest.mark.parametrize("page", [p if p in QUICK else pytest.param(p, marks=pytest.mark.slow) for p in PAGES])
-def test_the_code_on_the_page_runs(page, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+def run_page(page: str, tmp_path: Path, timeout: float = 240) -> tuple[dict[str, object], list[str]]:
+    """Run ``page``'s code in ``tmp_path`` (the caller's cwd and sys.path put it first): python
+    blocks in one namespace, bash blocks with ``bash -euo pipefail``. The namespace and the
+    languages of the blocks run, in order."""
     namespace: dict[str, object] = {"__name__": f"docs_{page[:-3].replace('-', '_')}"}
+    ran = []
     for i, (lang, code) in enumerate(blocks(page)):
         if lang == "python":
             exec(compile(code, f"{page} python block {i}", "exec"), namespace)  # noqa: S102 - the docs' own code
         elif lang == "bash":
             out = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=_env(),
-                                 capture_output=True, text=True, timeout=240)
+                                 capture_output=True, text=True, timeout=timeout)
             assert out.returncode == 0, f"{page} bash block {i} failed:\n{code}\n{out.stdout}\n{out.stderr}"
+        ran.append(lang)
+    return namespace, ran
+
+
+@pytest.mark.parametrize("page", [p if p in QUICK else pytest.param(p, marks=pytest.mark.slow) for p in PAGES])
+def test_the_code_on_the_page_runs(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    run_page(page, tmp_path)
 
 
 @pytest.mark.slow

@@ -194,25 +194,22 @@ def _short(x: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+#: the wire's containers (a tuple travels as a list)
+_NESTED = (list, tuple, dict)
+
+
 def containers(x: Any, stop: int = 1 << 20) -> int:
     """How many lists and maps the wire form of payload ``x`` holds (arrays travel as frames of
     their own: none), counting at most about ``stop``: what a batch's parts are sized by, so that
     no part's header exceeds the receiver's container budget (``codec.Limits.max_containers``)."""
     t = type(x)
-    if t is list or t is tuple:
-        n = 1
-        for v in x:
-            if type(v) in (list, tuple, dict):
-                n += containers(v, stop - n)
-                if n > stop:
-                    break
-        return n
-    if t is dict:
-        n = 1
-        for v in x.values():
-            if type(v) in (list, tuple, dict):
-                n += containers(v, stop - n)
-                if n > stop:
-                    break
-        return n
-    return 0
+    if t not in _NESTED:
+        return 0
+    n = 1
+    for v in x.values() if t is dict else x:
+        if type(v) in _NESTED:
+            n += containers(v, stop - n)
+            if n > stop:
+                break
+    return n
+

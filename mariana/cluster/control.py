@@ -262,27 +262,33 @@ class MasterState:
         return self._exited(event)
 
     def _arrived(self, ev: Arrived) -> list[Instruction]:
-        header = ev.header
+        return self.arrived(ev.identity, ev.header, ev.now, ev.wall)
+
+    def arrived(self, identity: bytes, header: dict[str, Any], now: float, wall: float) -> list[Instruction]:
+        """``handle(Arrived(...))`` without building the event: the master's path for every DONE."""
         if header.get("kind") == Kind.HELLO:
-            return self._hello(ev)
-        w = self.joined.get(ev.identity)
+            return self._hello(Arrived(identity, header, now, wall))
+        w = self.joined.get(identity)
         if w is None:
-            self.drops.drop("sender", f"message from unknown identity {ev.identity[:40]!r}")
+            self.drops.drop("sender", f"message from unknown identity {identity[:40]!r}")
             return []
         if header.get("job") != self.job_id:
             self.drops.drop("job", f"message for job {header.get('job')!r} from {w.describe()}")
             return []
-        w.last_seen = ev.now
+        w.last_seen = now
         try:
             msg = wire.decode(header)
         except ProtocolError as exc:
             self.drops.drop(exc.kind, f"{exc.detail} from {w.describe()}")
             return []
-        if isinstance(msg, wire.Ready) and msg.gen == self.gen:
+        if isinstance(msg, wire.Done):  # (first: N of them every superstep)
+            if msg.ss == self.current and self.phase is Phase.RUNNING:
+                self.dones[w.index] = msg
+                self.arrivals[w.index] = wall - self.begun_wall
+            else:
+                self.drops.drop("kind", f"unexpected {header.get('kind')} from {w.describe()} in phase {self.phase.value}")
+        elif isinstance(msg, wire.Ready) and msg.gen == self.gen:
             self.ready.add(w.index)
-        elif isinstance(msg, wire.Done) and msg.ss == self.current and self.phase is Phase.RUNNING:
-            self.dones[w.index] = msg
-            self.arrivals[w.index] = ev.wall - self.begun_wall
         elif isinstance(msg, wire.Checkpointed):
             if self.checkpoint_ss is not None and msg.ss == self.checkpoint_ss:
                 msg.src = w.index
@@ -413,16 +419,18 @@ def inbound_trace(dones: dict[int, wire.Done]) -> None:
     """Fill each worker's trace record of a superstep with what its peers sent it then
     (``messages_in``, ``bytes_in`` per peer, from their DONEs): a worker's DONE goes out before
     its peers' batches have arrived (the 2-hop protocol, ``worker.py``), so the sender's counts
-    stand for the receiver's. The worker put its batch to itself in already."""
-    for i, d in dones.items():
-        if not d.trace:
-            continue
-        m_in, b_in = d.trace.setdefault("messages_in", {}), d.trace.setdefault("bytes_in", {})
-        for p, peer in dones.items():
-            if p == i:
-                continue
-            if i < len(peer.out_messages) and peer.out_messages[i]:
-                m_in[str(p)] = peer.out_messages[i]
-            sent = peer.stats.get("bytes_out", [])
-            if i < len(sent) and sent[i]:
-                b_in[str(p)] = sent[i]
+    stand for the receiver's. The worker put its batch to itself in already. One pass over each
+    sender's counts (the non-zero ones do the work), in the order the DONEs came."""
+    traced = {i: d.trace for i, d in dones.items() if d.trace}
+    if not traced:
+        return
+    m_in = {i: t.setdefault("messages_in", {}) for i, t in traced.items()}
+    b_in = {i: t.setdefault("bytes_in", {}) for i, t in traced.items()}
+    for p, peer in dones.items():
+        src = str(p)
+        for i, n in enumerate(peer.out_messages):
+            if n and i != p and i in m_in:
+                m_in[i][src] = n
+        for i, n in enumerate(peer.stats.get("bytes_out", ())):
+            if n and i != p and i in b_in:
+                b_in[i][src] = n

@@ -22,7 +22,8 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
-from ..comm import HEARTBEAT_PREFIX, Unreachable, drain, heartbeat_of, poller, send, send_frames, transport_for
+from ..comm import HEARTBEAT_PREFIX, Unreachable, drain, poller, send, transport_for
+from ..comm.zmqcomm import readable, send_each
 from ..engine.checkpointing import commit, report
 from ..engine.driver import Driver
 from ..engine.options import RunOptions
@@ -35,7 +36,7 @@ from ..messages import codec, wire
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from ..storage.retry import keepalive
-from .control import (Arrived, Beat, Exited, Fail, Instruction, MasterState, Phase, Send, SuperstepTimeout, Tick,
+from .control import (Beat, Exited, Fail, Instruction, MasterState, Phase, Send, SuperstepTimeout, Tick,
                       WorkerInfo, WorkerLost, inbound_trace)
 
 log = logging.getLogger(__name__)
@@ -194,14 +195,21 @@ class Master:
                    self.options.superstep_timeout)
         st = self.state
         inbound_trace(st.dones)  # the records' messages_in / bytes_in (no-op without traces)
+        dones, arrivals = st.dones, st.arrivals
+        # (``slowest`` as it came, [vertex, seconds] pairs: no reader of a Done needs tuples)
         return [Done(h.ss, i, h.partials, h.active, h.computed, h.sent, h.out_messages, h.compute_s,
-                     [tuple(x) for x in h.slowest], h.trace or {}, st.arrivals[i])
-                for i, h in sorted(st.dones.items())]
+                     h.slowest, h.trace or {}, arrivals[i])
+                for i, h in ((i, dones[i]) for i in range(self.workers))]
 
     def annotate(self, record: dict[str, Any]) -> None:
-        stats = [self.state.dones[i].stats for i in range(self.workers)]
-        record["bytes"] = sum(sum(s.get("bytes_out", [])) for s in stats)
-        record["dropped"] = self.drops.total + sum(sum(s.get("dropped", {}).values()) for s in stats)
+        sent = dropped = 0
+        for h in self.state.dones.values():
+            stats = h.stats
+            sent += sum(stats.get("bytes_out", ()))
+            if stats.get("dropped"):
+                dropped += sum(stats["dropped"].values())
+        record["bytes"] = sent
+        record["dropped"] = self.drops.total + dropped
         if self.restarts:
             record["restarts"] = self.restarts
 
@@ -366,23 +374,33 @@ class Master:
     # -- the I/O loop -------------------------------------------------------------------------
     def _do(self, instructions: Sequence[Instruction]) -> None:
         """Carry out the state machine's instructions: sends, or the error that ends the wait. A
-        message sent to many workers (BEGIN) is encoded once."""
-        encoded: dict[int, list] = {}
-        for ins in instructions:
+        message sent to many workers (BEGIN) is encoded once and sent in one loop (``send_each``)."""
+        at, n = 0, len(instructions)
+        while at < n:
+            ins = instructions[at]
             if isinstance(ins, Fail):
                 raise ins.error
-            frames = encoded.get(id(ins.msg))
-            if frames is None:
-                frames = encoded[id(ins.msg)] = codec.encode(ins.msg.to_wire(self.job_id))
-            try:
-                send_frames(self.sock, frames, ins.identity)
-            except Unreachable:
-                w = ins.to
-                if w is None:
-                    continue  # a refused worker, a heartbeat socket not connected yet: nothing to do
-                code = self._exit_code(w)  # a local worker that died says more than "unreachable"
-                how = self.state.oom.exit(code, w.pid) if code is not None else "is unreachable"
-                raise WorkerLost(f"{w.describe()} {how} at superstep {self.current}", w.index) from None
+            msg, end = ins.msg, at + 1  # the run of instructions that send this same record
+            while end < n and getattr(instructions[end], "msg", None) is msg:
+                end += 1
+            run: list[Send] = instructions[at:end]  # type: ignore[assignment]
+            frames = codec.encode(msg.to_wire(self.job_id))
+            identities = [x.identity for x in run]
+            pos: int | None = 0
+            while (pos := send_each(self.sock, frames, identities, pos)) is not None:
+                self._unreachable(run[pos])
+                pos += 1
+            at = end
+
+    def _unreachable(self, ins: Send) -> None:
+        """A send to a worker that is not connected: it is lost (a refused worker or a heartbeat
+        socket not connected yet is nothing to act on)."""
+        w = ins.to
+        if w is None:
+            return
+        code = self._exit_code(w)  # a local worker that died says more than "unreachable"
+        how = self.state.oom.exit(code, w.pid) if code is not None else "is unreachable"
+        raise WorkerLost(f"{w.describe()} {how} at superstep {self.current}", w.index) from None
 
     def _exit_code(self, w: WorkerInfo) -> int | None:
         """The exit code of ``w`` if it is a process this master started and it has ended (its
@@ -410,7 +428,7 @@ class Master:
                                    f"({len(st.joined)} of {self.workers} workers present)")
             if hang_at is not None and now > hang_at:
                 self._hang(hang_after)
-            if self.poll.poll(wait_ms):
+            if readable(self.sock, wait_ms):
                 self._receive()
             now = time.monotonic()
             # liveness at most every 50 ms (the poll wakes at least every 200): not on each
@@ -454,12 +472,14 @@ class Master:
 
     def _receive(self) -> None:
         """Every message waiting now, as events to the state machine; its instructions carried out."""
-        st = self.state
-        for identity, header, _ in drain(self.sock, True, self.drops):
-            now, wall = time.monotonic(), time.time()
-            of = heartbeat_of(identity)
-            self._do(st.handle(Arrived(identity, header, now, wall) if of is None
-                               else Beat(identity, of, header, now, wall)))
+        st, hb, monotonic, clock = self.state, HEARTBEAT_PREFIX, time.monotonic, time.time
+        for identity, header, _ in drain(self.sock, True, self.drops, many=True):
+            if identity.startswith(hb):
+                todo = st.handle(Beat(identity, identity[len(hb):], header, monotonic(), clock()))
+            else:
+                todo = st.arrived(identity, header, monotonic(), clock())
+            if todo:
+                self._do(todo)
 
     def _hang(self, after: float) -> None:
         """Name the workers missing from the barrier and the peers each waiting worker lacks."""

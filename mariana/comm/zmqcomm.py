@@ -32,8 +32,8 @@ from ..messages import codec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "recv", "drain", "Again", "Unreachable", "open_contexts",
-           "HEARTBEAT_PREFIX", "heartbeat_of"]
+__all__ = ["Transport", "parse_endpoint", "is_loopback", "send", "send_each", "recv", "drain", "readable", "Again",
+           "Unreachable", "open_contexts", "HEARTBEAT_PREFIX", "heartbeat_of"]
 
 Again = zmq.Again
 # plain ints: zmq's IntFlag members build a new enum object on every ``|`` and ``&`` (and
@@ -304,6 +304,30 @@ def send_frames(sock: zmq.Socket, frames: list, identity: bytes | None = None, n
     return codec.nbytes(frames)
 
 
+def send_each(sock: zmq.Socket, frames: list, identities: Sequence[bytes], start: int = 0) -> int | None:
+    """Send the same encoded ``frames`` to every ROUTER identity of ``identities`` from ``start``
+    on (the master's BEGIN to every worker: one encoding, one loop); returns the position of the
+    first identity that is not connected (the ones after it are not sent to yet), or None."""
+    last = len(frames) - 1
+    flags = [_SNDMORE] * last + [0]
+    for at in range(start, len(identities)):
+        try:
+            _send(sock, identities[at], _SNDMORE)
+            for frame, flag in zip(frames, flags):
+                _send(sock, frame, flag, False)
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return at
+            raise
+    return None
+
+
+def readable(sock: zmq.Socket, timeout_ms: int) -> bool:
+    """Whether a message waits on ``sock`` within ``timeout_ms`` (zmq_poll without a Poller's
+    per-call registration and result list)."""
+    return bool(_zmq_poll([(sock, _POLLIN)], timeout_ms))
+
+
 def release_sent(quiet: float = 0.001) -> int:
     """Let pyzmq drop the frames libzmq has finished sending; returns how many it dropped.
 
@@ -367,15 +391,17 @@ def recv(sock: zmq.Socket, router: bool, limits: codec.Limits = codec.DEFAULT_LI
     return identity, header, size
 
 
-def drain(sock: zmq.Socket, router: bool, drops: Any,
-          resolve: Resolver | None = None) -> Iterator[tuple[bytes | None, dict[str, Any], int]]:
+def drain(sock: zmq.Socket, router: bool, drops: Any, resolve: Resolver | None = None,
+          many: bool = False) -> Iterator[tuple[bytes | None, dict[str, Any], int]]:
     """Every message waiting on ``sock`` now, decoded: (identity, header, bytes). Malformed ones
-    are counted in ``drops`` (a ``DropCounter``) and messages of banned peers dropped there."""
+    are counted in ``drops`` (a ``DropCounter``) and messages of banned peers dropped there.
+    ``many``: a socket that usually holds several (the master's, a DONE from every worker)."""
     check = [(sock, _POLLIN)]
     while True:
         # a zero-timeout poll: cheaper than a recv that raises Again, and than getsockopt(EVENTS),
-        # whose result pyzmq turns into an enum on every call
-        if not _zmq_poll(check, 0):
+        # whose result pyzmq turns into an enum on every call; where several messages wait, one
+        # Again at the end costs less than a poll before each
+        if not many and not _zmq_poll(check, 0):
             return
         try:
             identity, header, size = recv(sock, router, resolve=resolve)

@@ -478,6 +478,175 @@ class Cluster:
             raise ClusterError("; ".join(errors))
 
 
+#: the SeaweedFS listeners ``HostS3`` opens, each on a port of its own
+S3_PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+                 "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")
+S3_ACCESS_KEY = "mariana-cluster-access-key"
+S3_SECRET_KEY = "mariana-cluster-secret-key-0123456789"
+S3_REGION = "us-east-1"
+
+#: weed's (verbosity 4) line as a GET starts streaming: the byte range it sends
+_RANGE_LINE = re.compile(r"streamFromVolumeServers: entry has \d+ chunks, totalSize=(\d+), isRange=\w+, "
+                         r"offset=(\d+), size=(\d+)")
+
+#: on a host: create a bucket, write, read back, delete, until it works or the deadline passes
+_S3_PROBE = r"""
+import sys, time, uuid
+import s3fs
+deadline = time.monotonic() + float(sys.argv[1])
+while True:
+    try:
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False,
+                               config_kwargs={"connect_timeout": 2, "read_timeout": 10, "retries": {"max_attempts": 1}})
+        fs.retries = 1
+        b = f"ready-{uuid.uuid4().hex[:12]}"
+        fs.mkdir(b)
+        fs.pipe_file(f"{b}/probe", b"ready")
+        assert fs.cat_file(f"{b}/probe") == b"ready"
+        fs.rm(b, recursive=True)
+        break
+    except Exception as exc:
+        if time.monotonic() > deadline:
+            sys.exit(f"S3 not ready: {exc!r}")
+        time.sleep(0.2)
+"""
+
+#: on a host: make bucket argv[1] (if missing), then upload each local file argv[2k] to key argv[2k+1]
+_S3_PUT = r"""
+import sys
+import s3fs
+fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
+if not fs.exists(sys.argv[1]):
+    fs.mkdir(sys.argv[1])
+for local, key in zip(sys.argv[2::2], sys.argv[3::2]):
+    fs.put_file(local, f"{sys.argv[1]}/{key}")
+"""
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on the root namespace's loopback (held together so they differ)."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class HostS3:
+    """A SeaweedFS S3 store (``weed server -filer -s3``) running on one emulated host, bound to that
+    host's address only: the other hosts reach it across their links, the root namespace not at all.
+
+        with Cluster(3) as c, HostS3(c.hosts[0], weed, tmp / "s3") as s3:
+            s3.put("graph", {"g.e": local_file})      # uploaded from host 0 itself (no link crossed)
+            c.hosts[1].popen([...], env={**os.environ, **s3.env()})   # reads s3://graph/g.e
+
+    Its data, log (``log_path``) and configs live under ``workdir``; its ports are picked free on the
+    machine, since weed names unix sockets in the shared /tmp after them; ``verbosity`` 4 logs each
+    object read with its byte range (``range_reads``). ``env()`` points
+    botocore/s3fs at it (path-style addressing, one identity). Needs ``s3fs`` in this interpreter;
+    ``stop`` (also on leaving the ``with``) kills it and removes its sockets."""
+
+    def __init__(self, host: Host, weed: str, workdir: Path, timeout: float = 90, verbosity: int = 0) -> None:
+        self.host, self.workdir = host, Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "tmp").mkdir(exist_ok=True)
+        (self.workdir / "fsspec-config").mkdir(exist_ok=True)
+        (self.workdir / "aws-config").write_text(f"[default]\nregion = {S3_REGION}\ns3 =\n    addressing_style = path\n")
+        (self.workdir / "aws-credentials").write_text("")
+        config = self.workdir / "s3.json"
+        config.write_text(json.dumps({"identities": [{
+            "name": "mariana-cluster", "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        self.ports = dict(zip(S3_PORT_FLAGS, _free_ports(len(S3_PORT_FLAGS))))
+        self.endpoint_url = f"http://{host.address}:{self.ports['s3.port']}"
+        self.log_path = self.workdir / "weed.log"
+        data = self.workdir / "data"
+        data.mkdir(exist_ok=True)
+        argv = [weed, "-logtostderr=true", f"-v={verbosity}", "server", f"-ip={host.address}", f"-ip.bind={host.address}", f"-dir={data}",
+                "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=200",
+                "-volume.preStopSeconds=0", "-filer", "-s3", f"-s3.config={config}",
+                "-s3.port.iceberg=0", "-s3.port.lance=0",
+                f"-filer.localSocket={self.workdir / 'tmp' / 'filer.sock'}",
+                f"-s3.localSocket={self.workdir / 'tmp' / 's3.sock'}",
+                *(f"-{flag}={port}" for flag, port in self.ports.items())]
+        with open(self.log_path, "ab") as log:
+            self.proc: subprocess.Popen | None = host.popen(
+                argv, env={**os.environ, "TMPDIR": str(self.workdir / "tmp")}, cwd=self.workdir,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        try:
+            done = self.run_python(_S3_PROBE, str(timeout), timeout=timeout + 30)
+            if done.returncode != 0 or self.proc.poll() is not None:
+                raise ClusterError(f"SeaweedFS on {host.hostname} ({self.endpoint_url}) did not serve S3: "
+                                   f"{done.stderr.strip()[-500:]}\n--- {self.log_path}\n{self.log_tail()}")
+        except BaseException:
+            self.stop()
+            raise
+        #: seconds from its start to a bucket created, written, read back and deleted
+        self.startup_s = time.monotonic() - t0
+
+    def __enter__(self) -> HostS3:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def env(self) -> dict[str, str]:
+        """Environment variables pointing botocore/s3fs (in any process on any host) at this store."""
+        return {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+                "AWS_DEFAULT_REGION": S3_REGION, "AWS_REGION": S3_REGION, "AWS_ENDPOINT_URL_S3": self.endpoint_url,
+                "AWS_CONFIG_FILE": str(self.workdir / "aws-config"),
+                "AWS_SHARED_CREDENTIALS_FILE": str(self.workdir / "aws-credentials"),
+                "AWS_EC2_METADATA_DISABLED": "true", "FSSPEC_CONFIG_DIR": str(self.workdir / "fsspec-config")}
+
+    def run_python(self, script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run a Python ``script`` on this store's host with ``env()`` set (output captured)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))}
+        return self.host.run([sys.executable, "-c", script, *args], env={**env, **self.env()}, timeout=timeout)
+
+    def put(self, bucket: str, files: dict[str, Path], timeout: float = 600) -> None:
+        """Upload local ``files`` ({key: path}) into ``bucket`` (made if missing), from the store's own
+        host, so the upload crosses no link."""
+        done = self.run_python(_S3_PUT, bucket, *(str(a) for key, p in files.items() for a in (p, key)),
+                               timeout=timeout)
+        if done.returncode != 0:
+            raise ClusterError(f"upload to s3://{bucket} failed: {done.stderr.strip()[-1000:]}")
+
+    def range_reads(self, size: int) -> list[tuple[int, int]]:
+        """(offset, bytes) of every GET the store served of an object of ``size`` bytes, in its log's
+        order (needs ``verbosity`` >= 4: weed logs each GET's range as it starts streaming it; the
+        size tells the objects apart where GETs of several interleave)."""
+        reads = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            m = _RANGE_LINE.search(line)
+            if m and int(m.group(1)) == size:
+                reads.append((int(m.group(2)), int(m.group(3))))
+        return reads
+
+    def log_tail(self, n: int = 4000) -> str:
+        return self.log_path.read_bytes()[-n:].decode(errors="replace") if self.log_path.exists() else "(no log)"
+
+    def stop(self) -> None:
+        """Kill the store (it keeps no state a test wants back) and remove its sockets in /tmp."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        for kind in ("master-grpc", "volume-grpc", "filer-grpc", "s3-grpc", "filer", "s3"):
+            for port in self.ports.values():
+                p = Path(f"/tmp/seaweedfs-{kind}-{port}.sock")
+                if p.is_socket():
+                    p.unlink(missing_ok=True)
+
+
 @atexit.register
 def _close_all() -> None:
     """Close the clusters still open when the interpreter exits."""

@@ -17,10 +17,10 @@ import threading
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..comm import is_loopback, parse_endpoint
 from ..engine.memory import one_malloc_arena
 from ..engine.threads import all_set, apply_thread_vars, cores, thread_vars
 from ..errors import MarianaError, UsageError, VertexError
+from .joining import host_keys
 from .worker import EXIT_MASTER_LOST, TOKEN_VAR, GraphBuilder, Worker
 
 log = logging.getLogger(__name__)
@@ -169,18 +169,10 @@ def run_worker(spec: WorkerSpec, build: GraphBuilder, process: bool = True) -> i
 
 def same_host(peers: list[str], index: int) -> int:
     """How many of the job's workers (``peers``: every worker's data endpoint, in worker order)
-    run on the host of worker ``index``: those whose endpoint has its address (loopback counts
-    as one host: only processes of one machine reach it)."""
-
-    def where(endpoint: str) -> str:
-        try:
-            host, _ = parse_endpoint(endpoint)
-        except MarianaError:
-            return endpoint
-        return "loopback" if is_loopback(host) else host
-
-    mine = where(peers[index]) if 0 <= index < len(peers) else None
-    return max(1, sum(1 for ep in peers if where(ep) == mine))
+    run on the host of worker ``index`` (``joining.host_key``)."""
+    keys = host_keys(peers)
+    mine = keys[index] if 0 <= index < len(keys) else None
+    return max(1, keys.count(mine))
 
 
 def size_thread_pools(peers: list[str], index: int) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import socket
 
-from ..comm import parse_endpoint
+from ..comm import is_loopback, parse_endpoint
 from ..errors import UsageError
 
-__all__ = ["FIRST_CONTACT_S", "route_address", "with_host"]
+__all__ = ["FIRST_CONTACT_S", "route_address", "with_host", "host_key", "host_keys"]
 
 #: How long `mariana worker` waits for the master's address to accept a TCP connection at all.
 FIRST_CONTACT_S = 5.0
@@ -45,3 +45,18 @@ def with_host(endpoint: str, host: str) -> str:
     or in a container advertises (``--advertise``)."""
     _, port = parse_endpoint(endpoint)
     return f"tcp://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def host_key(endpoint: str) -> str:
+    """The host a data endpoint is on, as a key: its address (loopback counts as one host: only
+    processes of one machine reach it)."""
+    try:
+        host, _ = parse_endpoint(endpoint)
+    except UsageError:
+        return endpoint
+    return "loopback" if is_loopback(host) else host
+
+
+def host_keys(endpoints: list[str]) -> list[str]:
+    """``host_key`` of every worker's data endpoint, in worker order."""
+    return [host_key(ep) for ep in endpoints]

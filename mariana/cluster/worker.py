@@ -43,7 +43,7 @@ from collections import deque
 from typing import Any, Callable
 
 from .. import __version__
-from .joining import with_host
+from .joining import host_keys, with_host
 from .workerstate import Compute, Inbox, Leave, Report, RollBack, WorkerControl, WriteCheckpoint
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import codec, wire
@@ -323,6 +323,7 @@ class Worker:
         if self.shm is not None and self.shm.pool is not None:
             part.send_buffers = self.shm.pool.buffer  # Context.send_buffer: shared memory
         part.trace = welcome.trace
+        part.hosts = host_keys(self.peer_endpoints)  # Context.host_of
         part.stream = self._stream  # (a queue with a message to combine waits: Partition.flush)
         if welcome.capture and self.run_url:
             part.capture = Capture(welcome.capture, RunDir(self.run_url), welcome.capture_limit)
@@ -493,6 +494,8 @@ class Worker:
         code = self._reach_peers(self._connect_peers(msg.peers))
         if code is not None:
             return code
+        if self.partition is not None:
+            self.partition.hosts = host_keys(self.peer_endpoints)  # replacements may be elsewhere
         if self.shm is not None:
             self.shm.reset(self.gen)  # peers may be new processes: new arenas, new mappings
             if self.shm.pool is not None:

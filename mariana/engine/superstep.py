@@ -104,6 +104,8 @@ class Partition:
         self.stream_bytes = 1 << 20
         #: ``(size, dtype) -> array`` for ``Context.send_buffer``; a worker with shared memory sets it
         self.send_buffers: Any = None
+        #: each worker's host (``Context.host_of``), in worker order; None: every worker on this one
+        self.hosts: list[str] | None = None
         self._pending = [0] * self.num_workers  # array bytes queued per worker since its last part
         self._combinable = [0] * self.num_workers  # queued messages with a combiner: that queue waits
         self._flush_due = False  # some worker's queue holds stream_bytes: flush after this vertex

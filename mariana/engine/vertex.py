@@ -142,6 +142,13 @@ class Context:
         at once (graphs without combiners); elsewhere this does nothing."""
         self._partition.flush()
 
+    def host_of(self, vertex_id: str) -> str:
+        """The host vertex ``vertex_id`` runs on, as a key equal for every vertex of one host
+        (on the cluster runtime: its worker's advertised address; elsewhere one key for all).
+        For layouts that send less across hosts; results must never depend on it."""
+        hosts = self._partition.hosts
+        return "" if hosts is None else hosts[self._partition.owner[vertex_id]]
+
     def send_to_neighbors(self, payload: Any, tag: str | None = None, edges: Iterable[tuple[str, Any]] | None = None) -> None:
         """Send the same payload along every out-edge (or along ``edges``)."""
         send = self._partition.send

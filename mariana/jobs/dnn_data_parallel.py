@@ -75,7 +75,8 @@ def build(config: dict[str, Any], bctx: BuildContext) -> Graph:
             plan["topology"], plan["opt"], 1.0 / n, plan["total"], plan["spe"],
             *test_of(ds, r, n), plan["devices"][r]))
     for s in plan["shards"]:
-        g.add_lazy(s.id, lambda s=s: ParameterShardVertex(s.id, s.lo, s.hi, init(), plan["opt"], replica_ids),
+        g.add_lazy(s.id, lambda s=s: ParameterShardVertex(s.id, s.lo, s.hi, init(), plan["opt"], replica_ids,
+                                                                     plan["topology"].relay),
                    size_hint=s.hi - s.lo)
     add_training_aggregators(g)
     return g

@@ -10,6 +10,11 @@ A ``Topology`` decides how gradients travel and where shards live:
 
 - ``Linear``: one shard per member, shard i beside member i; every member sends every shard its
   slice (reduce-scatter + all-gather; two supersteps per step).
+- ``Hierarchical`` (``hier``): linear's shards, with the traffic shaped by hosts. The gradient
+  runs member to member in member order, each adding its own (so a host's members sum through
+  shared memory and each piece crosses a host boundary once), and each fresh piece goes once to
+  every other host, whose first member passes it on (``host_groups``). The sums are linear's,
+  bit for bit; ``exchange=auto`` takes it where a host holds several of many members.
 - ``ParameterServer``: ``servers`` shards, all beside member 0 (or wherever the job places them).
 - ``Tree``: members reduce whole gradients pairwise up a binomial tree (log2 N rounds, one
   superstep each) to member 0, which hands the sum to one shard.
@@ -37,8 +42,8 @@ from .layers import to_module
 from .model import bind_layer_grads
 from .optim import Optimizer, replica_stats
 
-__all__ = ["Shard", "Topology", "Linear", "ParameterServer", "Tree", "TOPOLOGIES", "make_topology", "register_topology",
-           "topology_choices", "topology_help",
+__all__ = ["Shard", "Topology", "Linear", "Hierarchical", "host_groups", "hosts_pay", "ParameterServer", "Tree",
+           "TOPOLOGIES", "make_topology", "register_topology", "topology_choices", "topology_help",
            "AllReduce", "AUTO", "auto_topology", "exchange_choices",
            "SyncedMember", "ParameterShardVertex", "ParameterServerVertex", "shard_ranges", "tree_children",
            "tree_parent", "gradient_buckets", "BUCKET"]
@@ -100,6 +105,13 @@ class Topology(ABC):
 
     streams = True  # gradients may leave bucket by bucket during backward
     replicated = False  # members apply the optimizer themselves (no shard vertices)
+    #: shards send fresh pieces once per host (``ParameterShardVertex``): "always", "hosts"
+    #: (where ``host_groups`` says it pays) or None (to every member)
+    relay: str | None = None
+
+    def tick(self, ctx: Context, member: "SyncedMember") -> None:
+        """Called at each of the member's computes, before its messages: work due this superstep."""
+        return None
 
     def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
         """Send every bucket of ``member.grad`` at or after flat offset ``ready_from`` not sent yet
@@ -138,6 +150,120 @@ class Linear(Topology):
     def shards(self, num_params: int, members: int, namespace: str = "") -> list[Shard]:
         return [Shard(f"shard{namespace}-{i:03d}", lo, hi, i)
                 for i, (lo, hi) in enumerate(shard_ranges(num_params, members))]
+
+
+def host_groups(ctx: Context, ids: list[str]) -> list[list[str]]:
+    """``ids`` grouped by host (``Context.host_of``), groups in order of first appearance."""
+    groups: dict[str, list[str]] = {}
+    for i in ids:
+        groups.setdefault(ctx.host_of(i), []).append(i)
+    return list(groups.values())
+
+
+def hosts_pay(groups: list[list[str]]) -> bool:
+    """Whether shaping traffic by hosts sends fewer bytes across them than ``linear``: several
+    hosts, one of them with several members."""
+    return len(groups) > 1 and max(len(g) for g in groups) > 1
+
+
+@register_topology
+class Hierarchical(Linear):
+    """Linear's shards and sums, with the bytes across hosts cut (see the module docstring).
+
+    Reduce: member 0 releases the pieces of one shard per superstep (the last layers' first), so
+    every host boundary carries one shard's pieces at a time while the others move on. Member r
+    adds its own gradient to the partial sum of members 0..r-1 it receives (tag ``chain``; into
+    its gradient buffer, in place: ``P + g`` is ``g + P`` bit for bit) and passes it to member r+1;
+    the last member sends the whole sum to the piece's shard, which applies it exactly as it
+    applies linear's N slices summed in member order. With ``N`` members a step takes about
+    ``2N + 2`` supersteps; each host sends about ``(2H - 1) / H`` x the model in all, against
+    linear's ``2 k (H - 1) / H`` with ``k`` members per host.
+
+    ``hosts`` (``exchange=auto``): only where ``hosts_pay``; elsewhere exactly linear."""
+
+    name = "hier"
+    help = ("linear's shards; the gradient runs member to member (one crossing per host "
+            "boundary), fresh pieces go once per host (bit-identical to linear)")
+    partitioned = False
+
+    def __init__(self, hosts: bool = False) -> None:
+        self.only_where_it_pays = hosts
+        self.relay = "hosts" if hosts else "always"
+
+    def chained(self, ctx: Context, member: "SyncedMember") -> bool:
+        return not self.only_where_it_pays or hosts_pay(host_groups(ctx, member.member_ids))
+
+    def push(self, ctx: Context, member: "SyncedMember", ready_from: int = 0) -> None:
+        buckets = member.buckets
+        if member.next_bucket == len(buckets) - 1 and member.chain_final:  # the step's first push
+            member.chain, member.chain_final = self.chained(ctx, member), False
+            member.chain_step += 1
+            if member.chain and member.rank == 0:
+                member.chain_queue = [[i for i, b in enumerate(buckets) if b[0] == sid]
+                                      for sid in reversed(dict.fromkeys(b[0] for b in buckets))]
+        if not member.chain:
+            super().push(ctx, member, ready_from)
+            member.chain_final = member.next_bucket < 0
+            return
+        while member.next_bucket >= 0 and buckets[member.next_bucket][1] >= ready_from:
+            _, lo, hi = buckets[member.next_bucket]
+            member.next_bucket -= 1
+            if member.stats_kind is not None:  # of its own gradient, before sums land in it
+                g = to_module(member.grad[lo:hi], np)
+                member.own_stats[str(lo)] = np.asarray(replica_stats(member.stats_kind, g, member.block), np.float32)
+        if member.next_bucket < 0 and not member.chain_final:  # backward is done: the gradient is final
+            member.chain_final = True
+            for at in sorted(member.chain_wait, key=int, reverse=True):
+                if member.chain_wait[at]["n"] == member.chain_step:
+                    self._add_and_pass(ctx, member, member.chain_wait.pop(at))
+        if member.rank == 0:
+            self.tick(ctx, member)
+
+    def tick(self, ctx: Context, member: "SyncedMember") -> None:
+        """Member 0: release the next shard's pieces, one shard per superstep, once final."""
+        queue = member.chain_queue
+        if not queue or member.chain_sent_at == ctx.superstep:
+            return
+        if not member.chain_final and min(queue[0]) <= member.next_bucket:
+            return
+        member.chain_sent_at = ctx.superstep
+        for i in queue.pop(0):
+            sid, lo, hi = member.buckets[i]
+            payload: dict[str, Any] = {"g": to_module(member.grad[lo:hi], np), "at": lo}
+            if member.stats_kind is not None:
+                payload["s"] = member.own_stats.pop(str(lo))
+            self._pass(ctx, member, sid, payload)
+        ctx.flush()
+
+    def take(self, ctx: Context, member: "SyncedMember", m: Message) -> bool:
+        if m.tag != "chain":
+            return False
+        payload = m.payload
+        if payload["n"] == member.chain_step and member.chain_final:  # this step's gradient is final here
+            self._add_and_pass(ctx, member, payload)
+        else:  # ahead of this member's backward: keep a copy (the payload is this superstep's only)
+            member.chain_wait[str(payload["at"])] = {k: (np.array(v) if isinstance(v, np.ndarray) else v)
+                                                     for k, v in payload.items()}
+        return True
+
+    def _add_and_pass(self, ctx: Context, member: "SyncedMember", payload: dict[str, Any]) -> None:
+        lo = int(payload["at"])
+        own = member.grad[lo:lo + len(payload["g"])]
+        member.xp.add(member.xp.asarray(payload["g"]), own, out=own)
+        out: dict[str, Any] = {"g": to_module(own, np), "at": lo}
+        if "s" in payload:
+            out["s"] = np.add(payload["s"], member.own_stats.pop(str(lo)))
+        sid = next(b[0] for b in member.buckets if b[1] == lo)
+        self._pass(ctx, member, sid, out)
+
+    @staticmethod
+    def _pass(ctx: Context, member: "SyncedMember", sid: str, payload: dict[str, Any]) -> None:
+        """To the next member, or from the last one to the piece's shard."""
+        member.sync_bytes += payload["g"].nbytes + (payload["s"].nbytes if "s" in payload else 0)
+        if member.rank + 1 < member.members:
+            ctx.send(member.member_ids[member.rank + 1], {**payload, "n": member.chain_step}, tag="chain")
+        else:
+            ctx.send(sid, payload, tag="grad")
 
 
 @register_topology
@@ -249,17 +375,22 @@ class AllReduce(Topology):
         return True
 
 
-#: ``exchange=auto``: the fewest bytes per member and step for the member count. ``allreduce``
-#: sends (N-1) x the model per member and keeps N copies of the optimizer state, ``linear``
-#: 2(N-1)/N x the model and one copy in all, at the price of a second superstep per step: at
-#: two members the bytes are equal and allreduce's single superstep wins; beyond, linear does.
+#: ``exchange=auto``: the fewest bytes per member and step for the member count and hosts.
+#: ``allreduce`` sends (N-1) x the model per member and keeps N copies of the optimizer state,
+#: ``linear`` 2(N-1)/N x the model and one copy in all, at the price of a second superstep per
+#: step: at two members the bytes are equal and allreduce's single superstep wins; beyond,
+#: linear does, shaped by hosts (``Hierarchical``) where a host holds several members.
 AUTO = "auto"
-AUTO_HELP = "allreduce for up to 2 members, linear beyond (the fewest bytes per member and step)"
+AUTO_HELP = ("allreduce for up to 2 members; beyond, linear, run as hier where a host holds "
+             "several members (the fewest bytes per member and step)")
 
 
 def auto_topology(members: int, partitioned: bool = False) -> str:
-    """The topology ``exchange=auto`` stands for with ``members`` members."""
-    return "allreduce" if members <= 2 and not partitioned else "linear"
+    """The topology ``exchange=auto`` stands for with ``members`` members (``hier`` chooses
+    between linear and its host-shaped run at run time, by the hosts the members are on)."""
+    if partitioned:
+        return "linear"
+    return "allreduce" if members <= 2 else "hier"
 
 
 def topology_choices(partitioned: bool = False) -> tuple[str, ...]:
@@ -287,6 +418,8 @@ def make_topology(config: dict[str, Any], members: int, partitioned: bool = Fals
         raise UsageError(f"unknown exchange {name!r}; choose one of: {', '.join(choices)}")
     if name == AUTO:
         name = auto_topology(members, partitioned)
+        if name == Hierarchical.name:
+            return Hierarchical(hosts=True)
     return TOPOLOGIES[name].from_config(config)
 
 
@@ -357,11 +490,19 @@ class SyncedMember:
         #: the gradient buffers live in send-buffer memory (a static attribute: after a restore in
         #: this process they still do; a new process moves them again)
         self.on_send_buffers = False
+        # ``Hierarchical``: this step's gradient runs member to member (decided at its first push);
+        # steps whose gradient is final here; pieces of a later step kept until it is; member 0's
+        # shards still to release (piece indices) and when it last did; fresh pieces counted only
+        # at the next compute (``take_exchange``)
+        self.chain, self.chain_step, self.chain_sent_at, self.chain_final = False, 0, -1, True
+        self.chain_wait: dict[str, dict[str, Any]] = {}
+        self.chain_queue: list[list[int]] = []
+        self.deferred_params = 0
+        self.own_stats: dict[str, Any] = {}  # this step's statistics per bucket, until used
         if topology.replicated:  # the optimizer runs here: its state, the other gradient buffer
             self.optimizer = optimizer
             self.opt_state = optimizer.init_state(self.flat)
             self.grad_spare = self.xp.zeros(self.grad.shape, dtype=self.grad.dtype)
-            self.own_stats: dict[str, Any] = {}  # this step's statistics per bucket, until the update
             self.incoming: dict[int, dict[int, dict[str, Any]]] = {}  # {bucket lo: {member: payload}}
 
     def use_send_buffers(self, ctx: Context) -> None:
@@ -442,11 +583,32 @@ class SyncedMember:
         """
         if m.tag == "param":
             lo, p = m.payload["lo"], m.payload["p"]
+            for other in m.payload.get("to", ()):  # this member's host gets the piece through it
+                ctx.send(other, {"lo": lo, "p": p}, tag="param")
             self.flat[lo:lo + len(p)] = self.xp.asarray(p)
-            self.pending_params -= len(p)
-            self.params_ready = self.params_fresh = self.pending_params == 0
+            if "to" in m.payload or m.payload.get("late"):
+                # a relayed piece reaches the others a superstep later: count this one then, so
+                # every member's step starts (and aggregates) in one superstep
+                self.deferred_params += len(p)
+            else:
+                self.pending_params -= len(p)
+                self.params_ready = self.params_fresh = self.pending_params == 0
             return True
         return self.topology.take(ctx, self, m)
+
+    def exchange_tick(self, ctx: Context) -> None:
+        """At each compute, before its messages: count fresh pieces deferred by the last one, and
+        let the topology do what is due this superstep."""
+        if self.deferred_params:
+            self.pending_params -= self.deferred_params
+            self.deferred_params = 0
+            self.params_ready = self.params_fresh = self.pending_params == 0
+        self.topology.tick(ctx, self)
+
+    @property
+    def exchange_busy(self) -> bool:
+        """Work is due next superstep even without a message (the member must not halt)."""
+        return bool(self.deferred_params or self.chain_queue)
 
 
 def _summed(grads: list[dict[str, Any]]) -> tuple[list[Any], Any]:
@@ -464,9 +626,11 @@ class ParameterShardVertex(Vertex):
 
     state_fields = (*Vertex.state_fields, "hi", "lo", "state", "updates")
 
-    def __init__(self, id: str, lo: int, hi: int, init: np.ndarray, optimizer: Optimizer, replicas: list[str]) -> None:
+    def __init__(self, id: str, lo: int, hi: int, init: np.ndarray, optimizer: Optimizer, replicas: list[str],
+                 relay: str | None = None) -> None:
         super().__init__(id, np.array(init[lo:hi], dtype=np.float32))
         self.lo, self.hi, self.optimizer, self.replicas = lo, hi, optimizer, replicas
+        self.relay = relay  # ``Topology.relay``: fresh pieces once per host
         self.state = optimizer.init_state(self.value)
         self.updates = 0
         self.on_send_buffers = False  # ``value`` moved into send-buffer memory (static: see SyncedMember)
@@ -486,17 +650,34 @@ class ParameterShardVertex(Vertex):
         for m in messages:
             if m.tag == "grad":
                 buckets.setdefault(int(m.payload.get("at", self.lo)), []).append(m.payload)
+        fanout = self._fanout(ctx) if buckets else []
         for at, grads in buckets.items():
             g, stats = _summed(grads)
             start = at - self.lo
             self.optimizer.step(self.value, g, self.state, stats, start)
             piece = self.value[start:start + len(g[0])]
-            for r in self.replicas:
-                ctx.send(r, {"lo": at, "p": piece}, tag="param")
+            for r, extra in fanout:
+                ctx.send(r, {"lo": at, "p": piece, **extra}, tag="param")
             ctx.flush()
         if buckets:
             self.updates += 1
         ctx.vote_to_halt()
+
+    def _fanout(self, ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+        """(member, what the piece carries besides itself): every member; relayed, one member per
+        other host with the rest of that host's members to pass it to (``to``), and the others
+        told their piece came early (``late``: it counts when the relayed ones arrive)."""
+        groups = host_groups(ctx, self.replicas) if self.relay else []
+        if not groups or (self.relay == "hosts" and not hosts_pay(groups)):
+            return [(r, {}) for r in self.replicas]
+        here = ctx.host_of(self.id)
+        out: list[tuple[str, dict[str, Any]]] = []
+        for ids in groups:
+            if len(ids) > 1 and ctx.host_of(ids[0]) != here:
+                out.append((ids[0], {"to": ids[1:]}))
+            else:
+                out += [(r, {"late": True}) for r in ids]
+        return out
 
     def result(self) -> dict[str, Any]:
         return {"lo": self.lo, "p": self.value, "updates": self.updates}

@@ -74,8 +74,9 @@ def aggregate_eval(ctx: Context, sums: tuple[float, int, int]) -> None:
 class ReplicaVertex(SyncedMember, Vertex):
     """A whole model on one device: forward and backward of one step in one ``compute``."""
 
-    state_fields = (*Vertex.state_fields, "ahead", "batches", "block", "device", "flat", "grad", "grad_spare",
-                    "incoming", "member_ids", "members", "next_bucket", "opt_state", "own_stats", "params_fresh",
+    state_fields = (*Vertex.state_fields, "ahead", "batches", "block", "chain", "chain_final", "chain_queue", "chain_sent_at",
+                    "chain_step", "chain_wait", "deferred_params", "device", "flat", "grad", "grad_spare", "incoming",
+                    "member_ids", "members", "next_bucket", "opt_state", "own_stats", "params_fresh",
                     "params_ready", "pending_params", "rank", "reader", "scale", "shards", "stats_kind", "step",
                     "steps_per_epoch", "sync_bytes", "total_steps", "tree_stats", "tree_waiting")
 
@@ -103,11 +104,12 @@ class ReplicaVertex(SyncedMember, Vertex):
         self.use_send_buffers(ctx)
         with on_device(self.device):
             self._compute(ctx, messages)
-        if not (self.params_ready and self.batches and self.step < self.total_steps):
+        if not (self.params_ready and self.batches and self.step < self.total_steps) and not self.exchange_busy:
             ctx.vote_to_halt()  # else a buffered batch is due next superstep (a lone allreduce replica)
 
     def _compute(self, ctx: Context, messages: list[Message]) -> None:
         """Messages arrive and leave as host (numpy) arrays; the model may live on a GPU."""
+        self.exchange_tick(ctx)
         for m in messages:
             if m.tag == "batch":
                 self.batches.append(m.payload)

@@ -236,3 +236,53 @@ def test_allreduce_snapshots_and_exports_the_model_without_shards(tmp_path, caps
         assert now.files == ["0.W", "0.b", "1.W", "1.b", "2.W", "2.b"]
         assert all(now[k].tobytes() == ck[k].tobytes() for k in now.files)
         assert any(now[k].tobytes() != end[k].tobytes() for k in now.files)  # 20 supersteps are 19 steps, not 24
+
+
+def _fake_hosts(monkeypatch, per_host: int) -> None:
+    """Every ``per_host`` consecutive replicas (and their readers and shards) on one host."""
+    from mariana.engine.vertex import Context
+
+    monkeypatch.setattr(Context, "host_of", lambda self, vid: f"h{int(vid.rsplit('-', 1)[1]) // per_host}")
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adagrad_approx", "adam"])
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_hier_gives_the_parameters_of_linear_bit_for_bit(replicas, optimizer):
+    """The gradient summed member to member in member order is linear's sum of N slices."""
+    sets = SMALL + [f"optimizer={optimizer}", f"replicas={replicas}"]
+    linear, _ = train(sets + ["exchange=linear"])
+    hier, h = train(sets + ["exchange=hier"])
+    assert same(linear, hier)
+    assert h.supersteps <= 6 * (2 * replicas + 3) + 2  # the chain: about 2N + 2 supersteps a step
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adagrad_approx"])
+def test_hier_across_hosts_relays_fresh_pieces_once_per_host_and_keeps_linears_parameters(monkeypatch, optimizer):
+    """Two hosts of two replicas: shards send the other host one copy, its first replica passes it
+    on, and every replica still starts each step in the same superstep (one loss per step)."""
+    sets = SMALL + [f"optimizer={optimizer}", "replicas=4"]
+    linear, lin = train(sets + ["exchange=linear"])
+    _fake_hosts(monkeypatch, 2)
+    hier, h = train(sets + ["exchange=hier"])
+    auto, a = train(sets)  # auto: a host holds several of 4 members, so it runs as hier
+    assert same(linear, hier) and same(linear, auto) and a.supersteps == h.supersteps > lin.supersteps
+
+    def losses(result):
+        return [m["loss"] for m in result.metrics if "loss" in m]
+
+    assert losses(h) == losses(lin) and len(losses(h)) == 6
+
+
+def test_auto_on_one_member_per_host_is_linear(monkeypatch):
+    sets = SMALL + ["optimizer=momentum", "replicas=4"]
+    linear, lin = train(sets + ["exchange=linear"])
+    _fake_hosts(monkeypatch, 1)
+    auto, a = train(sets)
+    assert same(linear, auto) and a.supersteps == lin.supersteps
+
+
+def test_hier_on_the_cluster_runtime_is_bit_identical_to_local():
+    config = resolve_config(JOB, None, SMALL + ["optimizer=adagrad_approx", "replicas=4", "exchange=hier"])
+    local = dict(final_params(run_job(JOB, config, workers=4, runtime="local"), config))
+    cluster = dict(final_params(run_job(JOB, config, workers=4, runtime="cluster"), config))
+    assert all(local[k].tobytes() == cluster[k].tobytes() for k in local)

@@ -177,7 +177,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 
 # mariana
 # ------------------------------------------------------------------------------------------------
 def run_mariana(job: str, graph: Path, workers: int, tmp: Path, source: str) -> dict[str, Any]:
-    from mariana.vertices.graph_blocks import LOAD_STEPS
+    from mariana.vertices.graph.block import LOAD_STEPS
 
     run_dir = tmp / f"run-{job}-{workers}-{time.time_ns()}"
     out = tmp / f"out-{job}-{workers}/"

@@ -124,7 +124,7 @@ def peak_mib() -> float:
 
 def one_mariana(graph: dict[str, Any], algorithm: str, workers: int) -> dict[str, Any]:
     from mariana.jobs.launch import run_job
-    from mariana.vertices.graph_blocks import LOAD_STEPS
+    from mariana.vertices.graph.block import LOAD_STEPS
 
     partitioned = graph.get("both") and algorithm in PARTITIONED
     if partitioned:  # --partitioned: both directions listed, read by the partitioned loader

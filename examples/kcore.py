@@ -17,8 +17,8 @@ import mariana
 from mariana.jobs import BuildContext, Job
 from mariana.jobs.graphalytics import load_graph
 from mariana.jobs.graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results, write_output
-from mariana.vertices.block_kernels import row_edges
-from mariana.vertices.graph_blocks import BLOCK_TAG, LoadedBlock, pack_keys, unpack_keys
+from mariana.vertices.graph.kernels import row_edges
+from mariana.vertices.graph.block import BLOCK_TAG, LoadedBlock, pack_keys, unpack_keys
 
 
 def h_index(values: Any, cap: int) -> int:

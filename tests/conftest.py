@@ -42,9 +42,9 @@ def runtime(request) -> str:
 
 @pytest.fixture(params=["scipy", "numpy"])
 def form(request, monkeypatch) -> str:
-    """The vertex kernels (``vertices.block_kernels``, ``vertices.triangles``) in their scipy form
+    """The vertex kernels (``vertices.graph.kernels``, ``vertices.graph.triangles``) in their scipy form
     and their numpy form (``MARIANA_NO_SCIPY=1``): each test that takes ``form`` runs in both."""
-    from mariana.vertices.block_kernels import have_scipy
+    from mariana.vertices.graph.kernels import have_scipy
 
     if request.param == "numpy":
         monkeypatch.setenv("MARIANA_NO_SCIPY", "1")

@@ -8,11 +8,10 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..errors import UsageError
-from ..vertices.graphalytics import UNREACHABLE, BFSVertex
-from ..vertices.graphalytics_loaded import BFSLoaded
+from ..vertices.graph.bfs import UNREACHABLE, BFSLoaded, BFSVertex
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from .graphload import Ids
+from ..vertices.graph.keys import Ids
 from .registry import BuildContext, Job, Key
 from .sssp import EXAMPLE_SOURCE, require_source
 

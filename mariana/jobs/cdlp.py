@@ -8,12 +8,11 @@ from typing import Any
 import numpy as np
 
 from ..engine import Graph, RunResult
-from ..vertices.graphalytics import CDLPVertex
-from ..vertices.cdlp_loaded import CDLPLoaded
+from ..vertices.graph.cdlp import CDLPLoaded, CDLPVertex
 from .edgelist import EdgeList
 from .graphalytics import label_ranks, load_graph, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, parted_results
-from .graphload import Ids, label_counts
+from ..vertices.graph.keys import Ids, label_counts
 from .registry import BuildContext, Job, Key
 
 

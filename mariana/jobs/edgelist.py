@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from ..vertices.graph.keys import decimal_len
 
 __all__ = ["EdgeList", "InputError", "load_edges", "parse_edges", "example_graph_url", "table_ids", "table_weights",
            "table_columns"]
@@ -116,15 +117,6 @@ def _parse_numeric(text: str, url: str) -> EdgeList | None:
 
 NumericTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 NumericEdges = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]
-_POW10 = 10 ** np.arange(19, dtype=np.int64)
-
-
-def decimal_len(v: np.ndarray) -> np.ndarray:
-    """Characters of ``str(x)`` for every int64 ``x`` of ``v`` (not int64's smallest value)."""
-    digits = np.maximum(np.searchsorted(_POW10, np.abs(v), side="right"), 1)
-    return digits + (v < 0)
-
-
 def _tokens(text: str | bytes) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray] | None:
     """The fast parsers' first pass: (the bytes without comments, where each whitespace-separated
     token starts and stops, where each line break is), or None where ``str.split`` and

@@ -154,7 +154,7 @@ def value_format(config: dict[str, Any], kind: str) -> Callable[[Any], str]:
     if kind == "float":
         return _fmt_graphalytics_float if graphalytics else _fmt_mariana_float
     if kind == "depth":
-        from ..vertices.graphalytics import UNREACHABLE
+        from ..vertices.graph.bfs import UNREACHABLE
 
         return str if graphalytics else (lambda d: "inf" if d == UNREACHABLE else str(d))
     return str

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..engine import Context, Message
 from ..engine.memory import trim_heap
-from ..vertices.block_kernels import first_of_runs, group_by
-from ..vertices.graph_blocks import LocalGraph, pack_keys, unpack_keys
+from ..vertices.graph.kernels import first_of_runs, group_by
+from ..vertices.graph.block import LocalGraph, pack_keys, unpack_keys
 
 __all__ = ["edge_table", "build_block", "BUILD_PIECE", "TRIM_BYTES"]
 
@@ -156,7 +156,7 @@ def build_block(ctx: Context, messages: list[Message], *, numeric: bool, width: 
     edges become their slots there, its rows one per source, and its key table goes), then
     each row's edges are placed: a table's one-way edges come in row order and go straight to
     their rows' next places; an undirected graph's edges with both ends here (``bi``/``bj``,
-    placed both ways) by a counting sort by row, a piece at a time (``block_kernels.group_by``).
+    placed both ways) by a counting sort by row, a piece at a time (``kernels.group_by``).
     A message is let go once placed. Inside a row the edges keep message order (messages by
     sender), which no algorithm depends on: each re-sorts or takes minima.
 
@@ -169,7 +169,7 @@ def build_block(ctx: Context, messages: list[Message], *, numeric: bool, width: 
     for m in msgs:  # pass 1: the distinct ids (each message's key table is sorted and distinct)
         p = m.payload
         if "kt" in p:  # its sources, and every key owned here (not announced again)
-            kt, role = unpack_keys(p["kt"]), p["kr"]  # (np.compress, not kt[mask]: block_kernels)
+            kt, role = unpack_keys(p["kt"]), p["kr"]  # (np.compress, not kt[mask]: kernels)
             sources.add(np.compress((role & 1).view(bool) | (p["ko"] == index), kt))
             dests.add(np.compress(((role >> 1) & 1).view(bool), kt))
         if "ann" in p:

@@ -12,8 +12,8 @@ from ..storage import write_text
 from ..storage.compression import require
 from ..storage.parts import check_output, commit_parts, discard_parts
 from ..storage.splits import list_inputs
-from ..vertices.block_kernels import import_traversals
-from ..vertices.graph_blocks import LOAD_STEPS
+from ..vertices.graph.kernels import import_traversals
+from ..vertices.graph.block import LOAD_STEPS
 from .edgelist import EdgeList, example_graph_url
 from .graphalytics import GRAPHALYTICS_KEYS, output_format
 from .graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec

@@ -1,7 +1,7 @@
 """Partitioned graph loading, as Pregel and Giraph load graphs: every worker reads only its own
 input splits and sends each edge to the block that owns its source vertex, in loading supersteps.
 
-``GraphLoader`` is the ``GraphIO`` of ``vertices.graph_blocks.LoadedBlock``:
+``GraphLoader`` is the ``GraphIO`` of ``vertices.graph.block.LoadedBlock``:
 
 - superstep 0: list the input, cut it into splits (``storage.splits``), parse this worker's
   splits (the numeric fast path of ``edgelist``; the line parser names any bad line as
@@ -37,14 +37,14 @@ from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
                               read_table_split, read_text_split, split_size)
 from ..storage.parts import part_url
-from ..vertices.block_kernels import group_by
-from ..vertices.graph_blocks import BLOCK_TAG, LOAD_STEPS, LocalGraph, pack_keys
-from .edgelist import (PARSE_BLOCK, EdgeList, InputError, _cat, _narrow, _parse_lines, _unique, decimal_len, numeric_edges,
+from ..vertices.graph.kernels import group_by
+from ..vertices.graph.block import BLOCK_TAG, LOAD_STEPS, LocalGraph
+from ..vertices.graph.keys import MAX_DIGITS, Ids, decimal_len, decode_keys, intkeys, pack_keys, strkeys
+from .edgelist import (PARSE_BLOCK, EdgeList, InputError, _cat, _narrow, _parse_lines, _unique, numeric_edges,
                        numeric_ids, table_columns, table_ids, table_weights)
 from .graphbuild import build_block, edge_table
 
-__all__ = ["GraphLoader", "LoadSpec", "Ids", "label_counts", "graphalytics_part", "strkeys", "decode_keys",
-           "LOAD_AGGREGATORS", "MAX_DIGITS"]
+__all__ = ["GraphLoader", "LoadSpec", "graphalytics_part", "LOAD_AGGREGATORS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
 PIECE = 4 << 20
@@ -54,84 +54,8 @@ TABLE_PIECE = 1 << 18
 #: and their bytes: ~300 bytes a row at once; 2^16 rows added ~20 MB to a scale-19 worker's
 #: last step, its peak for a one-worker SSSP: 237 -> 219 MB, and wrote no faster)
 OUTPUT_ROWS = 1 << 14
-#: Integer ids up to this many characters (with the sign) are coded as int64 keys.
-MAX_DIGITS = 17
-_POW12 = 12 ** np.arange(MAX_DIGITS - 1, -1, -1, dtype=np.int64)
 LOAD_AGGREGATORS = {"load_error": "min", "load_numeric": "min", "load_lo": "min", "load_hi": "max", "load_width": "max",
                     "load_vertices": "sum", "load_edges": "sum", "source_found": "sum"}
-
-
-def strkeys(names: np.ndarray) -> np.ndarray:
-    """int64 codes of decimal id strings (at most 17 characters) that sort as the strings do.
-
-    Each character is a base-12 digit (end = 0, '-' = 1, '0'..'9' = 2..11), so "10" < "9" as keys.
-    """
-    if names.size == 0:
-        return np.empty(0, np.int64)
-    u = np.ascontiguousarray(names, dtype=f"U{MAX_DIGITS}").view(np.uint32).reshape(-1, MAX_DIGITS).astype(np.int64)
-    sym = np.where(u == 0, 0, np.where(u == 45, 1, u - 46))
-    return sym @ _POW12
-
-
-_POW12_UP = 12 ** np.arange(MAX_DIGITS + 1, dtype=np.int64)
-_TWOS = np.array([2 * (12 ** k - 1) // 11 for k in range(MAX_DIGITS + 1)], dtype=np.int64)  # sum of 2 * 12^i, i < k
-
-
-def intkeys(values: np.ndarray) -> np.ndarray:
-    """``strkeys`` of the decimal strings of int64 ``values`` (at most ``MAX_DIGITS`` characters),
-    without making the strings: the digits, least significant first, as base-12 digits + 2,
-    shifted to the string's place. Routing a scale-19 piece: ~5x faster than the strings' codes."""
-    if values.size == 0:
-        return np.empty(0, np.int64)
-    neg = values < 0
-    v = np.abs(values)
-    digits = decimal_len(values) - neg
-    key = np.zeros(len(v), np.int64)
-    for k in range(int(digits.max())):  # digits past a number's own are 0
-        v, d = np.divmod(v, 10)
-        d *= _POW12_UP[k]
-        key += d
-    key += _TWOS[digits]
-    key *= _POW12_UP[MAX_DIGITS - digits - neg]
-    key[neg] += _POW12_UP[MAX_DIGITS - 1]  # '-' first
-    return key
-
-
-def decode_keys(keys: np.ndarray) -> np.ndarray:
-    """Ids (a ``U`` array) of keys: int64 codes or UTF-8 bytes."""
-    if keys.dtype.kind == "S":
-        return np.char.decode(keys, "utf-8")
-    width = MAX_DIGITS  # only the characters of the longest id are decoded (scale 19: 6 of 17)
-    for chars in range(1, MAX_DIGITS):
-        if not (keys % _POW12_UP[MAX_DIGITS - chars]).any():
-            width = chars
-            break
-    out = np.zeros((len(keys), MAX_DIGITS), dtype=np.uint32)
-    for lo in range(0, len(keys), OUTPUT_ROWS):  # in pieces: the digit matrix is 8 bytes a character
-        sym = (keys[lo:lo + OUTPUT_ROWS, None] // _POW12[:width]) % 12
-        out[lo:lo + OUTPUT_ROWS, :width] = np.where(sym == 0, 0, np.where(sym == 1, 45, sym + 46))
-    return out.view(f"U{MAX_DIGITS}").reshape(len(keys))
-
-
-class Ids:
-    """A block's vertex ids without decoding them all: ``keys`` (sorted as the ids are) and
-    ``of(rows)``, the ids of some rows as strings (what a job's summary names)."""
-
-    def __init__(self, keys: np.ndarray) -> None:
-        self.keys = keys
-
-    def of(self, rows: np.ndarray) -> list[str]:
-        return [str(x) for x in decode_keys(self.keys[rows]).tolist()]
-
-
-def label_counts(labels: Ids | np.ndarray) -> tuple[list[Any], list[int]]:
-    """Each distinct label (ascending) and how many rows have it; labels given as ``Ids`` (keys)
-    are decoded only once each (keys sort as their strings do: the same order)."""
-    if isinstance(labels, Ids):
-        keys, counts = np.unique(labels.keys, return_counts=True)
-        return decode_keys(keys).tolist(), counts.tolist()
-    names, counts = np.unique(labels, return_counts=True)
-    return names.tolist(), counts.tolist()
 
 
 def _hash_owner(keys: np.ndarray, workers: int) -> np.ndarray:

@@ -7,11 +7,10 @@ from typing import Any
 import numpy as np
 
 from ..engine import Graph, RunResult
-from ..vertices.graphalytics import LCCVertex
-from ..vertices.lcc_loaded import LCCLoaded
+from ..vertices.graph.lcc import LCCLoaded, LCCVertex
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from .graphload import Ids
+from ..vertices.graph.keys import Ids
 from .registry import BuildContext, Job
 
 

@@ -10,11 +10,10 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..storage.parts import discard_parts
-from ..vertices.graph_algos import OVERFLOW, SSSPVertex
-from ..vertices.graph_blocks import SSSPLoaded
+from ..vertices.graph.sssp import OVERFLOW, SSSPLoaded, SSSPVertex
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from .graphload import Ids
+from ..vertices.graph.keys import Ids
 from .registry import BuildContext, Job, Key
 
 EXAMPLE_SOURCE = "amsterdam"

@@ -8,11 +8,10 @@ from typing import Any
 import numpy as np
 
 from ..engine import Graph, RunResult
-from ..vertices.graph_algos import WCCVertex
-from ..vertices.graphalytics_loaded import WCCComponentsLoaded
+from ..vertices.graph.wcc import WCCComponentsLoaded, WCCVertex
 from .graphalytics import load_graph, output_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from .graphload import Ids, label_counts
+from ..vertices.graph.keys import Ids, label_counts
 from .registry import BuildContext, Job
 
 

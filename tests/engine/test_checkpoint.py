@@ -29,7 +29,7 @@ from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from mariana.storage.checkpoint import Checkpoints, pack, unpack
-from mariana.vertices.graph_blocks import LOAD_STEPS
+from mariana.vertices.graph.block import LOAD_STEPS
 from test_cluster import alive, children, reap, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -65,7 +65,8 @@ def test_every_vertex_class_of_the_library_says_what_it_checkpoints():
 
     import mariana.vertices
 
-    modules = [importlib.import_module(f"mariana.vertices.{m.name}") for m in pkgutil.iter_modules(mariana.vertices.__path__)]
+    modules = [importlib.import_module(m.name)  # the graph algorithms' home (vertices/graph/) too
+               for m in pkgutil.walk_packages(mariana.vertices.__path__, "mariana.vertices.")]
     found = [c for m in modules for _, c in inspect.getmembers(m, inspect.isclass)
              if issubclass(c, Vertex) and c is not Vertex and c.__module__ == m.__name__]
     assert len(found) >= 10

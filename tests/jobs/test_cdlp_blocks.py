@@ -1,4 +1,4 @@
-"""CDLP in block mode (``vertices.cdlp_loaded``): the per-row mode and grouping kernels give the
+"""CDLP in block mode (``vertices.graph.cdlp``): the per-row mode and grouping kernels give the
 same result in their scipy and numpy forms, and the rounds that recompute only the rows next to
 a changed label (and the remote transpose behind them) give vertex mode's labels."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.vertices import cdlp_loaded
-from mariana.vertices.cdlp_loaded import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
+from mariana.vertices.graph import cdlp as cdlp_mod
+from mariana.vertices.graph.cdlp import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
                                           group_by_row, row_modes, sort_rows)
 from test_graph_jobs import cli_run
 
@@ -36,7 +36,7 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     """u = 17: many repeats and ties in every row; 200000: a value repeats in a few rows only (16
     rows' keys fit 32 bits at a time: pieces); 2^33: 64-bit keys. ``piece``: entries sorted at once."""
     monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
-    monkeypatch.setattr(cdlp_loaded, "MODE_PIECE", piece)
+    monkeypatch.setattr(cdlp_mod, "MODE_PIECE", piece)
     rng = np.random.default_rng(5)
     n = 300
     rows = rng.integers(0, n, 4000).astype(np.int32)
@@ -64,7 +64,7 @@ def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, no_scipy, widt
     14 million rows' keys fit 32 bits, 2^32 + 5: 64-bit keys), empty rows anywhere; a single
     repeated value in one row is found."""
     monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
-    monkeypatch.setattr(cdlp_loaded, "MODE_PIECE", piece)
+    monkeypatch.setattr(cdlp_mod, "MODE_PIECE", piece)
     rng = np.random.default_rng(7)
     n = 200
     counts = rng.integers(0, 9, n)

@@ -27,10 +27,10 @@ from mariana.errors import StorageError
 from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
 from mariana.jobs.graphbuild import _Distinct
-from mariana.jobs.graphload import decode_keys, intkeys, strkeys
+from mariana.vertices.graph.keys import decode_keys, intkeys, strkeys
 from mariana.storage.parts import merge_sorted
 from mariana.storage.splits import iter_text_split, lines_before, make_splits, read_text_split
-from mariana.vertices.graph_blocks import LOAD_STEPS, LoadedBlock
+from mariana.vertices.graph.block import LOAD_STEPS, LoadedBlock
 from test_graph_jobs import RandomGraph, nx_pagerank, nx_wcc, parse_tsv
 
 pytestmark = pytest.mark.timeout(120)
@@ -445,7 +445,7 @@ def test_the_build_imports_the_traversals_its_blocks_use(tmp_path, job, traversa
     sets = [f"graph={tmp_path / 'g.e'}"] + (["source=1"] if job in ("sssp", "bfs") else [])
     code = "\n".join([
         "from mariana.jobs import BuildContext, get_job, resolve_config",
-        "from mariana.vertices import block_kernels as bk",
+        "from mariana.vertices.graph import kernels as bk",
         f"j = get_job({job!r})",
         f"j.build(resolve_config(j, None, {sets!r}), BuildContext(workers=2))",
         f"assert (bk._CSGRAPH is not None) == ({traversals} and bk.have_scipy()), bk._CSGRAPH",

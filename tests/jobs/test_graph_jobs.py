@@ -27,7 +27,7 @@ from mariana.cli import main
 from mariana.jobs.edgelist import example_graph_url, load_edges
 from mariana.jobs import graphload
 from mariana.jobs.graphjob import collect
-from mariana.vertices.graph_blocks import LOAD_STEPS
+from mariana.vertices.graph.block import LOAD_STEPS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -386,8 +386,8 @@ def test_outputs_byte_identical_for_every_placement_worker_count_and_mode(capsys
 
 def test_pagerank_blocks_in_small_pieces_give_the_same_bytes(capsys, tmp_path, monkeypatch):
     """The summation order fixed and the sums taken a few in-edges at a time: the same bytes."""
-    import mariana.vertices.block_kernels as bk
-    import mariana.vertices.graph_blocks as gb
+    import mariana.vertices.graph.kernels as bk
+    import mariana.vertices.graph.pagerank as gb
 
     rg = RandomGraph(8, 300, 3)
     path = rg.write(tmp_path)
@@ -629,7 +629,7 @@ def test_damping_zero_gives_uniform_ranks(tmp_path, mode):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_row_counts_count_marked_entries_per_row_with_empty_rows_anywhere(seed):
-    from mariana.vertices.graph_blocks import _row_counts
+    from mariana.vertices.graph.block import _row_counts
 
     rng = np.random.default_rng(seed)
     for _ in range(300):

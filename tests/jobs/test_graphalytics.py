@@ -17,7 +17,7 @@ import networkx as nx
 import pytest
 
 from mariana.cli import main
-from mariana.vertices.graphalytics import UNREACHABLE
+from mariana.vertices.graph.bfs import UNREACHABLE
 from test_graph_jobs import RandomGraph, cli_run, memory_run_dir, parse_tsv
 
 pytestmark = pytest.mark.timeout(120)
@@ -296,8 +296,8 @@ def test_output_at_a_memory_url(capsys, tmp_path):
 def test_lcc_wedges_in_many_chunks(capsys, tmp_path, monkeypatch):
     """Superstep 2 cuts the wedges into messages of at most WEDGE_CHUNK (one block: the kernel's
     rows into chunks of about TRIANGLE_CHUNK terms): the result is the same."""
-    import mariana.vertices.lcc_loaded as ga
-    import mariana.vertices.triangles as tr
+    import mariana.vertices.graph.lcc as ga
+    import mariana.vertices.graph.triangles as tr
 
     rg = RandomGraph(9, 150, 2, density=4.0)
     path = rg.write(tmp_path)
@@ -314,7 +314,7 @@ def test_lcc_on_one_block_takes_one_step_without_messages(tmp_path, directed):
     """One worker: every neighbour is local, so LCC is one processing step that sends nothing."""
     from mariana.engine.local import LocalRuntime
     from mariana.jobs import BuildContext, get_job, resolve_config
-    from mariana.vertices.graph_blocks import LOAD_STEPS
+    from mariana.vertices.graph.block import LOAD_STEPS
 
     rg = RandomGraph(4, 80, 2, density=3.0)
     path = rg.write(tmp_path)

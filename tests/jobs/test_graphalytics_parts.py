@@ -15,10 +15,10 @@ import pytest
 
 from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.vertices.cdlp_loaded import CDLPLoaded
-from mariana.vertices.graph_blocks import LoadedBlock
-from mariana.vertices.graphalytics_loaded import BFSLoaded
-from mariana.vertices.lcc_loaded import LCCLoaded
+from mariana.vertices.graph.cdlp import CDLPLoaded
+from mariana.vertices.graph.block import LoadedBlock
+from mariana.vertices.graph.bfs import BFSLoaded
+from mariana.vertices.graph.lcc import LCCLoaded
 from test_graph_jobs import RandomGraph, cli_run, memory_run_dir
 from test_graphalytics import ALGORITHMS, JOB, PARAMS, conformance_dir, read_pairs, run_example, validate
 

@@ -10,7 +10,7 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, graphbuild, resolve_config
-from mariana.vertices.graph_blocks import LoadedBlock, unpack_keys
+from mariana.vertices.graph.block import LoadedBlock, unpack_keys
 
 pytestmark = pytest.mark.timeout(120)
 

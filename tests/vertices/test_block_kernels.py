@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from mariana.vertices import block_kernels as bk
+from mariana.vertices.graph import kernels as bk
 
 def _csr(k: int, src: np.ndarray, dst: np.ndarray, *extra: np.ndarray):
     order = np.argsort(src, kind="stable")
@@ -304,7 +304,7 @@ def test_the_sparse_loops_come_without_the_scipy_sparse_package():
     code = "\n".join([
         "import sys, numpy as np",
         "import mariana.cli, mariana.jobs.pagerank, mariana.cluster.master, mariana.cluster.worker",
-        "from mariana.vertices import block_kernels as bk",
+        "from mariana.vertices.graph import kernels as bk",
         "assert bk.have_scipy()",
         "ptr, order = bk.group_by(np.array([2, 0, 1, 2, 0], np.int32), 3)",
         "assert ptr.tolist() == [0, 2, 3, 5] and order.tolist() == [1, 4, 2, 0, 3], (ptr, order)",
@@ -330,7 +330,7 @@ def test_the_traversals_come_without_the_csgraph_package_init():
     the package afterwards in the same process still gets all of it, the same functions included."""
     code = "\n".join([
         "import sys, numpy as np",
-        "from mariana.vertices import block_kernels as bk",
+        "from mariana.vertices.graph import kernels as bk",
         "bk.import_traversals()",
         "cg = bk._csgraph()",
         "assert 'scipy.sparse.linalg' not in sys.modules, sorted(m for m in sys.modules if 'linalg' in m)",
@@ -353,7 +353,7 @@ def test_the_traversals_leave_numpys_unused_subpackages_unimported():
     lazy import on first use), and scipy's copy of numpy's names reads through to the same."""
     code = "\n".join([
         "import sys, numpy as np",
-        "from mariana.vertices import block_kernels as bk",
+        "from mariana.vertices.graph import kernels as bk",
         "bk.import_traversals()",
         "assert 'scipy.sparse' in sys.modules",
         "gone = [f'numpy.{n}' for n in bk.NUMPY_UNUSED]",

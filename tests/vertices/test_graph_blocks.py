@@ -1,11 +1,11 @@
-"""A block's graph cut into its internal and boundary edges (``graph_blocks._Split``)."""
+"""A block's graph cut into its internal and boundary edges (``vertices.graph.block._Split``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mariana.vertices import graph_blocks as gb
+from mariana.vertices.graph import block as gb
 
 pytestmark = pytest.mark.timeout(60)
 

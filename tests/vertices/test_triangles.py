@@ -1,11 +1,11 @@
-"""LCC's triangle counts (``vertices.triangles``): every form and path gives the counts by definition."""
+"""LCC's triangle counts (``vertices.graph.triangles``): every form and path gives the counts by definition."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mariana.vertices import triangles as tr
+from mariana.vertices.graph import triangles as tr
 
 
 def _csr(k: int, src: np.ndarray, dst: np.ndarray):

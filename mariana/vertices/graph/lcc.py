@@ -1,6 +1,12 @@
-"""LCC over a graph loaded in parts (``graph_blocks.LoadedBlock``): each worker holds only its own
-vertices and their out-edges. The values are those of ``vertices.graphalytics.LCCVertex`` to the
-bit (integer triangle counts divided once, as there).
+"""LCC, the local clustering coefficient of every vertex (LDBC Graphalytics).
+
+``LCCVertex`` is the classic Pregel vertex (``mode=vertex``, the tests' oracle): triangles are
+found with bounded message volume, edges oriented from lower to higher (degree, id); a vertex
+sends each wedge of its higher neighbours ``(x, w)`` only to the lower end ``x``, which checks
+the closing edge. Supersteps: 0 out-edges announce themselves (in-neighbours), 1 degrees,
+2 wedges, 3 closing checks send triangle credits, 4 the coefficient. ``LCCLoaded`` is the block
+program over a graph loaded in parts (``block.LoadedBlock``); its values are those of
+``LCCVertex`` to the bit (integer triangle counts divided once, as there).
 
 - ``LCCLoaded``: ``N(v)`` = in- plus out-neighbours without ``v``; ``lcc(v)`` = directed edges
   among ``N(v)`` / (|N(v)| (|N(v)| - 1)). Steps: 0 out-edges announce themselves (in-neighbours),
@@ -41,17 +47,78 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import Context, Message
-from .block_kernels import have_scipy, row_ids
-from .triangles import oriented_triangles, triangle_credits
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, _concat, _send_by_block, pack_keys
-from .graphalytics_loaded import _announce_in_edges, _neighbour_entries
+from collections import defaultdict
+from typing import Any
 
-__all__ = ["LCCLoaded", "WEDGE_CHUNK"]
+from ...engine import Context, Message, Vertex
+from .block import (BLOCK_TAG, GraphIO, LoadedBlock, _announce_in_edges, _concat, _neighbour_entries, _send_by_block,
+                    pack_keys)
+from .kernels import have_scipy, row_ids
+from .triangles import oriented_triangles, triangle_credits
+
+__all__ = ["LCCVertex", "LCCLoaded", "WEDGE_CHUNK"]
 
 #: At most this many wedges per message (bounds the memory of LCC's steps 2 and 3).
 WEDGE_CHUNK = 1 << 21
 _POPCOUNT = np.array([0, 1, 1, 2], dtype=np.int8)  # code bit 1: v -> x exists, bit 2: x -> v exists
+_VERTEX_POPCOUNT = (0, 1, 1, 2)  # the same, as Python ints (LCCVertex)
+
+
+# LCC
+# --------------------------------------------------------------------------------------------
+class LCCVertex(Vertex):
+    """Local clustering coefficient with degree-ordered wedge checks (see the module doc)."""
+
+    __slots__ = ("nbrs", "nbdeg", "credit")
+
+    state_fields = (*Vertex.state_fields, "credit", "nbdeg", "nbrs")
+
+    def __init__(self, id: str, edges: list[tuple[str, Any]]) -> None:
+        super().__init__(id, 0.0, edges)
+        self.nbrs: dict[str, int] = {}
+        self.nbdeg: dict[str, int] = {}
+        self.credit = 0
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        s, me = ctx.superstep, self.id
+        if s == 0:  # tell out-neighbours about the edge
+            for dst in {d for d, _ in self.edges if d != me}:
+                ctx.send(dst, 0)
+        elif s == 1:  # N(v) with direction codes; tell every neighbour our degree
+            nbrs: dict[str, int] = {}
+            for dst, _ in self.edges:
+                if dst != me:
+                    nbrs[dst] = nbrs.get(dst, 0) | 1
+            for m in messages:
+                nbrs[m.src] = nbrs.get(m.src, 0) | 2
+            self.nbrs = nbrs
+            for dst in nbrs:
+                ctx.send(dst, len(nbrs))
+        elif s == 2:  # wedges (x, w) of higher neighbours, sent to the lower end x
+            self.nbdeg = {m.src: m.payload for m in messages}
+            mine = (len(self.nbrs), me)
+            higher = sorted((x for x in self.nbrs if (self.nbdeg[x], x) > mine), key=lambda x: (self.nbdeg[x], x))
+            for i, x in enumerate(higher[:-1]):
+                rest = higher[i + 1:]
+                ctx.send(x, [_VERTEX_POPCOUNT[self.nbrs[x]], rest, [_VERTEX_POPCOUNT[self.nbrs[w]] for w in rest]])
+        elif s == 3:  # close wedges: credit each triangle's corners with the opposite side's edges
+            credits: dict[str, int] = defaultdict(int)
+            for m in messages:
+                m_vx, ws, m_vws = m.payload
+                for w, m_vw in zip(ws, m_vws):
+                    code = self.nbrs.get(w)
+                    if code:
+                        credits[m.src] += _VERTEX_POPCOUNT[code]
+                        self.credit += m_vw
+                        credits[w] += m_vx
+            for dst in sorted(credits):
+                ctx.send(dst, credits[dst])
+        else:
+            tri = self.credit + sum(m.payload for m in messages)
+            d = len(self.nbrs)
+            self.value = tri / (d * (d - 1)) if d > 1 else 0.0
+            self.nbrs, self.nbdeg = {}, {}
+            ctx.vote_to_halt()
 
 
 class _KeySet:

@@ -1,5 +1,11 @@
-"""CDLP over a graph loaded in parts (``graph_blocks.LoadedBlock``): each worker holds only its
-own vertices and their out-edges; the labels are exactly those of ``vertices.graphalytics.CDLPVertex``.
+"""CDLP, community detection by label propagation (LDBC Graphalytics): synchronous rounds for
+``iterations`` rounds; a vertex takes the label most frequent among its neighbours, ties to the
+smallest label. Neighbours are in- plus out-neighbours, so a vertex linked both ways counts
+twice, as Graphalytics defines it.
+
+``CDLPVertex`` is the classic Pregel vertex (``mode=vertex``, the tests' oracle; the job gives it
+the edges in both directions and integer ranks as labels). ``CDLPLoaded`` is the block program
+over a graph loaded in parts (``block.LoadedBlock``), with exactly the labels of ``CDLPVertex``.
 
 ``CDLPLoaded``: label propagation over in- plus out-neighbours counted per edge (an edge listed
 both ways counts twice, a self-loop counts the vertex's own label twice), ties to the smallest
@@ -31,12 +37,52 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..engine import Context, Message
-from .block_kernels import _csr_matrix, first_of_runs, group_by, have_scipy, row_ids, row_pieces
-from .graph_blocks import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _concat, pack_keys, unpack_keys
-from .graphalytics_loaded import _by_sender, _integer_ids
+from collections import Counter
 
-__all__ = ["CDLPLoaded"]
+from ...engine import Context, Message, Vertex
+from .block import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _by_sender, _concat, _integer_ids, pack_keys, unpack_keys
+from .kernels import _csr_matrix, first_of_runs, group_by, have_scipy, row_ids, row_pieces
+
+__all__ = ["CDLPVertex", "CDLPLoaded"]
+
+
+# CDLP
+# --------------------------------------------------------------------------------------------
+def _most_frequent(labels: Counter) -> int:
+    """The most frequent label, ties to the smallest."""
+    best, count = -1, -1
+    for label, c in labels.items():
+        if c > count or (c == count and label < best):
+            best, count = label, c
+    return best
+
+
+class CDLPVertex(Vertex):
+    """Label propagation; ``edges`` are the neighbour links (both directions), ``label`` the
+    vertex's initial label (an integer whose order is the label order)."""
+
+    __slots__ = ("iterations",)
+
+    state_fields = (*Vertex.state_fields, "iterations")
+
+    def __init__(self, id: str, edges: list[tuple[str, Any]], label: int, iterations: int) -> None:
+        super().__init__(id, label, edges)
+        self.iterations = iterations
+
+    def compute(self, ctx: Context, messages: list[Message]) -> None:
+        s = ctx.superstep
+        if s > 0 and messages:
+            new = _most_frequent(Counter(m.payload for m in messages))
+            if new != self.value:
+                ctx.aggregate("updated", 1)
+            self.value = new
+        if s < self.iterations:
+            for dst, _ in self.edges:
+                ctx.send(dst, self.value)
+        ctx.vote_to_halt()
+
+
+# --------------------------------------------------------------------------------------------
 
 
 class CDLPLoaded(LoadedBlock):
@@ -372,7 +418,7 @@ def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def group_by_row(rows: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, ``vals`` grouped by ``rows`` in [0, n), in their order inside each row): a stable
-    counting sort (``block_kernels.group_by``)."""
+    counting sort (``kernels.group_by``)."""
     ptr, grouped = group_by(rows, n, vals)
     return ptr.astype(np.int64), grouped.astype(vals.dtype, copy=False)
 

@@ -6,7 +6,7 @@ Forms, the same integers whichever runs: scipy's masked sparse products over the
 adjacency; the wedges of that adjacency checked one by one where they are few (scipy's lookup of
 given entries, ``csr_sample_values``); on a bounded-degree symmetric graph (a grid) the wedges
 oriented by row number, with no sort or transpose; numpy, without scipy: the wedges enumerated
-and the closing edge found by binary search. ``vertices.lcc_loaded`` says what each costs with the
+and the closing edge found by binary search. ``vertices.graph.lcc`` says what each costs with the
 degree distribution.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .block_kernels import _ST, _csr_matrix, have_scipy, row_ids, row_pieces
+from .kernels import _ST, _csr_matrix, have_scipy, row_ids, row_pieces
 
 #: scipy's C lookup of given (row, column) entries of a CSR (private; the wedge form needs it;
 #: other scipy versions: the masked products instead)

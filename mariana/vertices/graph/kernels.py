@@ -21,7 +21,7 @@ when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
   bit-identical to ``SSSPVertex``. With unit weights (BFS) every distance is a small integer, exact
   in float64, and seeds that all start at the same depth take a breadth-first search instead of
   Dijkstra (scipy's traversal; the depths from its queue order, one search per level).
-- LCC's triangle counts live in ``vertices.triangles``.
+- LCC's triangle counts live in ``triangles``.
 
 A block-sized selection by a mask goes through ``select``: ``np.compress`` a piece at a time.
 ``a[mask]`` branches per element (slow on a mask with no pattern), and ``np.compress`` of a

@@ -168,7 +168,7 @@ class Bench:
         wall = time.time() - t0
         if failed:
             raise SystemExit(f"{what}: {failed}")
-        from mariana.vertices.graph_blocks import LOAD_STEPS
+        from mariana.vertices.graph.block import LOAD_STEPS
 
         after = self._links_now()
         fig = run_figures(run, LOAD_STEPS)

@@ -314,19 +314,21 @@ def main() -> int:
     print("| N | engine CPU | main thread | zmq IO | per worker | raw pyzmq CPU | raw per worker | engine - raw, per worker | wall |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n in workers:
-        e, r = runs["engine"][n], runs["raw"][n]
-        ec = [x["cpu_us"] for x in e]
-        rc = [x["cpu_us"] for x in r]
-        print(f"| {n} | {spread(ec)} | {spread([x['main_us'] for x in e])} | {spread([x['zmq_io_us'] for x in e])} | "
+        eng, raw_runs = runs["engine"][n], runs["raw"][n]
+        ec = [float(x["cpu_us"]) for x in eng]
+        rc = [float(x["cpu_us"]) for x in raw_runs]
+        print(f"| {n} | {spread(ec)} | {spread([x['main_us'] for x in eng])} | {spread([x['zmq_io_us'] for x in eng])} | "
               f"**{statistics.median(ec) / n:.1f}** | {spread(rc)} | {statistics.median(rc) / n:.1f} | "
               f"{(statistics.median(ec) - statistics.median(rc)) / n:.1f} | "
-              f"{statistics.median([x['wall_median_s'] for x in e]) * 1e3:.2f} ms |")
+              f"{statistics.median([x['wall_median_s'] for x in eng]) * 1e3:.2f} ms |")
     if args.base:
         print(f"\nthe same engine run from {args.base}, interleaved (before / after, CPU us per superstep):")
         for n in workers:
-            b, e = [x["cpu_us"] for x in runs["base"][n]], [x["cpu_us"] for x in runs["engine"][n]]
-            bm, em = [x["main_us"] for x in runs["base"][n]], [x["main_us"] for x in runs["engine"][n]]
-            print(f"  {n} workers: {spread(b)} -> {spread(e)} ({statistics.median(e) / statistics.median(b):.2f}x); "
+            b = [float(x["cpu_us"]) for x in runs["base"][n]]
+            a = [float(x["cpu_us"]) for x in runs["engine"][n]]
+            bm = [float(x["main_us"]) for x in runs["base"][n]]
+            em = [float(x["main_us"]) for x in runs["engine"][n]]
+            print(f"  {n} workers: {spread(b)} -> {spread(a)} ({statistics.median(a) / statistics.median(b):.2f}x); "
                   f"main thread {spread(bm)} -> {spread(em)}")
     if args.traced:
         print("\nwith a run directory and traces (the CLI's defaults), CPU us per superstep:")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from .. import __version__
+from .joining import host_key
 from .oom import OomWatch
 from ..errors import MarianaError, ProtocolError, UsageError, VertexError
 from ..messages import wire
@@ -340,6 +341,22 @@ class MasterState:
         log.warning("refused a worker from host %s: %s", host, reason)
         self.drops.counts["refused"] = self.drops.counts.get("refused", 0) + 1
         return [Send(identity, wire.Refuse(reason))]
+
+    def group_by_host(self) -> None:
+        """Once every worker has joined, before any WELCOME: number the workers host by host (in
+        join order within a host), so that consecutive workers share a host where they can.
+        Layouts that follow worker order (``exchange=hier``'s chain) then cross each host
+        boundary once; nothing else depends on which process got which number."""
+        order = sorted(self.by_index, key=lambda w: (self._host_rank(w), w.index if w else 0))
+        for i, w in enumerate(order):
+            if w is not None:
+                w.index = i
+        self.by_index = order
+
+    def _host_rank(self, w: WorkerInfo | None) -> int:
+        """Where ``w``'s host first appears in join order."""
+        keys = [host_key(x.data) if x is not None else "" for x in self.by_index]
+        return keys.index(host_key(w.data)) if w is not None else len(keys)
 
     def _worker_error(self, w: WorkerInfo, h: wire.Error) -> MarianaError:
         if h.where == "input":  # bad input found while loading (a malformed line of a split): the user's

@@ -145,6 +145,7 @@ class Master:
         o = self.options
         try:
             self._wait(self.state.all_joined, o.join_timeout, f"{self.workers} workers to join {self.endpoint}")
+            self.state.group_by_host()
             coord = Coordinator(self.graph, len(self.graph), o.max_supersteps)
             self._start_state = detached(coord.snapshot())  # a restart from the input goes back to it
             restore = None

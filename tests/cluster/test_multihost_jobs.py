@@ -216,3 +216,17 @@ def test_shared_memory_is_used_between_workers_on_one_host_and_not_across_hosts(
     assert [pair for pair in across if shm.get(pair, 0)] == [], (host, shm)
     ours, reference = params(run), params(run_local(tmp_path / "local", "dnn-dp", sets, 3))
     assert ours == reference
+
+
+def test_auto_runs_linear_as_hier_across_hosts_with_fewer_link_bytes_and_the_same_parameters(cluster, tmp_path):
+    """Two hosts of two workers (plaintext): ``auto`` (4 members, a host holding two) sends each
+    gradient piece across the boundary once and each fresh piece once per host, where ``linear``
+    sends every member's slices and every member its pieces; the parameters are the same bytes."""
+    sets = ['model=["dense:256:relu", "dense:10"]', "steps=6", "batch_size=48"]
+    moved, runs = {}, {}
+    for ex in ("linear", "auto"):
+        before = [cluster.link_bytes(i)["sent"] for i in (1, 2)]
+        runs[ex] = run_across(cluster, tmp_path / ex, "dnn-dp", [*sets, f"exchange={ex}"], [1, 1, 2, 2], keys=None)
+        moved[ex] = sum(cluster.link_bytes(i)["sent"] - b for i, b in zip((1, 2), before))
+    assert params(runs["auto"]) == params(runs["linear"])
+    assert moved["auto"] < 0.8 * moved["linear"], moved

@@ -347,16 +347,15 @@ class MasterState:
         join order within a host), so that consecutive workers share a host where they can.
         Layouts that follow worker order (``exchange=hier``'s chain) then cross each host
         boundary once; nothing else depends on which process got which number."""
-        order = sorted(self.by_index, key=lambda w: (self._host_rank(w), w.index if w else 0))
+        first: dict[str, int] = {}  # host -> where it first appears in join order
+        for w in self.by_index:
+            if w is not None:
+                first.setdefault(host_key(w.data), len(first))
+        order = sorted(self.by_index, key=lambda w: (first[host_key(w.data)], w.index) if w else (len(first), 0))
         for i, w in enumerate(order):
             if w is not None:
                 w.index = i
         self.by_index = order
-
-    def _host_rank(self, w: WorkerInfo | None) -> int:
-        """Where ``w``'s host first appears in join order."""
-        keys = [host_key(x.data) if x is not None else "" for x in self.by_index]
-        return keys.index(host_key(w.data)) if w is not None else len(keys)
 
     def _worker_error(self, w: WorkerInfo, h: wire.Error) -> MarianaError:
         if h.where == "input":  # bad input found while loading (a malformed line of a split): the user's

@@ -132,15 +132,21 @@ def group_min(rows: np.ndarray, vals: np.ndarray, current: np.ndarray) -> np.nda
         r = np.flatnonzero(best < current)
         current[r] = best[r]
         return r
-    order = np.lexsort((vals, rows))
-    r, v = rows[order], vals[order]
-    first = np.ones(r.size, dtype=bool)
-    first[1:] = r[1:] != r[:-1]
-    r, v = r[first], v[first]
+    r, v = _least_per_key(rows, vals)
     better = v < current[r]
     r = r[better]
     current[r] = v[better]
     return r
+
+
+def _least_per_key(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct key once (ascending) with its smallest value: a sort by (key, value), the
+    first of each run (for values ``np.minimum.at`` cannot take, such as byte strings)."""
+    order = np.lexsort((vals, keys))
+    k, v = keys[order], vals[order]
+    first = np.ones(k.size, dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    return k[first], v[first]
 
 
 def _send_min(ctx: Context, g: LocalGraph, pieces: Iterable[tuple[np.ndarray, np.ndarray]], dtype: np.dtype,
@@ -156,11 +162,7 @@ def _send_min(ctx: Context, g: LocalGraph, pieces: Iterable[tuple[np.ndarray, np
         return
     slots, val = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     del parts
-    order = np.lexsort((val, slots))
-    s, v = slots[order], val[order]
-    first = np.ones(s.size, dtype=bool)
-    first[1:] = s[1:] != s[:-1]
-    s, v = s[first], v[first]
+    s, v = _least_per_key(slots, val)
     _send_by_block(ctx, g, g.target_block[s], {"dst": pack_keys(g.targets[s]), key: pack_keys(v)})
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import StorageError, UsageError
 from .compression import compression_of, decompressed
+from .localfs import LocalFS
 from .parquet import PARQUET_EXTS, parquet_splits
 from .rundir import _FS_ERRORS, _fs
 
@@ -31,6 +32,7 @@ __all__ = ["Split", "list_inputs", "split_size", "make_splits", "whole_split", "
            "read_table_split", "lines_before", "assigned"]
 
 _CHUNK = 1 << 20
+_TAIL_FIRST = 256  # the first read for the rest of a split's last line
 TABLE_EXTS = (".npy", ".npz")
 #: a UTF-8 byte-order mark: at byte 0 of a text file it is no part of the first line (some
 #: editors write one); both readers of a split that starts there drop it
@@ -153,7 +155,7 @@ def read_text_split(split: Split) -> bytes:
         if split.kind == "compressed":
             with fs.open(path, "rb") as raw, decompressed(raw, split.url) as f:
                 return _without_bom(f.read())
-        with fs.open(path, "rb") as f:
+        with _open_range(fs, path) as f:
             lo = max(split.start - 1, 0)
             f.seek(lo)
             data = f.read(split.end - lo)
@@ -165,17 +167,7 @@ def read_text_split(split: Split) -> bytes:
                 if not data:  # the next line starts at ``end``: the next split's
                     return b""
             if not data.endswith(b"\n"):  # finish the last line, which may run into the next split
-                tail = [data]
-                while True:
-                    more = f.read(_CHUNK)
-                    if not more:
-                        break
-                    nl = more.find(b"\n")
-                    if nl >= 0:
-                        tail.append(more[:nl + 1])
-                        break
-                    tail.append(more)
-                data = b"".join(tail)
+                data += _rest_of_line(f)
             return _without_bom(data) if split.start == 0 else data
     except UsageError:
         raise
@@ -192,7 +184,7 @@ def iter_text_split(split: Split, block: int) -> Iterator[bytes]:
             with fs.open(path, "rb") as raw, decompressed(raw, split.url) as f:
                 yield from _first_without_bom(_line_blocks(f, block, None, skip_first=False))
             return
-        with fs.open(path, "rb") as f:
+        with _open_range(fs, path) as f:
             lo = max(split.start - 1, 0)
             f.seek(lo)
             blocks = _line_blocks(f, block, split.end - lo, skip_first=split.start > 0)
@@ -260,16 +252,37 @@ def _line_blocks(f: IO[bytes], block: int, limit: int | None, skip_first: bool) 
         return
     carry = bytes(view[:have])
     view.release()
-    while carry and limit is not None:  # finish the last line, which may run into the next split
-        more = f.read(_CHUNK)
+    if carry and limit is not None:  # finish the last line, which may run into the next split
+        carry += _rest_of_line(f)
+    if carry:
+        yield carry
+
+
+def _rest_of_line(f: IO[bytes]) -> bytes:
+    """The bytes of ``f`` up to and including its next newline (or to its end), read in chunks
+    that start small and double: a line end is usually a few bytes away, and on an object store
+    every byte read past it is a byte fetched for nothing."""
+    tail, size = [], _TAIL_FIRST
+    while True:
+        more = f.read(size)
         if not more:
             break
         nl = more.find(b"\n")
-        carry += more if nl < 0 else more[:nl + 1]
         if nl >= 0:
+            tail.append(more[:nl + 1])
             break
-    if carry:
-        yield carry
+        tail.append(more)
+        size = min(size * 2, _CHUNK)
+    return b"".join(tail)
+
+
+def _open_range(fs: Any, path: str) -> Any:
+    """``path`` opened to read byte ranges exactly: no read-ahead cache (s3fs and the other
+    object stores otherwise fetch a block of several MB past each read, so that a worker reading
+    its split fetches much of the next workers' splits too); local files read as usual."""
+    if isinstance(fs, LocalFS):
+        return fs.open(path, "rb")
+    return fs.open(path, "rb", cache_type="none")
 
 
 def _read_into(f: IO[bytes], out: memoryview) -> int:
@@ -326,7 +339,7 @@ def _compressed(url: str) -> bool:
         return False
     fs, path = _input_fs(url)
     try:
-        with fs.open(path, "rb") as f:
+        with _open_range(fs, path) as f:
             return any(i.compress_type != zipfile.ZIP_STORED for i in zipfile.ZipFile(f).infolist())
     except (ValueError, zipfile.BadZipFile) as exc:
         raise UsageError(f"{url}: not a readable edge table: {exc}") from None
@@ -336,7 +349,7 @@ def table_rows(url: str) -> tuple[int, int]:
     """(rows, bytes per row) of an edge table."""
     fs, path = _input_fs(url)
     try:
-        with fs.open(path, "rb") as f:
+        with _open_range(fs, path) as f:
             if url.endswith(".npy"):
                 dtype, shape, _ = _npy_header(f)
                 if len(shape) != 2 or shape[1] not in (2, 3):
@@ -371,7 +384,8 @@ def read_table_split(split: Split) -> dict[str, np.ndarray]:
     a, b = split.start, split.end
     out: dict[str, np.ndarray] = {}
     try:
-        with fs.open(path, "rb") as f:
+        # (an .npz member is read through zipfile's small chunks: those keep the read-ahead cache)
+        with _open_range(fs, path) if split.kind == "npy" else fs.open(path, "rb") as f:
             if split.kind == "npy":
                 dtype, shape, offset = _npy_header(f)
                 width = shape[1]

@@ -52,7 +52,7 @@ Every figure and its baseline come from the same run, on seeded synthetic data w
    reader and the preprocess vertex sit on the spare worker 1; ``pipeline=2`` vs ``pipeline=0``.
    The preprocessing share of a step is taken from the ``pipeline=0`` run's traces (time of the
    reader + preprocess vertices per step / step time), and cross-checked by timing
-   ``mariana.vertices.data.decode`` on one batch here. Target: pipelined >= 1.2x the samples/s
+   ``mariana.vertices.train.data.decode`` on one batch here. Target: pipelined >= 1.2x the samples/s
    (median of 5 rounds, alternating which depth runs first). Companion: what two otherwise idle
    cores would allow, projected from CPU times (both workers' CPU per on-demand step over the
    busier worker's CPU per pipelined step).
@@ -217,8 +217,8 @@ def child_memory(spec: dict[str, Any]) -> dict[str, Any]:
     from mariana.engine import run as mariana_run
     from mariana.jobs import get_job, resolve_config
     from mariana.jobs.registry import BuildContext
-    from mariana.vertices.exchange import ParameterShardVertex
-    from mariana.vertices.partition import PartitionVertex
+    from mariana.vertices.train.exchange import ParameterShardVertex
+    from mariana.vertices.train.partition import PartitionVertex
 
     sz, job = spec["sizes"], get_job("cnn-hybrid")
     out: dict[str, Any] = {"load_start": load()}
@@ -626,7 +626,7 @@ def time_decode(sz: dict[str, Any], data: str, reps: int = 7) -> float:
     """``decode`` of one batch as the preprocess vertex calls it, best of ``reps``."""
     import numpy as np
 
-    from mariana.vertices.data import decode
+    from mariana.vertices.train.data import decode
 
     with np.load(data) as npz:
         x = npz["x"][: sz["pipe_batch"]]

@@ -475,7 +475,7 @@ def _div(a: float, b: float) -> float:
 
 
 def bytes_figure(env: dict[str, str], data: str, sz: dict[str, Any]) -> list[dict[str, Any]]:
-    from mariana.vertices.exchange import shard_ranges
+    from mariana.vertices.train.exchange import shard_ranges
 
     dims = dims_of(sz["hidden"])
     steps, K, out = sz["bytes_steps"], 2, []

@@ -98,7 +98,7 @@ def torch_child(spec: dict[str, Any]) -> None:
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from mariana.vertices.shards import open_shards
+    from mariana.vertices.train.shards import open_shards
 
     torch.set_num_threads(1)
     split = open_shards(spec["data"], verify=False).train
@@ -142,7 +142,7 @@ def torch_child(spec: dict[str, Any]) -> None:
 def big_shards(to: Path, src: str, target_mb: int) -> int:
     """A synthetic data set of about ``target_mb`` MB: Fashion-MNIST's train images tiled, written
     shard by shard (never held whole), plus its test split."""
-    from mariana.vertices.shards import ShardWriter, open_shards
+    from mariana.vertices.train.shards import ShardWriter, open_shards
 
     ss = open_shards(src, verify=False)
     chunks = [ss.train.read_rows(i, lo, hi) for i, lo, hi in ss.train.segments]
@@ -172,8 +172,8 @@ def main() -> None:
     if args.child:
         torch_child(json.loads(args.child))
         return
-    from mariana.vertices.named import named_shards
-    from mariana.vertices.shards import open_shards
+    from mariana.vertices.train.named import named_shards
+    from mariana.vertices.train.shards import open_shards
 
     shards = named_shards("fashion-mnist")  # the Debian package's files (or MARIANA_DATA), sharded once
     steps = args.steps or (40 if args.quick else 60000 // BATCH)

@@ -105,7 +105,7 @@ def spec_of(hidden: list[int]) -> list[str]:
 
 def dataset(data: str):
     """The engine's own train split (test_fraction 0), so loops and engine see the same samples."""
-    from mariana.vertices.data import load_dataset
+    from mariana.vertices.train.data import load_dataset
 
     return load_dataset(data, 0.0, SEED)
 
@@ -122,7 +122,7 @@ def batch_indices(n: int, batch: int, step: int):
 
 def init_params(hidden: list[int], input_dim: int, classes: int):
     """The engine's initial weights (He normal, same seeds), as (W (in, out), b) float32 pairs."""
-    from mariana.vertices.model import build_model
+    from mariana.vertices.train.model import build_model
 
     named = dict(build_model(spec_of(hidden), (input_dim,), classes, SEED).named_params())
     layers = len(hidden) + 1
@@ -447,8 +447,8 @@ def anatomy(hidden: list[int], batch: int, reps: int) -> dict[str, Any]:
     ``SGD.step``, the replica copying the fresh slice into its flat buffer) vs the loop's update."""
     import numpy as np
 
-    from mariana.vertices.model import build_model
-    from mariana.vertices.optim import make_optimizer
+    from mariana.vertices.train.model import build_model
+    from mariana.vertices.train.optim import make_optimizer
 
     rng = np.random.default_rng(2)
     x = rng.standard_normal((batch, 784), dtype=np.float32)

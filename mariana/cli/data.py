@@ -39,8 +39,8 @@ def add_data_parser(sub: argparse._SubParsersAction, parser_class: type) -> None
 def cmd_data(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..vertices.named import DATASETS, get_files, named_shards
-    from ..vertices.shards import open_shards, read_idx_dir, read_source, write_shards
+    from ..vertices.train.named import DATASETS, get_files, named_shards
+    from ..vertices.train.shards import open_shards, read_idx_dir, read_source, write_shards
 
     if args.data_command == "get":
         if args.name not in DATASETS:

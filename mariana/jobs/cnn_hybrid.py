@@ -2,8 +2,8 @@
 
 G worker groups x P partition vertices. Inside a group, partition p holds output slice p of
 every conv/dense layer and activations cross partitions as transfer messages
-(``vertices/partition.py``); between groups only partition p talks to partition p, through
-parameter shards of partition p's flat vector (``vertices/exchange.py``: linear, tree or ps,
+(``vertices/train/partition.py``); between groups only partition p talks to partition p, through
+parameter shards of partition p's flat vector (``vertices/train/exchange.py``: linear, tree or ps,
 every optimizer). Each group has an input pipeline of two vertices: a reader (storage -> raw
 samples) and a preprocess vertex (decode, normalise, augment) running ``pipeline`` batches ahead.
 
@@ -21,15 +21,15 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
-from ..vertices.data import InputReader, Preprocess
-from ..vertices.layers import shapes_only
-from ..vertices.exchange import ParameterShardVertex, exchange_choices, make_topology, topology_help
-from ..vertices.partition import PartitionVertex, join_params
+from ..vertices.train.data import InputReader, Preprocess
+from ..vertices.train.layers import shapes_only
+from ..vertices.train.exchange import ParameterShardVertex, exchange_choices, make_topology, topology_help
+from ..vertices.train.partition import PartitionVertex, join_params
 from .registry import BuildContext, Job, Key
 from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices,
                        finish_training, flat_of, named_defaults, optimizer_of, partition_maker, partition_sizes, schedule,
                        schedule_keys, test_of, train_source)
-from ..vertices.stream import StreamedDataset
+from ..vertices.train.stream import StreamedDataset
 
 DEFAULT_MODEL = ["conv:16:3:1:1:relu", "maxpool:2", "conv:32:3:1:1:relu", "maxpool:2", "dense:64:relu", "dense:10"]
 

@@ -2,11 +2,11 @@
 
 Per worker group: a GroupCoordinator vertex (mini-batches out, loss in, counters) and K worker
 vertices, each holding slice k of every layer (model parallelism across processes or hosts:
-the partitioned layers and transfer messages of cnn-hybrid, ``vertices/partition.py``). S
+the partitioned layers and transfer messages of cnn-hybrid, ``vertices/train/partition.py``). S
 parameter-server vertices each own segment s of every worker slice's parameters, apply the
 optimizer and persist their segments to the run directory at every checkpoint
 (``RUN/params/``, through fsspec). Data parallelism across groups; master compute keeps the
-data ledger that assigns each step's data shards to the groups (``vertices/coordinator.py``).
+data ledger that assigns each step's data shards to the groups (``vertices/train/coordinator.py``).
 
 Placement: worker k of group g on process g*K+k, the coordinator beside worker 0 of its group,
 server s on process s mod N.
@@ -22,10 +22,10 @@ from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
 from ..trace.analyze import counters
-from ..vertices.coordinator import DataLedger, GroupCoordinator
-from ..vertices.layers import shapes_only
-from ..vertices.exchange import ParameterServer, ParameterServerVertex
-from ..vertices.partition import PartitionVertex, join_params
+from ..vertices.train.coordinator import DataLedger, GroupCoordinator
+from ..vertices.train.layers import shapes_only
+from ..vertices.train.exchange import ParameterServer, ParameterServerVertex
+from ..vertices.train.partition import PartitionVertex, join_params
 from .dnn_data_parallel import DEFAULT_MODEL
 from .registry import BuildContext, Job, Key
 from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, finish_training,

@@ -16,11 +16,11 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..partitioner import GroupStrategy
-from ..vertices.layers import shapes_only
-from ..vertices.model import build_model
-from ..vertices.data import DataReader
-from ..vertices.exchange import AUTO, ParameterShardVertex, auto_topology, exchange_choices, make_topology, topology_help
-from ..vertices.training import ReplicaVertex
+from ..vertices.train.layers import shapes_only
+from ..vertices.train.model import build_model
+from ..vertices.train.data import DataReader
+from ..vertices.train.exchange import AUTO, ParameterShardVertex, auto_topology, exchange_choices, make_topology, topology_help
+from ..vertices.train.training import ReplicaVertex
 from .registry import BuildContext, Job, Key
 from .trainjob import (DATA_HELP, DATA_KEYS, OPTIMIZER_KEYS, add_training_aggregators, dataset_of, devices,
                        finish_training, named_defaults, optimizer_of, schedule, schedule_keys, test_of, train_source)

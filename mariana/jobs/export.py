@@ -92,7 +92,7 @@ def _job_json(run_dir: RunDir) -> dict[str, Any]:
 
 def load_model(source: str | RunDir, *, model: list[str] | None = None, input_shape: tuple[int, ...] | None = None,
                classes: int | None = None, checkpoint: int | None = None) -> Any:
-    """A ``mariana.vertices.model.Model`` holding trained parameters, ready for ``predict(x)``.
+    """A ``mariana.vertices.train.model.Model`` holding trained parameters, ready for ``predict(x)``.
 
     ``source``: a run directory of dnn-dp, cnn-hybrid or cpu-cluster (any fsspec URL; its model
     spec and shapes come from the run; ``checkpoint=S`` takes the parameters of superstep S), or
@@ -100,7 +100,7 @@ def load_model(source: str | RunDir, *, model: list[str] | None = None, input_sh
     ``input_shape``; ``classes`` defaults to the size of the last bias). ``predict`` takes inputs
     as the job's data set gives them (digits: pixel values scaled to [0, 1]) and returns logits.
     """
-    from ..vertices.model import build_model
+    from ..vertices.train.model import build_model
 
     text = source.url if isinstance(source, RunDir) else str(source)
     if text.endswith(".npz"):

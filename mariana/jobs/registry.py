@@ -39,7 +39,7 @@ _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "st
 @dataclass(frozen=True)
 class Key:
     """One config key: name, default, type name (int, float, str, bool, list), help, choices (a
-    tuple, or a registry such as ``mariana.vertices.optim.OPTIMIZERS``, read when checked)."""
+    tuple, or a registry such as ``mariana.vertices.train.optim.OPTIMIZERS``, read when checked)."""
 
     name: str
     default: Any

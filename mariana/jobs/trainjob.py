@@ -14,12 +14,12 @@ import numpy as np
 from ..engine import Graph, RunResult
 from ..errors import UsageError
 from ..storage import save_params
-from ..vertices.data import Dataset, open_dataset
-from ..vertices.stream import InMemorySource, StreamedDataset
-from ..vertices.layers import Layer, shapes_only
-from ..vertices.model import build_model
-from ..vertices.partition import PartitionPlan, plan_partition
-from ..vertices.optim import OPTIMIZERS, Optimizer
+from ..vertices.train.data import Dataset, open_dataset
+from ..vertices.train.stream import InMemorySource, StreamedDataset
+from ..vertices.train.layers import Layer, shapes_only
+from ..vertices.train.model import build_model
+from ..vertices.train.partition import PartitionPlan, plan_partition
+from ..vertices.train.optim import OPTIMIZERS, Optimizer
 from .registry import Key
 
 __all__ = ["OPTIMIZER_KEYS", "DATA_KEYS", "DATA_HELP", "schedule_keys", "dataset_of", "train_source", "test_of",
@@ -28,7 +28,7 @@ __all__ = ["OPTIMIZER_KEYS", "DATA_KEYS", "DATA_HELP", "schedule_keys", "dataset
 
 OPTIMIZER_KEYS = (
     # the choices are the registry itself: an optimizer registered later is valid too
-    Key("optimizer", "momentum", "str", "optimizer (mariana.vertices.optim registry)", choices=OPTIMIZERS),
+    Key("optimizer", "momentum", "str", "optimizer (mariana.vertices.train.optim registry)", choices=OPTIMIZERS),
     Key("lr", 0.05, "float", "learning rate"),
     Key("momentum", 0.9, "float", "momentum factor (optimizer=momentum)"),
     Key("weight_decay", 0.0, "float", "weight decay: L2 on the gradient, decoupled for adamw"),
@@ -71,7 +71,7 @@ _DATASET_CACHE: list[tuple[str, Any]] = []
 
 
 def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | StreamedDataset:
-    """The config's data set (``vertices.data.open_dataset`` of its data keys), kept for the next
+    """The config's data set (``vertices.train.data.open_dataset`` of its data keys), kept for the next
     call with the same data keys in this process (the finisher names and shapes the exported
     model without reading the data again).
 
@@ -80,7 +80,7 @@ def dataset_of(config: dict[str, Any], images: bool = False) -> Dataset | Stream
     stream them.
     """
     data_keys = ("data", "test_fraction", "seed", "classes", "shuffle_buffer", "verify_data", "download")
-    from ..vertices.named import DATASETS, find_files
+    from ..vertices.train.named import DATASETS, find_files
 
     # a named data set by where it is found now too (MARIANA_DATA, --data-dir, the cache may change)
     found = str(find_files(config["data"])) if config["data"] in DATASETS else None
@@ -116,7 +116,7 @@ def named_defaults(job: str) -> Callable[[dict[str, Any], set[str]], None]:
     """A job's ``adjust`` hook: on a named data set, its per-job defaults for the keys not set."""
 
     def adjust(config: dict[str, Any], explicit: set[str]) -> None:
-        from ..vertices.named import DATASETS
+        from ..vertices.train.named import DATASETS
 
         named = DATASETS.get(config.get("data", ""))
         if named is None:

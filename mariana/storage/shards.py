@@ -1,7 +1,7 @@
 """File access for sharded data sets at any fsspec URL: listing shards (a directory, a glob or a
 comma-separated list), byte-range reads, streaming sha256, whole-file writes and HTTP downloads.
 
-The data set code (``vertices/shards.py``, ``vertices/named.py``) reaches storage only through
+The data set code (``vertices/train/shards.py``, ``vertices/train/named.py``) reaches storage only through
 these functions, so that fsspec stays behind ``storage/``. Every failure of the filesystem is
 one ``StorageError`` naming the file. Calls off the local disk go through ``retry.retrying``: a
 store reached before rides out an outage, one that never answered fails within a few seconds

@@ -97,8 +97,8 @@ def test_the_main_job_trains_digits_to_97_percent_and_exports_the_unsplit_names(
     assert len(evals) == 20 and evals[-1]["epoch"] == 20 and all(0 < m["loss"] < 3 for m in lines if "loss" in m)
     export = tmp_path / "params.npz"
     assert main(["params", "export", str(run), "--to", str(export)]) == 0
-    from mariana.vertices.data import load_dataset
-    from mariana.vertices.model import build_model
+    from mariana.vertices.train.data import load_dataset
+    from mariana.vertices.train.model import build_model
 
     spec = JOB.defaults()["model"]
     ds = load_dataset("digits", 0.2, 0, image_shape=(1, 8, 8))

@@ -17,7 +17,7 @@ from mariana.cli import main
 from mariana.jobs.cpu_cluster import final_params
 from training_helpers import max_diff, same, trainer
 from mariana.storage import RunDir
-from mariana.vertices.data import load_dataset
+from mariana.vertices.train.data import load_dataset
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from mariana.cli import main
-from mariana.vertices.named import find_files
+from mariana.vertices.train.named import find_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 

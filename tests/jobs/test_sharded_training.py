@@ -19,7 +19,7 @@ from mariana.jobs.dnn_data_parallel import final_params as dp_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from mariana.storage.checkpoint import Checkpoints
-from mariana.vertices.shards import DataError, write_shards
+from mariana.vertices.train.shards import DataError, write_shards
 
 from training_helpers import max_diff, same, trainer
 

@@ -356,7 +356,7 @@ def test_an_unreachable_data_url_fails_fast_naming_the_endpoint_and_the_attempts
 
 @pytest.mark.timeout(120)
 def test_shards_on_s3_commit_with_their_index_and_a_rewrite_leaves_only_its_own(s3_url):
-    from mariana.vertices.shards import DataError, open_shards, write_shards
+    from mariana.vertices.train.shards import DataError, open_shards, write_shards
 
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 255, (300, 1, 6, 6)).astype(np.uint8), rng.integers(0, 4, 300)

@@ -15,9 +15,9 @@ from mariana.cli import main
 from mariana.jobs import get_job, resolve_config
 from mariana.storage import RunDir
 from mariana.jobs.trainjob import dataset_of, train_source
-from mariana.vertices.data import Dataset, load_dataset, open_dataset
-from mariana.vertices.shards import write_shards
-from mariana.vertices.stream import StreamedDataset
+from mariana.vertices.train.data import Dataset, load_dataset, open_dataset
+from mariana.vertices.train.shards import write_shards
+from mariana.vertices.train.stream import StreamedDataset
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from mariana.cli import main
-from mariana.vertices import named
-from mariana.vertices.named import NamedDataset, NamedFile, get_files
-from mariana.vertices.shards import DataError, open_shards, read_idx, write_shards
-from mariana.vertices.stream import StreamOrder, StreamSource
+from mariana.vertices.train import named
+from mariana.vertices.train.named import NamedDataset, NamedFile, get_files
+from mariana.vertices.train.shards import DataError, open_shards, read_idx, write_shards
+from mariana.vertices.train.stream import StreamOrder, StreamSource
 
 
 def synthetic(n: int, seed: int = 0, classes: int = 4, side: int = 6) -> tuple[np.ndarray, np.ndarray]:

@@ -9,8 +9,8 @@ import pytest
 from mariana.jobs import get_job, resolve_config
 from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
-from mariana.vertices import exchange
-from mariana.vertices.exchange import BUCKET, MIN_BUCKET, gradient_buckets, shard_ranges
+from mariana.vertices.train import exchange
+from mariana.vertices.train.exchange import BUCKET, MIN_BUCKET, gradient_buckets, shard_ranges
 
 pytestmark = pytest.mark.timeout(120)
 

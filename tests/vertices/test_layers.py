@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from mariana.vertices.layers import (
+from mariana.vertices.train.layers import (
     Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Sigmoid, SoftmaxCrossEntropy, Tanh,
     array_module_of,
 )

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mariana.errors import UsageError
-from mariana.vertices.layers import Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU, Sigmoid, Tanh
-from mariana.vertices.model import Model, build_model, parse_entry
+from mariana.vertices.train.layers import Conv2D, Dense, Dropout, Flatten, MaxPool2D, ReLU, Sigmoid, Tanh
+from mariana.vertices.train.model import Model, build_model, parse_entry
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mariana.errors import UsageError
-from mariana.vertices.model import build_model, parse_entry
+from mariana.vertices.train.model import build_model, parse_entry
 
 pytestmark = pytest.mark.timeout(30)
 

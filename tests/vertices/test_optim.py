@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mariana.vertices.optim import CHUNK, make_optimizer, replica_stats
+from mariana.vertices.train.optim import CHUNK, make_optimizer, replica_stats
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -121,7 +121,7 @@ def test_a_registered_optimizer_is_valid_in_every_training_job(tmp_path, capsys)
     from dataclasses import dataclass
 
     from mariana.cli import main
-    from mariana.vertices.optim import OPTIMIZERS, Optimizer, OptimizerKind, register_optimizer
+    from mariana.vertices.train.optim import OPTIMIZERS, Optimizer, OptimizerKind, register_optimizer
 
     @dataclass
     class SignSGD(Optimizer):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mariana.vertices.layers import Conv2D, Dense, Dropout
-from mariana.vertices.model import build_model
-from mariana.vertices.partition import SliceDropout, join_params, plan_partition
+from mariana.vertices.train.layers import Conv2D, Dense, Dropout
+from mariana.vertices.train.model import build_model
+from mariana.vertices.train.partition import SliceDropout, join_params, plan_partition
 
 pytestmark = pytest.mark.timeout(60)
 

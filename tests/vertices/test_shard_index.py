@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mariana.cli import main
-from mariana.vertices.shards import open_shards, write_shards
+from mariana.vertices.train.shards import open_shards, write_shards
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -158,7 +158,7 @@ def test_a_negative_label_is_one_line_before_training(tmp_path, capsys, shard_di
 
 
 def test_the_writer_refuses_labels_beyond_the_classes_it_is_given(tmp_path):
-    from mariana.vertices.shards import DataError
+    from mariana.vertices.train.shards import DataError
 
     with pytest.raises(DataError, match="label 15 is out of range for 10 classes"):
         write_shards(str(tmp_path / "s"), synthetic(100, classes=16), None, classes=10)

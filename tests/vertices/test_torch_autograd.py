@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mariana.vertices.layers import Conv2D, Dense, MaxPool2D, ReLU, Sigmoid, SoftmaxCrossEntropy, Tanh
-from mariana.vertices.model import build_model
+from mariana.vertices.train.layers import Conv2D, Dense, MaxPool2D, ReLU, Sigmoid, SoftmaxCrossEntropy, Tanh
+from mariana.vertices.train.model import build_model
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the torch-ref extra: pip install -e '.[torch-ref]'")
 F = torch.nn.functional

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StorageError
-from ..storage.shards import download as fetch
+from ...errors import StorageError
+from ...storage.shards import download as fetch
 from .shards import INDEX, DataError, read_cifar_dir, read_idx_dir, write_shards
 
 __all__ = ["NamedFile", "NamedDataset", "DATASETS", "data_dirs", "cache_dir", "find_files", "get_files",

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Context, Message, Vertex
-from ..errors import UsageError
+from ...engine import Context, Message, Vertex
+from ...errors import UsageError
 from .layers import to_module
 from .model import bind_layer_grads
 from .optim import Optimizer, replica_stats

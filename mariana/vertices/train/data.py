@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Context, Message, Vertex
-from ..errors import StorageError, UsageError
-from ..storage import read_bytes
+from ...engine import Context, Message, Vertex
+from ...errors import StorageError, UsageError
+from ...storage import read_bytes
 from .stream import batch_rows
 
 __all__ = ["Dataset", "open_dataset", "load_dataset", "batch_indices", "batch_rows", "DataReader", "InputReader", "Preprocess", "decode"]
@@ -139,7 +139,7 @@ def load_dataset(data: str, test_fraction: float, seed: int, classes: int = 0,
                                 download=download, data_dir=data_dir)
         return _loaded(streamed.shards, image_shape, raw, data)
     if data == "digits":
-        with (files("mariana.vertices") / "data" / "digits.csv.gz").open("rb") as packed:
+        with (files("mariana.vertices.train") / "data" / "digits.csv.gz").open("rb") as packed:
             raw_csv = np.loadtxt(gzip.open(packed), delimiter=",")
         x, y, where = raw_csv[:, :-1] / 16.0, raw_csv[:, -1], "digits"
     else:

@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..storage.shards import local_path
+from ...storage.shards import local_path
 from .shards import ShardSet, Split
 
 __all__ = ["InMemorySource", "StreamOrder", "StreamSource", "TestStream", "StreamedDataset"]

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .layers import (
     Array, Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, ReLU, Sigmoid, SoftmaxCrossEntropy, Tanh,
     array_module_of, to_module,

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import Context, Message, Vertex
-from ..engine.graph import MasterContext
+from ...engine import Context, Message, Vertex
+from ...engine.graph import MasterContext
 
 __all__ = ["GroupCoordinator", "DataLedger"]
 

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Context, Message, Vertex
-from ..engine.state import default_state, load_default_state
-from ..engine.vertex import array_module
+from ...engine import Context, Message, Vertex
+from ...engine.state import default_state, load_default_state
+from ...engine.vertex import array_module
 from .exchange import Shard, SyncedMember, Topology
 from .layers import Array, Dropout, Layer, SoftmaxCrossEntropy, array_module_of, to_module
 from .model import Model, bind_layers

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .layers import array_module_of
 
 __all__ = ["Optimizer", "SGD", "AdaGrad", "Adam", "OptimizerKind", "register_optimizer", "make_optimizer",

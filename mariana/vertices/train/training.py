@@ -31,9 +31,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..engine import Context, Message, Vertex
-from ..engine.state import default_state, load_default_state
-from ..engine.vertex import array_module
+from ...engine import Context, Message, Vertex
+from ...engine.state import default_state, load_default_state
+from ...engine.vertex import array_module
 from .exchange import Shard, SyncedMember, Topology
 from .layers import to_module
 from .optim import Optimizer

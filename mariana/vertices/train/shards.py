@@ -51,9 +51,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StorageError, UsageError
-from ..storage import read_bytes
-from ..storage.shards import (digest, exists, expand_urls, file_size, is_dir, join_url, list_names, open_read,
+from ...errors import StorageError, UsageError
+from ...storage import read_bytes
+from ...storage.shards import (digest, exists, expand_urls, file_size, is_dir, join_url, list_names, open_read,
                               open_write, read_range, remove)
 
 log = logging.getLogger(__name__)

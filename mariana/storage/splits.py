@@ -32,6 +32,7 @@ __all__ = ["Split", "list_inputs", "split_size", "make_splits", "whole_split", "
            "read_table_split", "lines_before", "assigned"]
 
 _CHUNK = 1 << 20
+_FETCH = 8 << 20  # the most one request for a split's bytes fetches
 _TAIL_FIRST = 256  # the first read for the rest of a split's last line
 TABLE_EXTS = (".npy", ".npz")
 #: a UTF-8 byte-order mark: at byte 0 of a text file it is no part of the first line (some
@@ -187,7 +188,8 @@ def iter_text_split(split: Split, block: int) -> Iterator[bytes]:
         with _open_range(fs, path) as f:
             lo = max(split.start - 1, 0)
             f.seek(lo)
-            blocks = _line_blocks(f, block, split.end - lo, skip_first=split.start > 0)
+            src = f if isinstance(fs, LocalFS) else _Fetches(f, lo, split.end)
+            blocks = _line_blocks(src, block, split.end - lo, skip_first=split.start > 0)
             yield from _first_without_bom(blocks) if split.start == 0 else blocks
     except UsageError:
         raise
@@ -211,7 +213,7 @@ def _first_without_bom(blocks: Iterator[bytes]) -> Iterator[bytes]:
     yield from blocks
 
 
-def _line_blocks(f: IO[bytes], block: int, limit: int | None, skip_first: bool) -> Iterator[bytes]:
+def _line_blocks(f: "IO[bytes] | _Fetches", block: int, limit: int | None, skip_first: bool) -> Iterator[bytes]:
     """Blocks of whole lines read from ``f``: ``limit`` bytes of it (None: to the end), then the
     rest of the last line started in them; ``skip_first``: the first line (up to its newline)
     belongs to the previous split.
@@ -258,7 +260,7 @@ def _line_blocks(f: IO[bytes], block: int, limit: int | None, skip_first: bool) 
         yield carry
 
 
-def _rest_of_line(f: IO[bytes]) -> bytes:
+def _rest_of_line(f: "IO[bytes] | _Fetches") -> bytes:
     """The bytes of ``f`` up to and including its next newline (or to its end), read in chunks
     that start small and double: a line end is usually a few bytes away, and on an object store
     every byte read past it is a byte fetched for nothing."""
@@ -285,7 +287,31 @@ def _open_range(fs: Any, path: str) -> Any:
     return fs.open(path, "rb", cache_type="none")
 
 
-def _read_into(f: IO[bytes], out: memoryview) -> int:
+class _Fetches:
+    """Reads of ``f`` (opened without a cache, at ``pos``) served from fetches of up to ``_FETCH``
+    bytes that stop at ``end``, and past ``end`` fetches of what is asked: one request per few MB
+    (an object store's latency is per request), and no byte fetched past the split that is not read."""
+
+    def __init__(self, f: IO[bytes], pos: int, end: int) -> None:
+        self.f, self.pos, self.end = f, pos, end
+        self.buf, self.at = b"", 0
+
+    def read(self, n: int) -> bytes:
+        if self.at >= len(self.buf):
+            want = min(max(n, _FETCH), self.end - self.pos) if self.pos < self.end else n
+            self.buf, self.at = self.f.read(want), 0
+            self.pos += len(self.buf)
+        out = self.buf[self.at:self.at + n]
+        self.at += len(out)
+        return out
+
+    def readinto(self, out: memoryview) -> int:
+        data = self.read(len(out))
+        out[:len(data)] = data
+        return len(data)
+
+
+def _read_into(f: "IO[bytes] | _Fetches", out: memoryview) -> int:
     """``f.readinto(out)`` where the file has it (local files, fsspec's buffered files, gzip), else a read copied in."""
     readinto = getattr(f, "readinto", None)
     if readinto is not None:

@@ -56,6 +56,9 @@ def test_text_splits_fetch_only_their_range(s3_url, fetched):
     blocks = [b"".join(iter_text_split(s, 64 << 10)) for s in splits]
     assert blocks == whole
     assert sum(fetched) <= len(text) + SPLITS * 512, (sum(fetched), len(text))
+    # and in few requests (a store's latency is per request): the split's bytes in one, not one
+    # per parser block, then its last line's rest
+    assert len(fetched) <= 3 * SPLITS, len(fetched)
 
 
 @pytest.mark.timeout(120)

@@ -667,6 +667,8 @@ def main() -> int:
     if args.ceiling_part is not None:
         ceiling_part(json.loads(args.peer_graph), args.ceiling_part, args.ceiling_parts)
         return 0
+    if args.mariana_src:  # this process reads LOAD_STEPS from the same copy the runs use
+        sys.path.insert(0, str(args.mariana_src.resolve()))
     scratch = tempfile.TemporaryDirectory(prefix="graphalytics-sl-")
     if args.smoke:
         args.scales, args.formats, args.cache = [10], ["text", "npy"], Path(scratch.name) / "cache"

@@ -47,6 +47,11 @@ class Phase(enum.Enum):
     DONE = "done"  # every worker was told BYE
 
 
+#: the phases where every worker sends heartbeats all along, so a silence means a fault (while
+#: joining, a worker's HELLO is its only message until every worker is in)
+_HEARD = frozenset((Phase.RUNNING, Phase.FINISHING))
+
+
 class WorkerLost(MarianaError):
     """A worker died or stopped answering; ``index`` says which (None: unknown)."""
 
@@ -162,6 +167,10 @@ class MasterState:
         self.parts: dict[int, wire.Checkpointed] = {}
         self.begun_wall = 0.0
         self._next_beat = 0.0
+        #: a worker heard from again after this many silent seconds (shorter than the timeout: a
+        #: partition or a pause ridden through) is recorded in ``silences`` for the run's trace
+        self.silent_after = max(2.5 * heartbeat_interval, worker_timeout / 6)
+        self.silences: list[dict[str, Any]] = []
         #: the kernel's OOM-kill counts from now: a worker killed by SIGKILL is reported as the
         #: OOM killer's victim where the kernel says so
         self.oom = OomWatch()
@@ -276,6 +285,8 @@ class MasterState:
         if header.get("job") != self.job_id:
             self.drops.drop("job", f"message for job {header.get('job')!r} from {w.describe()}")
             return []
+        if now - w.last_seen > self.silent_after and self.phase in _HEARD:
+            self._silence(w, now)
         w.last_seen = now
         try:
             msg = wire.decode(header)
@@ -365,12 +376,22 @@ class MasterState:
                                f"{h.message} (on {w.describe()})", h.traceback)
         return MarianaError(f"{w.describe()} cannot run job {self.job_name}: {h.message}")
 
+    def _silence(self, w: WorkerInfo, now: float) -> None:
+        """``w`` is heard from again after a silence shorter than the timeout: recorded, with its
+        host, for the run's trace (``silences``; the master writes them as ``silence`` events)."""
+        gap = now - w.last_seen
+        self.silences.append({"worker": w.index, "host": w.host, "pid": w.pid, "silent_s": round(gap, 3),
+                              "superstep": self.current, "phase": self.phase.value})
+        log.warning("%s was silent for %.1fs (timeout %gs): ridden through", w.describe(), gap, self.worker_timeout)
+
     def _beat(self, ev: Beat) -> list[Instruction]:
         """A worker's heartbeat socket: liveness, what it is doing, and our clock for its offset."""
         w = self.joined.get(ev.of)
         if w is None or ev.header.get("job") != self.job_id:
             self.drops.drop("sender", f"heartbeat from unknown identity {ev.identity[:40]!r}")
             return []
+        if ev.now - w.last_seen > self.silent_after and self.phase in _HEARD:
+            self._silence(w, ev.now)
         w.last_seen = ev.now
         try:
             hb = wire.Heartbeat.from_wire(ev.header)

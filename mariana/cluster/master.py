@@ -17,6 +17,8 @@ what spans many events: the barrier, checkpoints (committed through storage) and
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import subprocess
 import time
 import uuid
@@ -35,6 +37,7 @@ from ..errors import MarianaError, StorageError
 from ..messages import codec, wire
 from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
+from ..storage.lease import LeaseLost
 from ..storage.retry import keepalive
 from .control import (Beat, Exited, Fail, Instruction, MasterState, Phase, Send, SuperstepTimeout, Tick,
                       WorkerInfo, WorkerLost, inbound_trace)
@@ -152,6 +155,10 @@ class Master:
             if self.resume is not None:
                 restore = self.resume.superstep  # the caller rewound the run directory (resume_point)
                 coord.restore(self.checkpoints.read(restore, "master")["coordinator"])
+            if self.tracer is not None:  # who runs the job from where: a failover names both masters' hosts
+                self.tracer.event("master", host=socket.gethostname(), pid=os.getpid(), endpoint=self.endpoint,
+                                  resume=restore, wall=round(time.time(), 3),
+                                  workers={str(w.index): w.host for w in self.state.present()})
             self.state.phase = Phase.STARTING
             for w in self.state.present():
                 self._welcome(w, restore)
@@ -240,6 +247,8 @@ class Master:
                 error = exc
             except (KeyError, TypeError) as exc:  # a malformed entry from a worker
                 error = StorageError(f"malformed part entry from a worker: {exc!r}")
+        if isinstance(error, LeaseLost):
+            raise error  # another master took the run directory over: this one must stop, not go on
         if error is not None:
             self.checkpoints.discard(ss)  # the parts that were written would only take the next one's space
         report(ss, error, record, self.tracer)
@@ -282,6 +291,9 @@ class Master:
         # no checkpoint yet: the job starts again from its input (superstep 0), as Pregel's does
         ss = info.superstep if info is not None else 0
         gone = {lost.index} | self._also_lost()
+        began = time.monotonic()
+        #: the hosts of the workers lost (by index), for the trace: a fault is named with its host
+        lost_hosts = self._hosts(gone)
         # the workers that hold their partitions and roll back; every other one that joins is welcomed
         survivors = {w.identity for w in self.state.present() if w.index not in gone}
         replaced = set(gone)
@@ -301,12 +313,28 @@ class Master:
                 # joined: the next round starts a worker for every slot still free
                 lost, gone = more, ({more.index} if more.index is not None else set()) | self._also_lost()
                 survivors -= {w.identity for w in self.state.present() if w.index in gone}
+                lost_hosts.update(self._hosts(gone))
                 replaced |= gone
         if self.tracer is not None:
             self.tracer.event("recovery", superstep=self.current, lost=lost.index, lost_workers=sorted(replaced),
-                              rollback_to=ss, restart=self.restarts)
+                              rollback_to=ss, restart=self.restarts, reason=lost.args[0],
+                              lost_hosts={str(i): h for i, h in sorted(lost_hosts.items())},
+                              replaced_by={str(i): self.by_index[i].host for i in sorted(replaced)
+                                           if self.by_index[i] is not None},
+                              recover_s=round(time.monotonic() - began, 3), wall=round(time.time(), 3))
         log.warning("recovered: %s, continuing from superstep %d", "; ".join(
             f"worker {i} replaced by {self.by_index[i].describe()}" for i in sorted(replaced)), ss)
+
+    def _hosts(self, indices: set[int]) -> dict[int, str]:
+        """The host of each worker of ``indices`` still in its slot."""
+        return {i: w.host for i in indices if (w := self.by_index[i]) is not None}
+
+    def _silences(self) -> None:
+        """Write the silences ridden through (``MasterState.silences``) as ``silence`` trace events."""
+        silences, self.state.silences = self.state.silences, []
+        if self.tracer is not None:
+            for s in silences:
+                self.tracer.event("silence", **s)
 
     def _also_lost(self) -> set[int]:
         """Indices of the workers that have exited (local processes) or gone silent by now."""
@@ -442,6 +470,8 @@ class Master:
                     if code is not None:
                         self._do(st.handle(Exited(child.pid, code)))
                 self._do(st.handle(Tick(now, time.time())))
+                if st.silences:
+                    self._silences()
 
     def _kill_stuck(self, now: float) -> None:
         """Kill a replacement that has not joined ``join_grace`` seconds after it was started (a

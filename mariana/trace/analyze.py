@@ -292,20 +292,26 @@ def _wall(lines: dict[int, dict]) -> tuple[float, float]:
 
 def _stragglers(workers: list[int], sups: list[int], lines: dict[int, dict],
                 per_ss: dict[int, dict[int, dict]]) -> list[dict]:
-    """Per worker: how often it was the straggler, its lag, and its compute against the median."""
+    """Per worker: how often it was the straggler, its lag, its compute against the median, and the
+    host(s) it ran on when it straggled (``host``: the most frequent; a worker replaced after a loss
+    may have straggled on several)."""
     strag: dict[int, dict[str, Any]] = {k: {"worker": k, "count": 0, "supersteps": [], "lags": [], "ratios": [],
-                                            "excess": []} for k in workers}
+                                            "excess": [], "on": {}} for k in workers}
     for s in sups:
         line = lines[s]
         k = _straggler(line)
         if k is None:
             continue
-        row = strag.setdefault(k, {"worker": k, "count": 0, "supersteps": [], "lags": [], "ratios": [], "excess": []})
+        row = strag.setdefault(k, {"worker": k, "count": 0, "supersteps": [], "lags": [], "ratios": [], "excess": [],
+                                   "on": {}})
         row["count"] += 1
         row["supersteps"].append(s)
         if "lag_s" in line:
             row["lags"].append(_num(line.get("lag_s")))
         recs = per_ss[s]
+        host = recs.get(k, {}).get("host")
+        if host:
+            row["on"][str(host)] = row["on"].get(str(host), 0) + 1
         med = _median(_num(r.get("compute_s")) for r in recs.values())
         if k in recs and med is not None:
             mine = _num(recs[k].get("compute_s"))
@@ -314,7 +320,10 @@ def _stragglers(workers: list[int], sups: list[int], lines: dict[int, dict],
                 row["ratios"].append(mine / med)
     stragglers = []
     for row in sorted(strag.values(), key=lambda r: (-r["count"], r["worker"])):
-        lags, ratios, excess = row.pop("lags"), row.pop("ratios"), row.pop("excess")
+        lags, ratios, excess, on = row.pop("lags"), row.pop("ratios"), row.pop("excess"), row.pop("on")
+        if on:  # hosts by how often the worker straggled there, most first
+            row["hosts"] = {h: n for h, n in sorted(on.items(), key=lambda kv: (-kv[1], kv[0]))}
+            row["host"] = next(iter(row["hosts"]))
         row["lag_mean_s"] = sum(lags) / len(lags) if lags else None
         row["lag_max_s"] = max(lags) if lags else None
         row["compute_vs_median"] = sum(ratios) / len(ratios) if ratios else None
@@ -406,14 +415,17 @@ def _memory(trace: Trace) -> list[dict]:
 
 
 def _events(trace: Trace) -> dict:
-    """The master's events: hangs, recoveries, checkpoints (and the failed ones), others."""
+    """The master's events: hangs, recoveries, checkpoints (and the failed ones), the silences
+    ridden through, the masters that ran the job (one more after each failover), others."""
     hangs = [e for e in trace.events if e.get("event") == "hang"]
     recoveries = [e for e in trace.events if e.get("event") == "recovery"]
     checkpoints = [e for e in trace.events if e.get("event") == "checkpoint"]
     failed = [e for e in checkpoints if not e.get("ok", True)]
-    other = [e for e in trace.events if e.get("event") not in ("hang", "recovery", "checkpoint")]
+    silences = [e for e in trace.events if e.get("event") == "silence"]
+    masters = [e for e in trace.events if e.get("event") == "master"]
+    other = [e for e in trace.events if e.get("event") not in ("hang", "recovery", "checkpoint", "silence", "master")]
     events = {"hangs": hangs, "recoveries": recoveries, "checkpoints": len(checkpoints),
-              "checkpoints_failed": failed, "other": other}
+              "checkpoints_failed": failed, "silences": silences, "masters": masters, "other": other}
     return events
 
 
@@ -489,8 +501,20 @@ def _event_text(e: dict) -> str:
     if kind == "hang":
         return _hang_text(e)
     if kind == "recovery":
-        return (f"recovery at superstep {e.get('superstep')}: worker {e.get('lost')} lost, rolled back to "
-                f"{e.get('rollback_to')} (restart {e.get('restart')})")
+        lost = e.get("lost_hosts") or {}
+        by = e.get("replaced_by") or {}
+        who = ", ".join(f"worker {i} ({h}{' -> ' + str(by[i]) if i in by else ''})" for i, h in lost.items()) \
+            or f"worker {e.get('lost')}"
+        took = f" in {_t(e.get('recover_s'))}" if e.get("recover_s") is not None else ""
+        return (f"recovery at superstep {e.get('superstep')}: {who} lost, rolled back to "
+                f"{e.get('rollback_to')}{took} (restart {e.get('restart')})")
+    if kind == "silence":
+        return (f"silence at superstep {e.get('superstep')}: worker {e.get('worker')} ({e.get('host')}) "
+                f"silent for {_t(e.get('silent_s'))}, ridden through")
+    if kind == "master":
+        resume = e.get("resume")
+        how = f"resumed from the checkpoint at superstep {resume}" if resume is not None else "started"
+        return f"master on {e.get('host')} (pid {e.get('pid')}) {how}, {len(e.get('workers') or {})} workers"
     if kind == "checkpoint":
         ok = "ok" if e.get("ok", True) else f"FAILED: {e.get('error', '')}"
         return f"checkpoint at superstep {e.get('superstep')} {ok}"
@@ -531,7 +555,8 @@ def format_summary(s: dict) -> str:
             vs = "-" if r["compute_vs_median"] is None else f"{r['compute_vs_median']:.2f}x"
             if r["compute_excess_s"] is not None:
                 vs += f" ({_t(r['compute_excess_s'], signed=True)})"
-            rows.append([f"worker {r['worker']}", str(r["count"]), sups, _t(r["lag_mean_s"]), _t(r["lag_max_s"]), vs])
+            who = f"worker {r['worker']}" + (f" ({r['host']})" if r.get("host") else "")
+            rows.append([who, str(r["count"]), sups, _t(r["lag_mean_s"]), _t(r["lag_max_s"]), vs])
         out.extend(_table(["worker", "times", "supersteps", "lag mean", "lag max", "compute vs median"], rows))
         if len(strag) > top:
             rest = strag[top:]
@@ -587,8 +612,12 @@ def format_summary(s: dict) -> str:
     failed = ev["checkpoints_failed"]
     out.append(f"events: {len(ev['hangs'])} hang{'s' if len(ev['hangs']) != 1 else ''}, "
                f"{len(ev['recoveries'])} recover{'ies' if len(ev['recoveries']) != 1 else 'y'}, "
-               f"{ev['checkpoints']} checkpoints ({len(failed)} failed)")
-    for e in [*ev["hangs"], *ev["recoveries"], *failed, *ev["other"]]:
+               f"{ev['checkpoints']} checkpoints ({len(failed)} failed)"
+               + (f", {len(ev['silences'])} silences ridden through" if ev.get("silences") else "")
+               + (f", {len(ev['masters'])} masters" if len(ev.get("masters") or []) > 1 else ""))
+    masters = ev.get("masters") or []
+    for e in [*(masters if len(masters) > 1 else []), *ev["hangs"], *ev["recoveries"], *ev.get("silences", []),
+              *failed, *ev["other"]]:
         out.append(f"  {_event_text(e)}")
     return "\n".join(out) + "\n"
 

@@ -505,7 +505,8 @@ def validate(algorithm: str, ref: np.ndarray, got: np.ndarray) -> str:
         return "ok" if bad == 0 else f"{bad} differ"
     eps = 1e-12 if algorithm == "sssp" else 1e-4
     both_inf = np.isinf(ref) & np.isinf(got)
-    rel = np.abs(got - ref) / np.maximum(np.abs(ref), 1e-300)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are unreachable: set to 0 below
+        rel = np.abs(got - ref) / np.maximum(np.abs(ref), 1e-300)
     rel[both_inf] = 0
     bad = int((rel > eps).sum())
     return "ok" if bad == 0 else f"{bad} beyond {eps:g} (max rel {float(rel.max()):.2g})"

@@ -53,7 +53,7 @@ import networkx as nx  # noqa: E402
 
 import mariana  # noqa: E402
 from mariana.jobs import BuildContext, get_job, resolve_config  # noqa: E402
-from mariana.jobs.edgelist import parse_edges  # noqa: E402
+from mariana.storage.edgelist import parse_edges  # noqa: E402
 from mariana.storage import read_text  # noqa: E402
 
 ALPHA = 0.85

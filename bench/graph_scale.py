@@ -361,7 +361,7 @@ def ceiling_part(graph: str, part: int, parts: int) -> None:
     """One of ``parts`` plain numpy processes: read this process's share of the file (byte range
     moved to line starts), parse it, sort its edges by source into a CSR, and run 10 sparse sums
     over them: the loading work and a PageRank's worth of compute, split as the workers split it."""
-    from mariana.engine.memory import avoid_hugepage_stalls
+    from mariana.memory import avoid_hugepage_stalls
 
     avoid_hugepage_stalls()  # as a loading worker does
     size = os.path.getsize(graph)

@@ -48,7 +48,7 @@ import importlib.util  # noqa: E402
 import mariana  # noqa: E402
 from mariana.jobs import BuildContext, resolve_config  # noqa: E402
 from mariana.jobs.graphjob import collect  # noqa: E402
-from mariana.vertices.graph.block import LOAD_STEPS  # noqa: E402
+from mariana.partitioner.fragment import LOAD_STEPS  # noqa: E402
 
 
 def _example() -> Any:

@@ -17,7 +17,7 @@ import threading
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..engine.memory import one_malloc_arena
+from ..memory import one_malloc_arena
 from ..engine.threads import all_set, apply_thread_vars, cores, thread_vars
 from ..errors import MarianaError, UsageError, VertexError
 from .joining import host_keys

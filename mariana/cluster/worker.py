@@ -54,7 +54,7 @@ from ..storage.checkpoint import Checkpoints
 from ..engine.checkpointing import BackgroundWriter, capture, write_worker
 from ..comm.shm import Shm, sweep_stale
 from ..engine.graph import Graph
-from ..engine.memory import TraceMemory, trim_heap
+from ..memory import TraceMemory, trim_heap
 from ..engine.superstep import Begin, Partition, gc_paused
 from ..engine.tracing import Capture
 from ..comm import (Again, ConnectWatch, drain, is_loopback, parse_endpoint, poller, recv, release_sent, send, send_frames,

@@ -18,7 +18,7 @@ from ..storage import RunDir
 from ..storage.checkpoint import CheckpointInfo, Checkpoints
 from . import checkpointing
 from .graph import Graph
-from .memory import TraceMemory
+from ..memory import TraceMemory
 from .result import RunResult
 from .driver import Driver
 from .superstep import Begin, Coordinator, Done, Partition

@@ -11,7 +11,7 @@ from ..errors import UsageError
 from ..vertices.graph.bfs import UNREACHABLE, BFSLoaded, BFSVertex
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from ..vertices.graph.keys import Ids
+from ..storage.ids import Ids
 from .registry import BuildContext, Job, Key
 from .sssp import EXAMPLE_SOURCE, require_source
 

@@ -9,10 +9,10 @@ import numpy as np
 
 from ..engine import Graph, RunResult
 from ..vertices.graph.cdlp import CDLPLoaded, CDLPVertex
-from .edgelist import EdgeList
+from ..storage.edgelist import EdgeList
 from .graphalytics import label_ranks, load_graph, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, parted_results
-from ..vertices.graph.keys import Ids, label_counts
+from ..storage.ids import Ids, label_counts
 from .registry import BuildContext, Job, Key
 
 

@@ -13,9 +13,9 @@ components named by their numerically smallest member. ``format=mariana`` keeps 
 is ``graphalytics`` when ``vertices=`` is given, otherwise ``mariana``, so the plain edge-list
 jobs behave as before.
 
-Block mode reads every job's graph in parts with all of these conventions (``jobs/graphload.py``:
+Block mode reads every job's graph in parts with all of these conventions (``partitioner/graphload.py``:
 ``directed=false`` routes each edge to both ends, the owner of each vertex checks it against the
-``.v`` file, each worker writes its part with ``graphload.graphalytics_part`` and the parts are merged in
+``.v`` file, each worker writes its part with ``storage.graphoutput.write_part`` and the parts are merged in
 the same order); vertex mode reads the whole graph in every process (``load_graph``) and writes
 with ``write_result``. Both give the same bytes.
 """
@@ -31,7 +31,7 @@ from ..errors import StorageError, UsageError
 from ..storage import read_text, write_text
 from ..storage.compression import require
 from ..storage.parts import check_output
-from .edgelist import BOM, EdgeList, load_edges
+from ..storage.edgelist import BOM, EdgeList, load_edges
 from .registry import Key
 
 __all__ = ["GRAPHALYTICS_KEYS", "read_vertices", "with_vertices", "load_graph", "output_format",

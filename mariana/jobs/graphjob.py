@@ -13,10 +13,10 @@ from ..storage.compression import require
 from ..storage.parts import check_output, commit_parts, discard_parts
 from ..storage.splits import list_inputs
 from ..vertices.graph.kernels import import_traversals
-from ..vertices.graph.block import LOAD_STEPS
-from .edgelist import EdgeList, example_graph_url
+from ..partitioner.fragment import LOAD_STEPS
+from ..storage.edgelist import EdgeList, example_graph_url
 from .graphalytics import GRAPHALYTICS_KEYS, output_format
-from .graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec
+from ..partitioner.graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec
 from .registry import BuildContext, Key
 
 __all__ = ["GRAPH_KEYS", "build_graph", "build_loaded_graph", "collect", "write_output", "parted_results"]
@@ -84,7 +84,7 @@ def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
                        summarize: Callable[[Any, Any], dict[str, Any]] = lambda ids, vals: {},
                        fmt: Callable[[Any], str] = str, traversals: bool = False) -> Graph:
     """One block vertex per worker that loads its own share of ``config['graph']`` in loading
-    supersteps (jobs/graphload.py) and writes its own part of ``config['output']``.
+    supersteps (partitioner/graphload.py) and writes its own part of ``config['output']``.
 
     Nothing is read here but the input's file listing (a missing input fails before any worker
     starts); ``make_block(block id, loader)`` makes the job's ``LoadedBlock``. ``traversals``:

@@ -10,7 +10,7 @@ from ..engine import Graph, RunResult
 from ..vertices.graph.lcc import LCCLoaded, LCCVertex
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from ..vertices.graph.keys import Ids
+from ..storage.ids import Ids
 from .registry import BuildContext, Job
 
 

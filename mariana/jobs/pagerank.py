@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 from ..engine import Graph, RunResult
-from ..vertices.graph.block import LOAD_STEPS
+from ..partitioner.fragment import LOAD_STEPS
 from ..vertices.graph.pagerank import PageRankLoaded, PageRankVertex, loaded_pagerank_master, pagerank_master
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, check_range, collect, parted_results
-from ..vertices.graph.keys import Ids
+from ..storage.ids import Ids
 from .registry import BuildContext, Job, Key
 
 

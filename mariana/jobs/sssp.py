@@ -13,7 +13,7 @@ from ..storage.parts import discard_parts
 from ..vertices.graph.sssp import OVERFLOW, SSSPLoaded, SSSPVertex
 from .graphalytics import follow, load_graph, value_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from ..vertices.graph.keys import Ids
+from ..storage.ids import Ids
 from .registry import BuildContext, Job, Key
 
 EXAMPLE_SOURCE = "amsterdam"

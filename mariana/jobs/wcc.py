@@ -11,7 +11,7 @@ from ..engine import Graph, RunResult
 from ..vertices.graph.wcc import WCCComponentsLoaded, WCCVertex
 from .graphalytics import load_graph, output_format, write_result
 from .graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results
-from ..vertices.graph.keys import Ids, label_counts
+from ..storage.ids import Ids, label_counts
 from .registry import BuildContext, Job
 
 

@@ -24,7 +24,7 @@ from mariana import MarianaError, __version__
 from mariana.cluster.master import WorkerLost
 from mariana.cli import main
 from mariana.jobs.launch import run_job
-from mariana.vertices.graph.block import LOAD_STEPS
+from mariana.partitioner.fragment import LOAD_STEPS
 from mariana.messages import codec
 from mariana.messages.kinds import Kind
 

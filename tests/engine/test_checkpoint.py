@@ -29,7 +29,7 @@ from mariana.jobs.dnn_data_parallel import final_params
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
 from mariana.storage.checkpoint import Checkpoints, pack, unpack
-from mariana.vertices.graph.block import LOAD_STEPS
+from mariana.partitioner.fragment import LOAD_STEPS
 from test_cluster import alive, children, reap, wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -23,7 +23,7 @@ from mariana.jobs import get_job, resolve_config
 from mariana.jobs.graphjob import collect
 from mariana.jobs.launch import run_job
 from mariana.storage import RunDir
-from mariana.vertices.graph.block import LOAD_STEPS
+from mariana.partitioner.fragment import LOAD_STEPS
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 

@@ -18,7 +18,7 @@ from mariana.cluster.worker import TOKEN_VAR
 from mariana.jobs.launch import run_job
 from mariana.messages import wire
 from mariana.messages.kinds import Kind
-from mariana.vertices.graph.block import LOAD_STEPS
+from mariana.partitioner.fragment import LOAD_STEPS
 from mariana.comm import recv, send
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]

@@ -24,7 +24,7 @@ import mariana
 from mariana.jobs import BUILTIN_JOBS, get_job, resolve_config
 from mariana.cli import main
 from mariana.jobs.registry import parse_set
-from mariana.vertices.graph.block import LOAD_STEPS
+from mariana.partitioner.fragment import LOAD_STEPS
 
 pytestmark = pytest.mark.timeout(120)
 

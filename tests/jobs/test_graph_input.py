@@ -26,11 +26,12 @@ import zstandard
 from mariana.errors import StorageError
 from mariana.cli import main
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.jobs.graphbuild import _Distinct
-from mariana.vertices.graph.keys import decode_keys, intkeys, strkeys
+from mariana.partitioner.graphbuild import _Distinct
+from mariana.storage.ids import decode_keys, intkeys, strkeys
 from mariana.storage.parts import merge_sorted
 from mariana.storage.splits import iter_text_split, lines_before, make_splits, read_text_split
-from mariana.vertices.graph.block import LOAD_STEPS, LoadedBlock
+from mariana.partitioner.fragment import LOAD_STEPS
+from mariana.vertices.graph.block import LoadedBlock
 from test_graph_jobs import RandomGraph, nx_pagerank, nx_wcc, parse_tsv
 
 pytestmark = pytest.mark.timeout(120)
@@ -396,7 +397,7 @@ def test_a_table_with_fractional_ids_is_refused(capsys, tmp_path):
 
 
 def test_splits_parsed_in_small_pieces_give_the_same_bytes_and_line_numbers(capsys, tmp_path, monkeypatch):
-    import mariana.jobs.graphload as graphload
+    import mariana.partitioner.graphload as graphload
 
     rg = RandomGraph(45, 200, 3)
     (tmp_path / "g.e").write_text(rg.text)
@@ -418,7 +419,7 @@ def test_splits_parsed_in_small_pieces_give_the_same_bytes_and_line_numbers(caps
 # long loads and the failure detector
 # ----------------------------------------------------------------------------------------------
 def test_the_master_reads_no_graph_to_build_the_job(tmp_path, monkeypatch):
-    import mariana.jobs.graphload as graphload
+    import mariana.partitioner.graphload as graphload
 
     (tmp_path / "g.e").write_text("1 2\n2 3\n")
 

@@ -24,10 +24,10 @@ import pytest
 import mariana
 from mariana.jobs import BuildContext, get_job, resolve_config
 from mariana.cli import main
-from mariana.jobs.edgelist import example_graph_url, load_edges
-from mariana.jobs import graphload
+from mariana.storage import graphoutput
+from mariana.storage.edgelist import example_graph_url, load_edges
 from mariana.jobs.graphjob import collect
-from mariana.vertices.graph.block import LOAD_STEPS
+from mariana.partitioner.fragment import LOAD_STEPS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -335,7 +335,7 @@ def test_block_labels_are_written_and_counted_a_piece_at_a_time(capsys, tmp_path
     """Block mode holds labels as keys, as it holds ids: a part decodes them a few rows at a time
     as it is written, and the summary counts them by key, decoding each distinct one once. The
     same lines and the same largest components or communities as the vertex mode."""
-    monkeypatch.setattr(graphload, "OUTPUT_ROWS", 3)
+    monkeypatch.setattr(graphoutput, "OUTPUT_ROWS", 3)
     rg = RandomGraph(31, 90, 4)
     path = rg.write(tmp_path)
     runs = {mode: cli_run(capsys, tmp_path, job, path, f"mode={mode}", "top=10", workers=2, json_out=True)

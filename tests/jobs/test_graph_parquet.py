@@ -139,7 +139,7 @@ def test_row_group_splits_hold_every_row_exactly_once(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["npy", "npz", "parquet"])
 def test_tables_read_in_small_pieces_give_the_text_results(capsys, tmp_path, monkeypatch, fmt):
-    import mariana.jobs.graphload as graphload
+    import mariana.partitioner.graphload as graphload
 
     src, dst, weight, text = int_graph(12, 1500)
     (tmp_path / "g.e").write_text(text)
@@ -212,7 +212,7 @@ BAD = [
 
 @pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
 def test_bad_tables_are_one_line_with_file_and_row(capsys, tmp_path, monkeypatch, case):
-    import mariana.jobs.graphload as graphload
+    import mariana.partitioner.graphload as graphload
 
     monkeypatch.setattr(graphload, "TABLE_PIECE", 100)  # row groups read in pieces: rows still named right
     _, columns, job, message = case
@@ -253,7 +253,7 @@ def test_without_pyarrow_the_error_says_which_extra(capsys, tmp_path, monkeypatc
 def test_the_parquet_module_imports_no_pyarrow():
     import subprocess
 
-    code = "import sys, mariana.jobs.graphload, mariana.storage.splits; print('pyarrow' in sys.modules)"
+    code = "import sys, mariana.partitioner.graphload, mariana.storage.splits; print('pyarrow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"

@@ -314,7 +314,7 @@ def test_lcc_on_one_block_takes_one_step_without_messages(tmp_path, directed):
     """One worker: every neighbour is local, so LCC is one processing step that sends nothing."""
     from mariana.engine.local import LocalRuntime
     from mariana.jobs import BuildContext, get_job, resolve_config
-    from mariana.vertices.graph.block import LOAD_STEPS
+    from mariana.partitioner.fragment import LOAD_STEPS
 
     rg = RandomGraph(4, 80, 2, density=3.0)
     path = rg.write(tmp_path)

@@ -88,7 +88,7 @@ def test_both_modes_give_networkx_core_numbers(tmp_path, monkeypatch, seed, mode
 
 
 def test_one_block_takes_one_superstep_after_loading(tmp_path):
-    from mariana.vertices.graph.block import LOAD_STEPS
+    from mariana.partitioner.fragment import LOAD_STEPS
 
     config = resolve_config(kcore.JOB, {"graph": str(write(tmp_path, random_graph(2))), "mode": "block"})
     result = mariana.run(kcore.build(config, BuildContext(workers=1)))

@@ -1,5 +1,5 @@
 """Text splits read in blocks of whole lines (``storage.splits._line_blocks``) and grouped into
-the parser's pieces (``jobs.graphload._pieces``); the split size and which worker reads which split."""
+the parser's pieces (``partitioner.graphload._pieces``); the split size and which worker reads which split."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from mariana.jobs.graphload import _pieces
+from mariana.partitioner.graphload import _pieces
 from mariana.storage.splits import _line_blocks, assigned, make_splits, split_size
 
 pytestmark = pytest.mark.timeout(60)

@@ -40,7 +40,9 @@ import numpy as np
 from collections import Counter
 
 from ...engine import Context, Message, Vertex
-from .block import BLOCK_TAG, GraphIO, LoadedBlock, LocalGraph, _by_sender, _concat, _integer_ids, pack_keys, unpack_keys
+from ...partitioner.fragment import BLOCK_TAG, LocalGraph
+from ...storage.ids import pack_keys, unpack_keys
+from .block import GraphIO, LoadedBlock, _by_sender, _concat, _integer_ids
 from .kernels import _csr_matrix, first_of_runs, group_by, have_scipy, row_ids, row_pieces
 
 __all__ = ["CDLPVertex", "CDLPLoaded"]

@@ -51,8 +51,9 @@ from collections import defaultdict
 from typing import Any
 
 from ...engine import Context, Message, Vertex
-from .block import (BLOCK_TAG, GraphIO, LoadedBlock, _announce_in_edges, _concat, _neighbour_entries, _send_by_block,
-                    pack_keys)
+from ...partitioner.fragment import BLOCK_TAG
+from ...storage.ids import pack_keys
+from .block import GraphIO, LoadedBlock, _announce_in_edges, _concat, _neighbour_entries, _send_by_block
 from .kernels import have_scipy, row_ids
 from .triangles import oriented_triangles, triangle_credits
 

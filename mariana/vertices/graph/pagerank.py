@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from ...engine import Context, Message, Vertex
-from ...engine.memory import trim_heap
-from .block import BLOCK_TAG, LOAD_STEPS, LoadedBlock, GraphIO, LocalGraph, _internal_csr, _look_up, pack_keys, unpack_keys
+from ...memory import trim_heap
+from ...partitioner.fragment import BLOCK_TAG, LOAD_STEPS, LocalGraph
+from ...storage.ids import pack_keys, unpack_keys
+from .block import GraphIO, LoadedBlock, _internal_csr, _look_up
 from .kernels import csr_sum, first_of_runs, group_by, transpose
 
 __all__ = ["PageRankVertex", "PageRankLoaded", "pagerank_master", "loaded_pagerank_master", "pagerank_update",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]
 
-from mariana.engine import memory
+from mariana import memory
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_resident_memory_is_the_calling_processes_own_before_and_after_a_fork():
     after = memory.resident()
     assert child_grew >= 60e6 and child_peak_over >= 0
     assert after["rss_bytes"] - before["rss_bytes"] < 30e6
-    fresh = subprocess.run([sys.executable, "-c", "from mariana.engine.memory import resident; print(resident()['peak_rss_bytes'])"],
+    fresh = subprocess.run([sys.executable, "-c", "from mariana.memory import resident; print(resident()['peak_rss_bytes'])"],
                            capture_output=True, text=True, check=True, timeout=30)
     assert int(fresh.stdout) < 200e6  # a small program, whatever this test process's size
 

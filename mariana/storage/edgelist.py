@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..vertices.graph.keys import decimal_len
+from .ids import decimal_len
 
 __all__ = ["EdgeList", "InputError", "load_edges", "parse_edges", "example_graph_url", "table_ids", "table_weights",
            "table_columns"]
@@ -177,7 +177,7 @@ def numeric_ids(text: str | bytes) -> np.ndarray | None:
 #: the fast edge parser reads a text in blocks of about this many bytes (cut after a line break):
 #: every temporary of a block (token positions: ~2.4 bytes a byte of text) then stays under the
 #: loader's mmap threshold and reuses heap memory. A 4 MB piece parsed whole made ~35 MB of fresh
-#: mappings, each faulted in page by page: half its parse time (``engine.memory``)
+#: mappings, each faulted in page by page: half its parse time (``memory``)
 PARSE_BLOCK = 512 << 10
 
 
@@ -476,15 +476,15 @@ def load_edges(url: str | None, vertices: str | None = None, nonnegative: bool =
     ``nonnegative``: a negative weight is a bad line (sssp), so that of several bad lines the
     first is named, as block mode names it.
 
-    This is what ``mode=vertex`` reads; block mode loads in parts (jobs/graphload.py).
+    This is what ``mode=vertex`` reads; block mode loads in parts (partitioner/graphload.py).
     """
-    from ..storage.splits import Split, list_inputs, read_table_split, read_text_split, whole_split
+    from .splits import Split, list_inputs, read_table_split, read_text_split, whole_split
 
     if url == "":
         raise UsageError("config key 'graph' is empty: give an edge-list path or URL, or leave it out for the example")
     url = url or example_graph_url()
     files = list_inputs(url)
-    from ..storage.parquet import PARQUET_EXTS
+    from .parquet import PARQUET_EXTS
 
     parts = []
     for f, size in files:
@@ -492,7 +492,7 @@ def load_edges(url: str | None, vertices: str | None = None, nonnegative: bool =
             parts.append(parse_edges(_parquet_text(f, size, nonnegative), f))
             continue
         if f.endswith((".npy", ".npz")):
-            from ..storage.splits import table_rows
+            from .splits import table_rows
 
             t = read_table_split(Split(f, 0, table_rows(f)[0], f[-3:]))
             src, dst, weight = table_columns(f, t, 0, nonnegative)
@@ -615,7 +615,7 @@ def _parse_file(raw: bytes, url: str, nonnegative: bool) -> EdgeList:
 
 def _parquet_text(url: str, size: int, nonnegative: bool = False) -> str:
     """A whole Parquet edge table as edge-list text (``mode=vertex`` reads graphs whole)."""
-    from ..storage.parquet import parquet_splits, read_parquet_split
+    from .parquet import parquet_splits, read_parquet_split
 
     lines: list[str] = []
     for groups in parquet_splits(url, size, max(size, 1)):

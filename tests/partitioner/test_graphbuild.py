@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from mariana.engine.local import LocalRuntime
-from mariana.jobs import BuildContext, get_job, graphbuild, resolve_config
-from mariana.vertices.graph.block import LoadedBlock, unpack_keys
+from mariana.jobs import BuildContext, get_job, resolve_config
+from mariana.partitioner import graphbuild
+from mariana.storage.ids import unpack_keys
+from mariana.vertices.graph.block import LoadedBlock
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -28,32 +28,27 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..engine import Context, Message
-from ..engine.memory import (LOAD_MMAP_THRESHOLD, PARSE_HEAP_KEEP, RUN_MMAP_THRESHOLD, avoid_hugepage_stalls,
+from ..memory import (LOAD_MMAP_THRESHOLD, PARSE_HEAP_KEEP, RUN_MMAP_THRESHOLD, avoid_hugepage_stalls,
                              set_mmap_threshold, trim_heap)
-from ..errors import StorageError, UsageError
-from ..storage import write_lines
+from ..errors import UsageError
 from ..storage.parquet import read_parquet_split
 from ..storage.splits import (Split, _compressed, assigned, iter_text_split, lines_before, list_inputs, make_splits,
                               read_table_split, read_text_split, split_size)
-from ..storage.parts import part_url
-from ..vertices.graph.kernels import group_by
-from ..vertices.graph.block import BLOCK_TAG, LOAD_STEPS, LocalGraph
-from ..vertices.graph.keys import MAX_DIGITS, Ids, decimal_len, decode_keys, intkeys, pack_keys, strkeys
-from .edgelist import (PARSE_BLOCK, EdgeList, InputError, _cat, _narrow, _parse_lines, _unique, numeric_edges,
+from ..storage.ids import MAX_DIGITS, Ids, decimal_len, decode_keys, intkeys, pack_keys, strkeys
+from ..storage.edgelist import (PARSE_BLOCK, EdgeList, InputError, _cat, _narrow, _parse_lines, _unique, numeric_edges,
                        numeric_ids, table_columns, table_ids, table_weights)
+from .csr import group_by
+from .fragment import BLOCK_TAG, LOAD_STEPS, LocalGraph
 from .graphbuild import build_block, edge_table
+from .phase import Context, Message
+from ..storage.graphoutput import write_part
 
-__all__ = ["GraphLoader", "LoadSpec", "graphalytics_part", "LOAD_AGGREGATORS"]
+__all__ = ["GraphLoader", "LoadSpec", "LOAD_AGGREGATORS"]
 
 #: The parser reads a split in pieces of this many bytes (its temporaries are ~10x a piece).
 PIECE = 4 << 20
 #: ... and an edge table in pieces of this many rows (~4 MB of int64 ids).
 TABLE_PIECE = 1 << 18
-#: Output parts are formatted and written this many rows at a time (the ids' strings, the lines
-#: and their bytes: ~300 bytes a row at once; 2^16 rows added ~20 MB to a scale-19 worker's
-#: last step, its peak for a one-worker SSSP: 237 -> 219 MB, and wrote no faster)
-OUTPUT_ROWS = 1 << 14
 LOAD_AGGREGATORS = {"load_error": "min", "load_numeric": "min", "load_lo": "min", "load_hi": "max", "load_width": "max",
                     "load_vertices": "sum", "load_edges": "sum", "source_found": "sum"}
 
@@ -131,31 +126,6 @@ class _Chunk:
             assert self.values is not None
             return int(decimal_len(self.values).max())
         return int(np.char.str_len(self.names).max())
-
-
-def _decoded(values: np.ndarray, labels: bool) -> np.ndarray:
-    """``values`` as they are written: decoded to strings when they are labels (keys)."""
-    return decode_keys(values) if labels else values
-
-
-def graphalytics_part(keys: np.ndarray, values: np.ndarray, fmt: Callable[[Any], str],
-                      numeric: bool, labels: bool = False) -> tuple[Callable[[int, int], str], str]:
-    """One worker's part of a Graphalytics output: ``lines(lo, hi)``, the ``vertex value`` lines of
-    rows lo..hi (``keys`` in string order, decoded to ids a piece at a time; ``labels``: the
-    values are keys too, decoded the same way) ordered by number when every id of the graph is
-    an integer (``numeric``); and that order, the key of the parts' merge (``storage.parts.LINE_ORDERS``)."""
-    if numeric and len(keys):
-        number = np.concatenate([decode_keys(keys[lo:lo + OUTPUT_ROWS]).astype(np.int64)
-                                 for lo in range(0, len(keys), OUTPUT_ROWS)])
-        by_number = np.argsort(number, kind="stable")
-        del number
-        keys, values = keys[by_number], values[by_number]
-
-    def lines(lo: int, hi: int) -> str:
-        return "".join(map("{} {}\n".format, decode_keys(keys[lo:hi]).tolist(),
-                           map(fmt, _decoded(values[lo:hi], labels).tolist())))
-
-    return lines, "numeric" if numeric else "graphalytics"
 
 
 def _pieces(blocks: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
@@ -548,29 +518,6 @@ class GraphLoader:
 
     # -- results -------------------------------------------------------------------------------
     def result(self, own: np.ndarray, values: np.ndarray, labels: bool) -> dict[str, Any]:
-        """This block's results: written as a part of ``output`` (returning where, and a summary),
-        or returned whole (``ids``, ``values``) when there is no output. Ids are decoded a piece
-        at a time as the part is written (all of them at once were ~70 bytes a vertex: the
-        output was a one-worker job's peak), and so are labels (``labels``: the values are keys;
-        decoded whole, +23 MB on a scale-19 WCC worker's output). The summary gets labels as ``Ids``."""
-        if not self.spec.output:
-            return {"ids": decode_keys(own).tolist(), "values": decode_keys(values).tolist() if labels else values}
-        url = part_url(self.spec.output, self.index)
-        order = "string"
-        lines: Callable[[int, int], str]
-        if self.spec.graphalytics:  # 'vertex value', numeric order for integer ids (jobs/graphalytics.py)
-            lines, order = graphalytics_part(own, values, self.fmt, own.dtype.kind != "S", labels)
-        elif values.dtype.kind == "f" and not labels:
-            def lines(lo: int, hi: int) -> str:  # repr(float): as fmt_float (an f-string: ~20 % faster than str.format)
-                return "".join([f"{k}\t{v!r}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(), values[lo:hi].tolist())])
-        else:
-            def lines(lo: int, hi: int) -> str:
-                fmt = self.fmt
-                return "".join([f"{k}\t{fmt(v)}\n" for k, v in zip(decode_keys(own[lo:hi]).tolist(),
-                                                                     _decoded(values[lo:hi], labels).tolist())])
-        try:  # formatted and written in pieces: the text of a large part never exists whole
-            write_lines(url, lambda: (lines(lo, lo + OUTPUT_ROWS) for lo in range(0, len(own), OUTPUT_ROWS)))
-        except StorageError as exc:  # reported by the job's finish, with every other part discarded
-            return {"part": url, "error": str(exc)}
-        return {"part": url, "rows": len(own), "summary": self.summarize(Ids(own), Ids(values) if labels else values),
-                "order": order}
+        """This block's results, written as its part of ``output`` (``storage.graphoutput``)."""
+        return write_part(self.spec.output, self.index, own, values, labels, self.fmt, self.spec.graphalytics,
+                          self.summarize)

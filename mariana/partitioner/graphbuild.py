@@ -22,10 +22,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..engine import Context, Message
-from ..engine.memory import trim_heap
-from ..vertices.graph.kernels import first_of_runs, group_by
-from ..vertices.graph.block import LocalGraph, pack_keys, unpack_keys
+from ..memory import trim_heap
+from ..storage.ids import pack_keys, unpack_keys
+from .csr import first_of_runs, group_by
+from .fragment import LocalGraph
+from .phase import Context, Message
 
 __all__ = ["edge_table", "build_block", "BUILD_PIECE", "TRIM_BYTES"]
 

@@ -1,4 +1,4 @@
-"""Unit tests of the edge-list reader (mariana.jobs.edgelist)."""
+"""Unit tests of the edge-list reader (mariana.storage.edgelist)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mariana.errors import UsageError
-from mariana.jobs import edgelist
-from mariana.jobs.edgelist import (EdgeList, _parse_lines, _parse_numeric, canonical_ints, example_graph_url,
+from mariana.storage import edgelist
+from mariana.storage.edgelist import (EdgeList, _parse_lines, _parse_numeric, canonical_ints, example_graph_url,
                                    load_edges, numeric_edges, numeric_ids, parse_edges, plain_decimals)
 
 pytestmark = pytest.mark.timeout(120)

@@ -142,8 +142,9 @@ def make_graph(scale: int, seed: int, cache: Path) -> dict[str, Any]:
     src, dst = keys >> scale, keys & ((1 << scale) - 1)
     del keys
     micro = np.random.default_rng(seed + 1).integers(1, 1_000_000, src.size)
-    ids = np.unique(np.concatenate((src, dst)))
-    deg = np.bincount(np.concatenate((src, dst)), minlength=1 << scale)
+    # the degrees without concatenating src and dst (2 x 4.3 GB more at scale 24, then a sort)
+    deg = np.bincount(src, minlength=1 << scale) + np.bincount(dst, minlength=1 << scale)
+    ids = np.flatnonzero(deg)
     source = int(np.argmax(deg))
     files = {"e": cache / f"{name}.e", "v": cache / f"{name}.v", "npy": cache / f"{name}.npy"}
     tmp = {k: p.with_name(p.name + ".tmp") for k, p in files.items()}
@@ -169,14 +170,22 @@ def make_graph(scale: int, seed: int, cache: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 # measuring a process tree: wait4's peak, a memory watchdog, a timeout
 # ------------------------------------------------------------------------------------------------
-#: Runs argv[2:] and writes its exit code and ru_maxrss (KB, the largest process of the tree) to
-#: argv[1]; started by this small interpreter so that the high-water mark is not ours.
+#: Runs argv[2:] and writes its exit code, ru_maxrss (KB, the largest process of the tree) and CPU
+#: seconds (the tree's) to argv[1]; started by this small interpreter so that the high-water mark
+#: is not ours.
 _SPAWN = """import os, sys
 pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
 _, status, usage = os.wait4(pid, 0)
 with open(sys.argv[1], "w") as f:
-    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
 """
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``, all cores)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
 
 def _session_rss_gb(sid: int) -> float:
@@ -199,7 +208,7 @@ def measure(cmd: list[str], env: dict[str, str], timeout: float, max_gb: float, 
     """Run ``cmd`` as its own session: wall seconds, exit code, peak MB of its largest process,
     its stdout; killed (and said why) past ``timeout`` seconds or ``max_gb`` summed RSS."""
     with tempfile.NamedTemporaryFile("r", suffix=".rusage") as report:
-        t0 = time.perf_counter()
+        t0, busy0, load0 = time.perf_counter(), busy_cpu_s(), os.getloadavg()[0]
         proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SPAWN, report.name, *cmd], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                                 start_new_session=True)
@@ -221,10 +230,15 @@ def measure(cmd: list[str], env: dict[str, str], timeout: float, max_gb: float, 
             os.killpg(proc.pid, 9)  # anything the tree left behind
         except ProcessLookupError:
             pass
-        wall = time.perf_counter() - t0
+        wall, busy = time.perf_counter() - t0, busy_cpu_s() - busy0
         fields = report.read().split()
-    rc, maxrss_kb = (int(fields[0]), int(fields[1])) if len(fields) == 2 else (proc.returncode or -9, 0)
-    rec = {"wall_s": wall, "rc": rc, "peak_mb": maxrss_kb * 1024 / 1e6, "tree_rss_gb_sampled": top, "stdout": out}
+    rc, maxrss_kb, cpu = ((int(fields[0]), int(fields[1]), float(fields[2])) if len(fields) == 3
+                          else (proc.returncode or -9, 0, busy))
+    # others_cores: the cores other work on the machine held on average while this ran (the
+    # machine's busy CPU seconds less the tree's own, per wall second); load_before: the 1-minute
+    # load average as it started (it lags, and counts this bench's previous run)
+    rec = {"wall_s": wall, "rc": rc, "peak_mb": maxrss_kb * 1024 / 1e6, "tree_rss_gb_sampled": top, "stdout": out,
+           "cpu_s": cpu, "others_cores": max(0.0, busy - cpu) / wall, "load_before": load0}
     if why or rc:
         rec["error"] = why or ((err.strip().splitlines() or [f"exit {rc}"])[-1])[:300]
     return rec
@@ -565,11 +579,11 @@ def row_text(r: dict[str, Any]) -> str:
         return f"{r['algorithm']:<8} {who}  FAILED: {r['error']}  (peak {r['peak_mb']:.0f} MB)"
     ratios = "".join(f" {r[k]:6.2f}" if k in r else "      -" for k in ("vs_scipy", "vs_graphblas2"))
     return (f"{r['algorithm']:<8} {who} {r['load_s']:8.2f} {r['proc_s']:8.2f} {r['wall_s']:8.1f} {r['evps']:9.3g} "
-            f"{r['peak_mb']:8.0f} {r['bytes_per_edge']:7.1f} {ratios}  {r['valid']}")
+            f"{r['peak_mb']:8.0f} {r['bytes_per_edge']:7.1f} {ratios} {r.get('others_cores', 0):5.2f}  {r['valid']}")
 
 
 HEADER = (f"{'algo':<8} {'system':<9} {'par':<2} {'fmt':<4} {'load s':>8} {'proc s':>8} {'total s':>8} {'EVPS':>9} "
-          f"{'MB/proc':>8} {'B/edge':>7} {'/scipy':>6} {'/gb t2':>6}  valid")
+          f"{'MB/proc':>8} {'B/edge':>7} {'/scipy':>6} {'/gb t2':>6} {'other':>5}  valid")
 
 
 def one_algorithm(g: dict[str, Any], algorithm: str, args: argparse.Namespace, blas: str, tmp: Path) -> list[dict[str, Any]]:

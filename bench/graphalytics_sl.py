@@ -91,7 +91,13 @@ def graph500_keys(scale: int, seed: int) -> np.ndarray:
         lo, hi = np.minimum(src, dst), np.maximum(src, dst)
         keep = lo != hi
         keys.append(np.unique((lo[keep] << scale) | hi[keep]))
-    return np.unique(np.concatenate(keys))
+    out = np.concatenate(keys)
+    del keys
+    out.sort()  # np.unique's result, sorted in place (it would hold two more copies at scale 24)
+    first = np.empty(out.size, bool)
+    first[:1] = True
+    np.not_equal(out[1:], out[:-1], out=first[1:])
+    return out[first]
 
 
 def _digits(x: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,9 +144,9 @@ def make_graph(scale: int, seed: int, cache: Path) -> dict[str, Any]:
         return dict(json.loads(meta_path.read_text()))
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    keys = graph500_keys(scale, seed)
-    src, dst = keys >> scale, keys & ((1 << scale) - 1)
-    del keys
+    dst = graph500_keys(scale, seed)
+    src = dst >> scale
+    dst &= (1 << scale) - 1  # in place: the keys become the destinations
     micro = np.random.default_rng(seed + 1).integers(1, 1_000_000, src.size)
     # the degrees without concatenating src and dst (2 x 4.3 GB more at scale 24, then a sort)
     deg = np.bincount(src, minlength=1 << scale) + np.bincount(dst, minlength=1 << scale)
@@ -153,7 +159,9 @@ def make_graph(scale: int, seed: int, cache: Path) -> dict[str, Any]:
     with open(tmp["v"], "wb") as f:
         write_lines(f, [ids])
     table = np.lib.format.open_memmap(tmp["npy"], mode="w+", dtype=np.float64, shape=(src.size, 3))
-    table[:, 0], table[:, 1], table[:, 2] = src, dst, micro / 1e6
+    for at in range(0, src.size, CHUNK):  # in pieces: no whole-graph float temporaries
+        piece = slice(at, at + CHUNK)
+        table[piece, 0], table[piece, 1], table[piece, 2] = src[piece], dst[piece], micro[piece] / 1e6
     table.flush()
     del table
     for k in files:

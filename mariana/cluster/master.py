@@ -158,7 +158,8 @@ class Master:
             if self.tracer is not None:  # who runs the job from where: a failover names both masters' hosts
                 self.tracer.event("master", host=socket.gethostname(), pid=os.getpid(), endpoint=self.endpoint,
                                   resume=restore, wall=round(time.time(), 3),
-                                  workers={str(w.index): w.host for w in self.state.present()})
+                                  workers={str(w.index): w.host for w in self.state.present()},
+                                  pids={str(w.index): w.pid for w in self.state.present()})
             self.state.phase = Phase.STARTING
             for w in self.state.present():
                 self._welcome(w, restore)
@@ -282,6 +283,10 @@ class Master:
         o = self.options
         if o.max_restarts == 0 or lost.index is None:
             raise lost
+        if self.run_dir is not None:
+            # a master that was cut off (or paused) past its lease may have been replaced by another
+            # one on this run directory: it stops here (LeaseLost) instead of waiting for workers
+            self.run_dir.fence()
         if self.checkpoints is not None:
             self.settle_checkpoint(None)  # every part was in before the loss: it is a checkpoint
         if self.restarts >= o.max_restarts:
@@ -319,8 +324,8 @@ class Master:
             self.tracer.event("recovery", superstep=self.current, lost=lost.index, lost_workers=sorted(replaced),
                               rollback_to=ss, restart=self.restarts, reason=lost.args[0],
                               lost_hosts={str(i): h for i, h in sorted(lost_hosts.items())},
-                              replaced_by={str(i): self.by_index[i].host for i in sorted(replaced)
-                                           if self.by_index[i] is not None},
+                              replaced_by={str(i): w.host for i in sorted(replaced) if (w := self.by_index[i])},
+                              replacement_pids={str(i): w.pid for i in sorted(replaced) if (w := self.by_index[i])},
                               recover_s=round(time.monotonic() - began, 3), wall=round(time.time(), 3))
         log.warning("recovered: %s, continuing from superstep %d", "; ".join(
             f"worker {i} replaced by {self.by_index[i].describe()}" for i in sorted(replaced)), ss)

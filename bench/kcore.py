@@ -88,7 +88,7 @@ def run_mariana(path: str, mode: str, workers: int, runtime: str) -> tuple[dict[
     config = resolve_config(kcore.JOB, {"graph": path, "mode": mode})
     gc.collect()
     t = time.perf_counter()
-    g = kcore.build(config, BuildContext(workers=workers))
+    g = kcore.JOB.build(config, BuildContext(workers=workers))
     result = mariana.run(g, workers=workers, runtime=runtime)
     total = time.perf_counter() - t
     steps = [m["wall_s"] for m in result.metrics]

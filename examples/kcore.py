@@ -3,8 +3,8 @@ core number (the largest k such that the vertex is in a subgraph where every ver
 k neighbours), as ``networkx.core_number`` gives it. Edges are undirected; self-loops and repeated
 edges do not count. The guide walks through it: docs/block-centric.md.
 
-    mariana run kcore:JOB --set graph=edges.txt                # block mode (the default)
-    mariana run kcore:JOB --set graph=edges.txt --set mode=vertex --workers 2
+    mariana run kcore:ALGORITHM --set graph=edges.txt                # block mode (the default)
+    mariana run kcore:ALGORITHM --set graph=edges.txt --set mode=vertex --workers 2
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 import mariana
-from mariana.jobs import BuildContext, Job
-from mariana.jobs.graphalytics import load_graph
-from mariana.jobs.graphjob import GRAPH_KEYS, build_graph, build_loaded_graph, collect, parted_results, write_output
+from mariana.jobs.graphjob import graph_job
+from mariana.partitioner.fragment import BLOCK_TAG
+from mariana.storage.ids import Ids, pack_keys, unpack_keys
+from mariana.vertices.graph.algorithm import Algorithm
+from mariana.vertices.graph.block import LoadedBlock
 from mariana.vertices.graph.kernels import row_edges
-from mariana.vertices.graph.block import BLOCK_TAG, LoadedBlock, pack_keys, unpack_keys
 
 
 def h_index(values: Any, cap: int) -> int:
@@ -142,27 +143,29 @@ class CoreBlock(LoadedBlock):
         ctx.vote_to_halt()
 
 
-def build(config: dict[str, Any], bctx: BuildContext) -> mariana.Graph:
-    if config["mode"] == "block":
-        g = build_loaded_graph("kcore", config, bctx, CoreBlock, undirected=True,
-                               summarize=lambda ids, cores: {"max_core": int(cores.max(initial=0))})
-    else:
-        g = build_graph("kcore", load_graph(config).undirected(), bctx, CoreVertex)
-    g.add_aggregator("lowered", "sum")
-    return g
+def summarize(config: dict[str, Any], ids: Ids, cores: np.ndarray) -> dict[str, Any]:
+    return {"max_core": int(cores.max(initial=0))}
 
 
-def finish(result: mariana.RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
-    parted = parted_results(result, config)  # block mode with output=: each block wrote its part
-    if parted is not None:
-        count, top = parted[0], max(s["max_core"] for s in parted[1])
-    else:
-        rows = collect(result)
-        write_output(config["output"], rows, str)
-        count, top = len(rows), max((core for _, core in rows), default=0)
-    return (f"kcore: {count} vertices, largest core {top}, {result.supersteps} supersteps",
-            {"vertices": count, "max_core": top})
+def report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: mariana.RunResult,
+           loading: int) -> tuple[list[str], dict[str, Any]]:
+    top = max((s["max_core"] for s in summaries), default=0)
+    return [f"kcore: {count} vertices, largest core {top}, {result.supersteps} supersteps"], \
+        {"vertices": count, "max_core": top}
 
 
-JOB = Job(name="kcore", description="core number of every vertex of an undirected edge list",
-          keys=GRAPH_KEYS, build=build, finish=finish, progress_metric="lowered")
+ALGORITHM = Algorithm(
+    name="kcore",
+    description="core number of every vertex of an undirected edge list",
+    block=lambda bid, io, config: CoreBlock(bid, io),
+    vertex=lambda edges, config: CoreVertex,
+    symmetric=lambda config: True,  # block mode: every edge loaded both ways
+    edges=lambda edges, config: edges.undirected(),  # vertex mode: the same
+    summarize=summarize,
+    report=report,
+    noun="cores",
+    value="core",
+    aggregators=(("lowered", "sum"),),
+    progress_metric="lowered",
+)
+JOB = graph_job(ALGORITHM)

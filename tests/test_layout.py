@@ -127,3 +127,50 @@ def test_no_import_cycle_between_modules():
         if v not in index:
             visit(v)
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+GRAPH = PACKAGE / "vertices" / "graph"
+
+
+def test_each_graph_algorithm_is_one_module_ending_with_its_algorithm_and_one_registry_line():
+    from mariana.jobs.registry import BUILTIN_JOBS, get_job
+    from mariana.vertices.graph.algorithm import Algorithm
+
+    graph_jobs = {name: target for name, target in BUILTIN_JOBS.items() if target.startswith("mariana.vertices.graph.")}
+    assert sorted(graph_jobs) == ["bfs", "cdlp", "lcc", "pagerank", "sssp", "wcc"]
+    for name, target in graph_jobs.items():
+        module, _, attr = target.partition(":")
+        assert module == f"mariana.vertices.graph.{name}" and attr == "ALGORITHM", target
+        algorithm = getattr(__import__(module, fromlist=[attr]), attr)
+        assert isinstance(algorithm, Algorithm) and algorithm.name == name
+        assert get_job(name).name == name  # the framework's job around it
+    # jobs/ defines no graph algorithm: no job module per algorithm, no block program
+    assert not [p.name for p in (PACKAGE / "jobs").glob("*.py") if p.stem in graph_jobs]
+    assert not [m for m in MODULES if layer(m) == "jobs" and "mariana.vertices.graph.block" in MODULES[m]]
+
+
+def test_only_the_graph_job_branches_on_mode():
+    """``config["mode"]`` is read by ``jobs/graphjob.py`` alone: the algorithms do not know it."""
+    readers = []
+    for path in [*GRAPH.glob("*.py"), *(PACKAGE / "jobs").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            key = node.slice if isinstance(node, ast.Subscript) else (
+                node.args[0] if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and node.args else None)
+            if isinstance(key, ast.Constant) and key.value == "mode":
+                readers.append(path.name)
+    assert sorted(set(readers)) == ["graphjob.py"], readers
+
+
+def test_graph_input_is_read_by_the_loader_and_the_formats_only():
+    """Splits and Parquet are read in ``storage/`` (the formats) and by the loader
+    (``partitioner/graphload.py``); the framework's job only lists the input's files."""
+    readers = sorted(m for m, targets in MODULES.items() if layer(m) != "storage"
+                     and targets & {"mariana.storage.splits", "mariana.storage.parquet"})
+    assert readers == ["mariana.jobs.graphjob", "mariana.partitioner.graphload"], readers
+    # the algorithms do not read or write files: no storage module but the id codec and formats' constants
+    for m, targets in MODULES.items():
+        if m.startswith("mariana.vertices.graph."):
+            io = targets & {"mariana.storage.rundir", "mariana.storage.splits", "mariana.storage.parts",
+                            "mariana.storage.graphoutput", "mariana.storage"}
+            assert not io, f"{m} imports {sorted(io)}"

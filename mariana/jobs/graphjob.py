@@ -1,25 +1,35 @@
-"""What the graph jobs share: config keys, graph construction in both modes, output."""
+"""The graph framework's job: ``graph_job(algorithm)`` runs any ``vertices.graph.algorithm.Algorithm``.
+
+This is the one place that tells the two modes apart. ``mode=block`` (default): one lazy block
+vertex per worker loads its share of the graph in the first supersteps (``partitioner/graphload.py``),
+runs the algorithm's block program over its fragment and writes its part of ``output``
+(``storage/graphoutput.py``); finish commits the parts. ``mode=vertex``: every process reads the
+graph whole and runs one vertex of the algorithm's vertex program per graph vertex; finish writes
+the output whole. Either way the algorithm's summary of each part and its report make what is
+printed and the ``--json`` fields.
+"""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
+
+import numpy as np
 
 from ..engine import Graph, RunResult, Vertex
 from ..errors import StorageError, UsageError
 from ..partitioner import ExplicitStrategy, RangeStrategy
-from ..storage import write_text
+from ..partitioner.fragment import LOAD_STEPS
+from ..partitioner.graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec
 from ..storage.compression import require
+from ..storage.edgelist import EdgeList, example_graph_url
 from ..storage.parts import check_output, commit_parts, discard_parts
 from ..storage.splits import list_inputs
+from ..vertices.graph.algorithm import Algorithm, Names, Param
 from ..vertices.graph.kernels import import_traversals
-from ..partitioner.fragment import LOAD_STEPS
-from ..storage.edgelist import EdgeList, example_graph_url
-from .graphalytics import GRAPHALYTICS_KEYS, output_format
-from ..partitioner.graphload import LOAD_AGGREGATORS, GraphLoader, LoadSpec
-from .registry import BuildContext, Key
+from .graphalytics import GRAPHALYTICS_KEYS, load_graph, output_format, value_format, write_result
+from .schema import BuildContext, Job, Key
 
-__all__ = ["GRAPH_KEYS", "build_graph", "build_loaded_graph", "collect", "write_output", "parted_results"]
+__all__ = ["GRAPH_KEYS", "graph_job", "build_graph", "build_loaded_graph", "collect", "parted_results"]
 
 GRAPH_KEYS = (
     Key("graph", None, "str", "edge list (path or fsspec URL; a file, directory or glob; .gz/.bz2/.xz/.zst read "
@@ -55,20 +65,6 @@ def collect(result: RunResult) -> list[tuple[str, Any]]:
             rows.append((vid, value))
     rows.sort(key=lambda r: r[0])
     return rows
-
-
-def fmt_float(x: float) -> str:
-    return "inf" if math.isinf(x) else repr(float(x))
-
-
-def write_output(url: str | None, rows: list[tuple[str, Any]], fmt: Callable[[Any], str]) -> None:
-    """Write ``vertex<TAB>value`` lines (already sorted) to ``url`` if given."""
-    if not url:
-        return
-    try:
-        write_text(url, "".join(f"{vid}\t{fmt(v)}\n" for vid, v in rows))
-    except StorageError as exc:
-        raise UsageError(f"cannot write output: {exc}") from None
 
 
 def check_range(config: dict[str, Any], key: str, lo: float | None = None, hi: float | None = None) -> None:
@@ -124,9 +120,19 @@ def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
 def parted_results(result: RunResult, config: dict[str, Any]) -> tuple[int, list[dict[str, Any]]] | None:
     """Commit the parts the blocks wrote (``OUT/part-NNNNN.tsv`` or one merged ``OUT``): (rows,
     each block's summary); None when the blocks returned their results instead."""
-    blocks = [v for _, v in sorted(result.values.items()) if isinstance(v, dict) and "part" in v]
+    blocks = _written(result)
     if not blocks:
         return None
+    _commit(blocks, config)
+    return sum(int(b["rows"]) for b in blocks), [b["summary"] for b in blocks]
+
+
+def _written(result: RunResult) -> list[dict[str, Any]]:
+    """The results of the blocks that wrote their part of the output, in block order."""
+    return [v for _, v in sorted(result.values.items()) if isinstance(v, dict) and "part" in v]
+
+
+def _commit(blocks: list[dict[str, Any]], config: dict[str, Any]) -> None:
     errors = [b["error"] for b in blocks if "error" in b]
     try:
         if errors:
@@ -135,4 +141,87 @@ def parted_results(result: RunResult, config: dict[str, Any]) -> tuple[int, list
     except StorageError as exc:
         discard_parts(config["output"])
         raise UsageError(f"cannot write output: {exc}") from None
-    return sum(int(b["rows"]) for b in blocks), [b["summary"] for b in blocks]
+
+
+# --------------------------------------------------------------------------------------------
+# An algorithm as a job
+# --------------------------------------------------------------------------------------------
+_JOBS: dict[int, Job] = {}
+
+
+def graph_job(algorithm: Algorithm) -> Job:
+    """The job that runs ``algorithm`` (one per algorithm object): the graph keys and its own."""
+    job = _JOBS.get(id(algorithm))
+    if job is None:
+        def finish(result: RunResult, config: dict[str, Any], run_dir: Any = None) -> tuple[str, dict[str, Any]]:
+            return _finish(algorithm, result, config)
+
+        job = _JOBS[id(algorithm)] = Job(
+            name=algorithm.name,
+            description=algorithm.description,
+            keys=GRAPH_KEYS + tuple(_key(p) for p in algorithm.params),
+            build=lambda config, bctx: _build(algorithm, config, bctx),
+            finish=finish,
+            progress_metric=algorithm.progress_metric,
+        )
+    return job
+
+
+def _key(param: Param) -> Key:
+    return Key(param.name, param.default, param.type, param.help)
+
+
+def _build(algorithm: Algorithm, config: dict[str, Any], bctx: BuildContext) -> Graph:
+    for p in algorithm.params:
+        if p.minimum is not None or p.maximum is not None:
+            check_range(config, p.name, p.minimum, p.maximum)
+    if algorithm.check is not None:
+        algorithm.check(config)
+    block = config["mode"] == "block"
+    if block:
+        g = build_loaded_graph(algorithm.name, config, bctx, lambda bid, io: algorithm.block(bid, io, config),
+                               undirected=algorithm.symmetric(config), weights=algorithm.weights,
+                               nonnegative=algorithm.nonnegative,
+                               summarize=lambda ids, values: algorithm.summarize(config, ids, values),
+                               fmt=value_format(config, algorithm.value), traversals=algorithm.traversals)
+    else:
+        edges = algorithm.edges(load_graph(config, nonnegative=algorithm.nonnegative), config)
+        g = build_graph(algorithm.name, edges, bctx, algorithm.vertex(edges, config))
+    if algorithm.master is not None:
+        g.master_compute = algorithm.master(config, block)
+    if algorithm.combiner is not None:
+        g.add_combiner(algorithm.combiner)
+    for name, kind in algorithm.aggregators:
+        g.add_aggregator(name, kind)
+    return g
+
+
+def _finish(algorithm: Algorithm, result: RunResult, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Commit or write the output, then the algorithm's report from every part's summary. Nothing
+    is committed when the algorithm refuses the result (``Algorithm.refuse``)."""
+    blocks = _written(result)
+    if blocks:  # block mode with output=: each block wrote its part and summarized it
+        summaries = [b["summary"] for b in blocks if "summary" in b]
+        try:
+            if algorithm.refuse is not None:
+                algorithm.refuse(summaries, config)
+        except UsageError:
+            discard_parts(config["output"])
+            raise
+        _commit(blocks, config)
+        count = sum(int(b["rows"]) for b in blocks)
+    else:  # the values returned whole (vertex mode, or no output=): one summary of them all
+        rows = collect(result)
+        if algorithm.collected is not None:
+            rows = algorithm.collected(rows, config)
+        values = np.asarray([v for _, v in rows])
+        summaries = [algorithm.summarize(config, Names([vid for vid, _ in rows]), values)]
+        if algorithm.refuse is not None:
+            algorithm.refuse(summaries, config)
+        write_result(config, rows, algorithm.value)
+        count = len(rows)
+    loading = LOAD_STEPS if config["mode"] == "block" else 0
+    lines, summary = algorithm.report(count, summaries, config, result, loading)
+    if config["output"]:
+        lines.append(f"wrote {count} {algorithm.noun} to {config['output']}")
+    return "\n".join(lines), summary

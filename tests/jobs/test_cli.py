@@ -100,9 +100,9 @@ def test_unknown_job_lists_the_jobs(capsys):
 def test_job_module_that_does_not_import_or_is_not_a_job(capsys):
     rc, out, err = run_main(capsys, "run", "no_such_module_mariana_xyz:JOB")
     assert_usage_error(rc, out, err, "no_such_module_mariana_xyz")
-    rc, out, err = run_main(capsys, "run", "mariana.jobs.pagerank:build")
+    rc, out, err = run_main(capsys, "run", "mariana.jobs.graphjob:collect")
     assert_usage_error(rc, out, err, "not a mariana Job")
-    rc, out, err = run_main(capsys, "run", "mariana.jobs.pagerank:NOPE")
+    rc, out, err = run_main(capsys, "run", "mariana.vertices.graph.pagerank:NOPE")
     assert_usage_error(rc, out, err, "NOPE")
 
 

@@ -81,9 +81,9 @@ def test_both_modes_give_networkx_core_numbers(tmp_path, monkeypatch, seed, mode
         monkeypatch.syspath_prepend(str(EXAMPLES))
         result = run_job("kcore:JOB", config, workers=workers, runtime=runtime)
     else:
-        result = mariana.run(kcore.build(config, BuildContext(workers=workers)), workers=workers, runtime=runtime)
+        result = mariana.run(kcore.JOB.build(config, BuildContext(workers=workers)), workers=workers, runtime=runtime)
     assert dict(collect(result)) == want
-    text, summary = kcore.finish(result, config)
+    text, summary = kcore.JOB.finish(result, config, None)
     assert summary == {"vertices": len(want), "max_core": max(want.values())}, text
 
 
@@ -91,7 +91,7 @@ def test_one_block_takes_one_superstep_after_loading(tmp_path):
     from mariana.partitioner.fragment import LOAD_STEPS
 
     config = resolve_config(kcore.JOB, {"graph": str(write(tmp_path, random_graph(2))), "mode": "block"})
-    result = mariana.run(kcore.build(config, BuildContext(workers=1)))
+    result = mariana.run(kcore.JOB.build(config, BuildContext(workers=1)))
     assert result.supersteps == LOAD_STEPS + 1
 
 

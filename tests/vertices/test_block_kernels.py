@@ -303,7 +303,7 @@ def test_the_sparse_loops_come_without_the_scipy_sparse_package():
     imports the package."""
     code = "\n".join([
         "import sys, numpy as np",
-        "import mariana.cli, mariana.jobs.pagerank, mariana.cluster.master, mariana.cluster.worker",
+        "import mariana.cli, mariana.jobs.graphjob, mariana.vertices.graph.pagerank, mariana.cluster.master, mariana.cluster.worker",
         "from mariana.vertices.graph import kernels as bk",
         "assert bk.have_scipy()",
         "ptr, order = bk.group_by(np.array([2, 0, 1, 2, 0], np.int32), 3)",

@@ -15,12 +15,15 @@ from typing import Any
 import numpy as np
 
 from ...engine import Context, Message, Vertex
-from .sssp import SSSPLoaded
+from ...storage.edgelist import EdgeList
+from ...storage.graphalytics import UNREACHABLE
+from ...storage.ids import Ids
+from .algorithm import Algorithm
+from .sssp import SOURCE, SSSPLoaded, check_source, require_source, source_of
 
-__all__ = ["UNREACHABLE", "BFSVertex", "BFSLoaded"]
+__all__ = ["UNREACHABLE", "BFSVertex", "BFSLoaded", "ALGORITHM"]
 
 #: BFS depth of an unreachable vertex (Graphalytics: Long.MAX_VALUE).
-UNREACHABLE = int(np.iinfo(np.int64).max)
 
 
 class BFSVertex(Vertex):
@@ -69,3 +72,51 @@ class BFSLoaded(SSSPLoaded):
         reached = np.isfinite(self.value)
         depth[reached] = self.value[reached].astype(np.int64)
         return self.out.result(g.own, depth, labels=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The algorithm as the framework runs it
+# --------------------------------------------------------------------------------------------
+def _vertex(edges: EdgeList, config: dict[str, Any]) -> Any:
+    source = source_of(config)
+    require_source(edges, source)
+    return lambda vid, adj: BFSVertex(vid, adj, vid == source)
+
+
+def _summarize(config: dict[str, Any], ids: Ids, depth: np.ndarray) -> dict[str, Any]:
+    reached = depth[depth != UNREACHABLE]
+    levels, counts = np.unique(reached, return_counts=True)
+    return {"levels": {str(d): int(c) for d, c in zip(levels.tolist(), counts.tolist())}}
+
+
+def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
+            loading: int) -> tuple[list[str], dict[str, Any]]:
+    levels: dict[int, int] = {}
+    for s in summaries:
+        for d, c in s["levels"].items():
+            levels[int(d)] = levels.get(int(d), 0) + c
+    reached = sum(levels.values())
+    depth = max(levels, default=0)
+    lines = [f"bfs from {source_of(config)}: {reached} of {count} vertices reachable, "
+             f"depth {depth}, {result.supersteps} supersteps"]
+    lines += [f"depth {d:>6}: {levels[d]} vertices" for d in sorted(levels)[: config["top"]]]
+    return lines, {"vertices": count, "reachable": reached, "depth": depth,
+                   "levels": {str(d): c for d, c in sorted(levels.items())}}
+
+
+ALGORITHM = Algorithm(
+    name="bfs",
+    description="breadth-first search: hop depth from a source along directed edges (Graphalytics BFS)",
+    params=(SOURCE,),
+    check=check_source("bfs"),
+    block=lambda bid, io, c: BFSLoaded(bid, io, source_of(c)),
+    vertex=_vertex,
+    summarize=_summarize,
+    report=_report,
+    noun="depths",
+    value="depth",
+    traversals=True,
+    combiner="min",
+    aggregators=(("updated", "sum"),),
+    progress_metric="updated",
+)

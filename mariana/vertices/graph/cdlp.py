@@ -33,7 +33,7 @@ the numerically smallest id, Graphalytics' order), else the ids' UTF-8 bytes (st
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -41,11 +41,14 @@ from collections import Counter
 
 from ...engine import Context, Message, Vertex
 from ...partitioner.fragment import BLOCK_TAG, LocalGraph
-from ...storage.ids import pack_keys, unpack_keys
+from ...storage.edgelist import EdgeList
+from ...storage.graphalytics import label_ranks
+from ...storage.ids import Ids, label_counts, pack_keys, unpack_keys
+from .algorithm import Algorithm, Param
 from .block import GraphIO, LoadedBlock, _by_sender, _concat, _integer_ids
 from .kernels import _csr_matrix, first_of_runs, group_by, have_scipy, row_ids, row_pieces
 
-__all__ = ["CDLPVertex", "CDLPLoaded"]
+__all__ = ["CDLPVertex", "CDLPLoaded", "both_ways", "ALGORITHM"]
 
 
 # CDLP
@@ -61,15 +64,21 @@ def _most_frequent(labels: Counter) -> int:
 
 class CDLPVertex(Vertex):
     """Label propagation; ``edges`` are the neighbour links (both directions), ``label`` the
-    vertex's initial label (an integer whose order is the label order)."""
+    vertex's initial label (an integer whose order is the label order); ``names``: the vertex id
+    of each label, the result (None: the integer label)."""
 
-    __slots__ = ("iterations",)
+    __slots__ = ("iterations", "names")
 
     state_fields = (*Vertex.state_fields, "iterations")
 
-    def __init__(self, id: str, edges: list[tuple[str, Any]], label: int, iterations: int) -> None:
+    def __init__(self, id: str, edges: list[tuple[str, Any]], label: int, iterations: int,
+                 names: Sequence[str] | None = None) -> None:
         super().__init__(id, label, edges)
         self.iterations = iterations
+        self.names = names
+
+    def result(self) -> Any:
+        return self.value if self.names is None else self.names[self.value]
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         s = ctx.superstep
@@ -583,3 +592,58 @@ def _best(starts: np.ndarray, code: np.ndarray, cnt: np.ndarray, u: int) -> np.n
     score += u - 1
     score -= code
     return (u - 1) - np.maximum.reduceat(score, starts) % u
+
+
+# --------------------------------------------------------------------------------------------
+# The algorithm as the framework runs it
+# --------------------------------------------------------------------------------------------
+def both_ways(edges: EdgeList) -> EdgeList:
+    """In- plus out-neighbours as a multiset: every edge in both directions, so a pair linked both
+    ways counts twice and a self-loop counts the vertex's own label twice (in and out). An
+    undirected graph (each edge listed once) gives each neighbour once per edge."""
+    return EdgeList(edges.url, edges.ids, np.concatenate([edges.src, edges.dst]), np.concatenate([edges.dst, edges.src]),
+                    np.concatenate([edges.weight, edges.weight]), np.concatenate([edges.lineno, edges.lineno]))
+
+
+def _vertex(edges: EdgeList, config: dict[str, Any]) -> Any:
+    rank = label_ranks(edges.ids)  # a vertex's label is its rank in label order, its result the id
+    index = {vid: i for i, vid in enumerate(edges.ids)}
+    by_rank = [edges.ids[i] for i in rank.argsort().tolist()]
+    return lambda vid, adj: CDLPVertex(vid, adj, int(rank[index[vid]]), config["iterations"], by_rank)
+
+
+def _summarize(config: dict[str, Any], ids: Ids, labels: Ids | np.ndarray) -> dict[str, Any]:
+    names, counts = label_counts(labels)
+    return {"labels": [str(x) for x in names], "counts": counts}
+
+
+def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
+            loading: int) -> tuple[list[str], dict[str, Any]]:
+    sizes_counter: Counter[str] = Counter()
+    for s in summaries:
+        sizes_counter.update(dict(zip(s["labels"], s["counts"])))
+    sizes = sizes_counter.most_common()
+    largest = sorted(sizes, key=lambda c: (-c[1], c[0]))[: config["top"]]
+    lines = [f"cdlp: {len(sizes)} communit{'y' if len(sizes) == 1 else 'ies'} over {count} vertices "
+             f"after {config['iterations']} iteration(s)"]
+    lines += [f"{label:<24} {size} vertices" for label, size in largest]
+    return lines, {"vertices": count, "communities": len(sizes), "largest": largest}
+
+
+ALGORITHM = Algorithm(
+    name="cdlp",
+    description="community detection by synchronous label propagation, ties to the smallest label (Graphalytics CDLP)",
+    params=(Param("iterations", 10, "int", "label propagation rounds", 0),),
+    # in- plus out-neighbours whatever ``directed`` says; an undirected graph is loaded both ways,
+    # so that its out-edges are the neighbours
+    block=lambda bid, io, c: CDLPLoaded(bid, io, c["iterations"], not c["directed"]),
+    vertex=_vertex,
+    edges=lambda edges, c: both_ways(edges),
+    collected=lambda rows, c: [(vid, str(label)) for vid, label in rows],  # (block labels: ints for integer ids)
+    summarize=_summarize,
+    report=_report,
+    noun="labels",
+    value="label",
+    aggregators=(("updated", "sum"), ("cdlp_lo", "min"), ("cdlp_hi", "max")),  # (block mode: the labels' range)
+    progress_metric="updated",
+)

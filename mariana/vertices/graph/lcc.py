@@ -52,12 +52,13 @@ from typing import Any
 
 from ...engine import Context, Message, Vertex
 from ...partitioner.fragment import BLOCK_TAG
-from ...storage.ids import pack_keys
+from ...storage.ids import Ids, pack_keys
+from .algorithm import Algorithm
 from .block import GraphIO, LoadedBlock, _announce_in_edges, _concat, _neighbour_entries, _send_by_block
 from .kernels import have_scipy, row_ids
 from .triangles import oriented_triangles, triangle_credits
 
-__all__ = ["LCCVertex", "LCCLoaded", "WEDGE_CHUNK"]
+__all__ = ["LCCVertex", "LCCLoaded", "WEDGE_CHUNK", "ALGORITHM"]
 
 #: At most this many wedges per message (bounds the memory of LCC's steps 2 and 3).
 WEDGE_CHUNK = 1 << 21
@@ -381,3 +382,35 @@ class LCCLoaded(LoadedBlock):
                 continue
             r = np.flatnonzero(total)
             ctx.send(g.blocks[b], {"row": _small(r), "c": total[r].astype(np.int64)}, tag=BLOCK_TAG)
+
+
+# --------------------------------------------------------------------------------------------
+# The algorithm as the framework runs it
+# --------------------------------------------------------------------------------------------
+def _summarize(config: dict[str, Any], ids: Ids, lcc: np.ndarray) -> dict[str, Any]:
+    top = config["top"]
+    best = np.lexsort((ids.keys, -lcc))[:top] if top else np.empty(0, np.int64)
+    return {"sum": float(lcc.sum()), "top": [[name, float(lcc[i])] for name, i in zip(ids.of(best), best.tolist())]}
+
+
+def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
+            loading: int) -> tuple[list[str], dict[str, Any]]:
+    total = sum(s["sum"] for s in summaries)
+    top = sorted((tuple(r) for s in summaries for r in s["top"]), key=lambda r: (-r[1], r[0]))[: config["top"]]
+    mean = total / count if count else 0.0
+    lines = [f"lcc: {count} vertices, mean clustering coefficient {mean:.6f}"]
+    lines += [f"{vid:<24} {c:.6f}" for vid, c in top]
+    return lines, {"vertices": count, "mean": mean, "top": top}
+
+
+ALGORITHM = Algorithm(
+    name="lcc",
+    description="local clustering coefficient; directed graphs use in- plus out-neighbours (Graphalytics LCC)",
+    # directed: neighbours are in- plus out-neighbours, the numerator counts directed edges;
+    # undirected: every edge both ways (the loader stores each edge both ways), edges / (d (d - 1) / 2)
+    block=lambda bid, io, c: LCCLoaded(bid, io, not c["directed"]),
+    vertex=lambda edges, c: LCCVertex,
+    summarize=_summarize,
+    report=_report,
+    noun="coefficients",
+)

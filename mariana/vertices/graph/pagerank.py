@@ -9,10 +9,10 @@ Two programs with bit-identical results:
   which exchanges one array message per neighbouring block (``mode=block``).
 
 Both share the update (``pagerank_update``, ``pagerank_shares``) and the master compute
-(``pagerank_master``). Determinism: PageRank sums incoming contributions in ascending source
-order in both forms (the block form sorts once, then reuses the permutation) and reduces the
-dangling mass and the L1 change with the exact ``fsum`` aggregator, so ranks do not depend on
-placement or worker count.
+(``pagerank_master``); ``ALGORITHM`` runs them as a job (``algorithm.Algorithm``). Determinism:
+PageRank sums incoming contributions in ascending source order in both forms (the block form
+sorts once, then reuses the permutation) and reduces the dangling mass and the L1 change with
+the exact ``fsum`` aggregator, so ranks do not depend on placement or worker count.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import numpy as np
 from ...engine import Context, Message, Vertex
 from ...memory import trim_heap
 from ...partitioner.fragment import BLOCK_TAG, LOAD_STEPS, LocalGraph
-from ...storage.ids import pack_keys, unpack_keys
+from ...storage.ids import Ids, pack_keys, unpack_keys
+from .algorithm import Algorithm, Param
 from .block import GraphIO, LoadedBlock, _internal_csr, _look_up
 from .kernels import csr_sum, first_of_runs, group_by, transpose
 
-__all__ = ["PageRankVertex", "PageRankLoaded", "pagerank_master", "loaded_pagerank_master", "pagerank_update",
-           "pagerank_shares"]
+__all__ = ["PageRankVertex", "PageRankLoaded", "pagerank_master", "pagerank_update", "pagerank_shares", "ALGORITHM"]
 
 #: PageRank's summation order is fixed this many in-edges at a time (bounds its temporaries, ~40
 #: bytes an edge: at 2^18 the merge could be a two-worker scale-19 PageRank's peak; peaks over 8
@@ -84,12 +84,13 @@ class PageRankVertex(Vertex):
             ctx.aggregate("dangling", self.value)
 
 
-def pagerank_master(tol: float):
-    """Master compute: stop once the L1 change of the last update falls below ``tol``."""
+def pagerank_master(tol: float, loading: int = 0):
+    """Master compute: stop once the L1 change of the last update falls below ``tol`` (the first
+    update is superstep ``loading + 1``, after the supersteps spent loading)."""
 
     def master(mctx) -> None:
         l1 = mctx.aggregates.get("l1")
-        if mctx.superstep >= 2 and l1 is not None and l1 < tol:
+        if mctx.superstep >= loading + 2 and l1 is not None and l1 < tol:
             mctx.halt(f"converged: L1 change {l1:.3g} < tol {tol:g}")
 
     return master
@@ -327,13 +328,38 @@ class PageRankLoaded(LoadedBlock):
             ctx.send(block, payload, tag=BLOCK_TAG)
 
 
-def loaded_pagerank_master(tol: float):
-    """Master compute: stop once the L1 change of the last update falls below ``tol``."""
+# --------------------------------------------------------------------------------------------
+# The algorithm as the framework runs it
+# --------------------------------------------------------------------------------------------
+def _summarize(config: dict[str, Any], ids: Ids, ranks: np.ndarray) -> dict[str, Any]:
+    top = config["top"]
+    best = np.lexsort((ids.keys, -ranks))[:top] if top else np.empty(0, np.int64)
+    return {"top": [[name, float(ranks[i])] for name, i in zip(ids.of(best), best.tolist())]}
 
-    def master(mctx) -> None:
-        l1 = mctx.aggregates.get("l1")
-        if mctx.superstep >= LOAD_STEPS + 2 and l1 is not None and l1 < tol:
-            mctx.halt(f"converged: L1 change {l1:.3g} < tol {tol:g}")
 
-    return master
+def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
+            loading: int) -> tuple[list[str], dict[str, Any]]:
+    top = sorted((tuple(r) for s in summaries for r in s["top"]), key=lambda r: (-r[1], r[0]))[: config["top"]]
+    updates = max(result.supersteps - 1 - loading, 0)
+    lines = [f"pagerank: {count} vertices, {updates} update(s) ({result.halt_reason})"]
+    lines += [f"{i + 1:>4}  {vid:<24} {rank:.10f}" for i, (vid, rank) in enumerate(top)]
+    return lines, {"vertices": count, "updates": updates, "top": top}
 
+
+ALGORITHM = Algorithm(
+    name="pagerank",
+    description="PageRank (networkx/Graphalytics definition) of a directed edge list",
+    params=(
+        Param("damping", 0.85, "float", "damping factor (probability of following a link)", 0.0, 1.0),
+        Param("iterations", 100, "int", "at most this many rank updates", 0),
+        Param("tol", 1e-10, "float", "stop once the L1 change of an update falls below this", 0.0),
+    ),
+    block=lambda bid, io, c: PageRankLoaded(bid, io, c["damping"], c["iterations"], c["tol"] > 0),
+    vertex=lambda edges, c: lambda vid, adj: PageRankVertex(vid, adj, c["damping"], c["iterations"], c["tol"] > 0),
+    master=lambda c, block: pagerank_master(c["tol"], LOAD_STEPS if block else 0),
+    summarize=_summarize,
+    report=_report,
+    noun="ranks",
+    aggregators=(("dangling", "fsum"), ("l1", "fsum")),
+    progress_metric="l1",
+)

@@ -10,6 +10,7 @@ with unit weights (``bfs``).
 
 from __future__ import annotations
 
+import bisect
 import weakref
 from typing import Any
 
@@ -17,15 +18,18 @@ import numpy as np
 
 from ...engine import Context, Message, Vertex
 from ...errors import UsageError
+from ...storage.edgelist import EdgeList
+from ...storage.ids import Ids
+from .algorithm import Algorithm, Param
 from .block import GraphIO, LoadedBlock, _concat, _send_min_of, _Split, group_min
 from .kernels import import_traversals, relax
 
-__all__ = ["SSSPVertex", "SSSPLoaded", "OVERFLOW", "INF", "may_overflow", "overflow_marks", "capped"]
+__all__ = ["SSSPVertex", "SSSPLoaded", "OVERFLOW", "INF", "may_overflow", "overflow_marks", "capped", "ALGORITHM"]
 
 INF = float("inf")
 #: An SSSP distance whose finite sum of finite weights passes float64's range: float64's
 #: largest value, not inf, which means unreachable (as Graphalytics reads it). A vertex at it
-#: is reachable; the job refuses to report such a distance (jobs/sssp.py), and a sum that
+#: is reachable; the job refuses to report such a distance (``_refuse_overflow``), and a sum that
 #: rounds to exactly this value is refused with them (no float64 tells the two apart).
 OVERFLOW = float(np.finfo(np.float64).max)
 
@@ -209,3 +213,87 @@ class SSSPLoaded(LoadedBlock):
         _send_min_of(ctx, g, ((sp.b_slot[e], capped(dist[src], 1.0 if w is None else w[e], over))
                               for src, e in sp.boundary_pieces(rows)), INF, "d")
         ctx.vote_to_halt()
+
+
+# --------------------------------------------------------------------------------------------
+# The algorithm as the framework runs it
+# --------------------------------------------------------------------------------------------
+#: The source vertex of the shipped example graph.
+EXAMPLE_SOURCE = "amsterdam"
+SOURCE = Param("source", None, "str", "the source vertex id (required with graph=)")
+
+
+def source_of(config: dict[str, Any]) -> str:
+    """The source vertex: ``source=``, or the shipped example's when no graph is given."""
+    return config["source"] or EXAMPLE_SOURCE
+
+
+def check_source(name: str) -> Any:
+    """A config check: ``source=`` is required once ``graph=`` is set."""
+    def check(config: dict[str, Any]) -> None:
+        if config["source"] is None and config["graph"] is not None:
+            raise UsageError(f"{name} needs a source vertex: --set source=VERTEX")
+    return check
+
+
+def require_source(edges: EdgeList, source: str) -> None:
+    """A UsageError unless ``source`` is a vertex of ``edges`` (ids sorted)."""
+    i = bisect.bisect_left(edges.ids, source)
+    if i < len(edges.ids) and edges.ids[i] == source:
+        return
+    sample = ", ".join(edges.ids[:3])
+    raise UsageError(f"source vertex '{source}' is not in {edges.url} ({edges.n} vertices, e.g. {sample})")
+
+
+def _vertex(edges: EdgeList, config: dict[str, Any]) -> Any:
+    source = source_of(config)
+    require_source(edges, source)
+    return lambda vid, adj: SSSPVertex(vid, adj, vid == source)
+
+
+def _summarize(config: dict[str, Any], ids: Ids, dist: np.ndarray) -> dict[str, Any]:
+    top = config["top"]
+    reached = np.flatnonzero(dist != np.inf)
+    best = reached[np.lexsort((ids.keys[reached], dist[reached]))[:top]] if top else reached[:0]
+    over = np.flatnonzero(dist == OVERFLOW)[:1]  # (rows in id order: the part's first such vertex)
+    return {"reached": int(reached.size),
+            "nearest": [[name, float(dist[i])] for name, i in zip(ids.of(best), best.tolist())],
+            "overflow": ids.of(over)[0] if over.size else None}
+
+
+def _refuse_overflow(summaries: list[dict[str, Any]], config: dict[str, Any]) -> None:
+    """A UsageError naming the first vertex (in id order) whose distance passed float64's range
+    (``OVERFLOW``: Graphalytics reads inf as unreachable, so no such distance is written)."""
+    found = [s["overflow"] for s in summaries if s.get("overflow") is not None]
+    if found:
+        raise UsageError(f"sssp: the distance to vertex {min(found)!r} overflows float64: the weights of its shortest "
+                         f"path add up to {OVERFLOW:.6g} or more (scale the weights down)")
+
+
+def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
+            loading: int) -> tuple[list[str], dict[str, Any]]:
+    reached = sum(s["reached"] for s in summaries)
+    nearest = sorted((tuple(r) for s in summaries for r in s["nearest"]), key=lambda r: (r[1], r[0]))[: config["top"]]
+    lines = [f"sssp from {source_of(config)}: {reached} of {count} vertices reachable, {result.supersteps} supersteps"]
+    lines += [f"{vid:<24} {dist:g}" for vid, dist in nearest]
+    return lines, {"vertices": count, "reachable": reached, "nearest": nearest}
+
+
+ALGORITHM = Algorithm(
+    name="sssp",
+    description="single-source shortest weighted paths over a directed edge list (Bellman-Ford supersteps)",
+    params=(SOURCE,),
+    check=check_source("sssp"),
+    block=lambda bid, io, c: SSSPLoaded(bid, io, source_of(c)),
+    vertex=_vertex,
+    summarize=_summarize,
+    refuse=_refuse_overflow,
+    report=_report,
+    noun="distances",
+    weights=True,
+    nonnegative=True,
+    traversals=True,
+    combiner="min",
+    aggregators=(("updated", "sum"),),
+    progress_metric="updated",
+)

@@ -8,15 +8,19 @@ over edges that leave the block (``mode=block``). WCC only takes minima, which a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from ...engine import Context, Message, Vertex
+from ...storage.graphalytics import output_format
+from ...storage.ids import Ids, label_counts
+from .algorithm import Algorithm
 from .block import GraphIO, LoadedBlock, _concat, _integer_ids, _send_min, _Split, group_min
 from .kernels import components, entry_value_pieces, import_traversals
 
-__all__ = ["WCCVertex", "WCCComponentsLoaded"]
+__all__ = ["WCCVertex", "WCCComponentsLoaded", "ALGORITHM"]
 
 
 class WCCVertex(Vertex):
@@ -115,3 +119,43 @@ class WCCComponentsLoaded(LoadedBlock):
         if g is None:
             return {"ids": [], "values": np.zeros(0)}
         return self.out.result(g.own, self.value, labels=not (self.numeric and g.own.dtype.kind != "S"))
+
+
+# --------------------------------------------------------------------------------------------
+# The algorithm as the framework runs it
+# --------------------------------------------------------------------------------------------
+def _summarize(config: dict[str, Any], ids: Ids, labels: Ids | np.ndarray) -> dict[str, Any]:
+    names, counts = label_counts(labels)
+    return {"labels": names, "counts": counts}
+
+
+def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
+            loading: int) -> tuple[list[str], dict[str, Any]]:
+    sizes_counter: Counter[str] = Counter()
+    for s in summaries:
+        sizes_counter.update(dict(zip((str(x) for x in s["labels"]), s["counts"])))
+    sizes = sizes_counter.most_common()
+    largest = sorted(sizes, key=lambda c: (-c[1], c[0]))[: config["top"]]
+    lines = [f"wcc: {len(sizes)} component(s) over {count} vertices, {result.supersteps} supersteps"]
+    lines += [f"{label:<24} {size} vertices" for label, size in largest]
+    return lines, {"vertices": count, "components": len(sizes), "largest": largest}
+
+
+ALGORITHM = Algorithm(
+    name="wcc",
+    description="weakly connected components of an edge list read as undirected (HashMin)",
+    # Graphalytics names a component by its numerically smallest member
+    block=lambda bid, io, c: WCCComponentsLoaded(bid, io, output_format(c) == "graphalytics"),
+    vertex=lambda edges, c: WCCVertex,
+    edges=lambda edges, c: edges.undirected(),
+    collected=lambda rows, c: [(vid, str(label)) for vid, label in rows],
+    symmetric=lambda c: True,
+    summarize=_summarize,
+    report=_report,
+    noun="labels",
+    value="component",
+    traversals=True,
+    combiner="min",
+    aggregators=(("updated", "sum"),),
+    progress_metric="updated",
+)

@@ -427,7 +427,6 @@ class Run:
             self.c.partition(old_host)
             os.kill(old.popen.pid, signal.SIGSTOP)
             self.fenced.append(old)
-            new_host = self._free_hosts()[0]
         cut_at = time.monotonic()
         # the spares of the old master never held a slot: stop them (they would wait for it forever)
         held = self.job_pids()
@@ -435,6 +434,9 @@ class Run:
             if p.popen.pid not in held:
                 p.stopped = True
                 p.popen.terminate()
+                p.popen.wait()
+        if kind != "kill9":
+            new_host = self._free_hosts()[0]
         self._start_master(new_host, resume=True)
         if kind != "kill9":
             self._poll(lambda: time.monotonic() - cut_at >= fault.duration_s, fault.duration_s + 5, "the partition")

@@ -637,7 +637,9 @@ def soak_report(outcomes: list[Outcome]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.add_argument("--smoke", action="store_true",
+                    help="the tiny mode (bench/smoke.py): print one seeded schedule per job, inject nothing")
+    sub = ap.add_subparsers(dest="cmd")
     s = sub.add_parser("schedule", help="print a seeded schedule as JSON lines")
     s.add_argument("--job", choices=sorted(JOBS), default="dnn-dp")
     s.add_argument("--seed", type=int, default=0)
@@ -654,6 +656,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--keep", action="store_true", help="keep the run directories (in --workdir)")
         p.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.cmd is None:
+        if not args.smoke:
+            ap.error("a command is required: schedule, run or soak")
+        for job in sorted(JOBS):
+            for f in schedule(0, job):
+                print(json.dumps({"job": job, "seed": 0, **asdict(f)}))
+        return 0
     if args.cmd == "schedule":
         for f in schedule(args.seed, args.job):
             print(json.dumps({"job": args.job, "seed": args.seed, **asdict(f)}))

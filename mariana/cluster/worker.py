@@ -42,7 +42,6 @@ import uuid
 from collections import deque
 from typing import Any, Callable
 
-import zmq
 
 from .. import __version__
 from .joining import host_keys, with_host
@@ -203,11 +202,10 @@ class Worker:
         t = self.transport
         try:
             self.ctl = t.dealer(None, self.identity)  # connected by _join, once its handshakes are watched
-            self.data, data_ep = t.router(t.data_bind(self.host), mandatory=False)
             # a peer's replacement connects with the lost peer's identity (job/index) while the lost
             # one's connection may still be open (its host cut off: no FIN, no RST); without
             # handover the router would keep the dead connection and drop the replacement's batches
-            self.data.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            self.data, data_ep = t.router(t.data_bind(self.host), mandatory=False, handover=True)
             if self.advertise and not t.inproc:
                 data_ep = with_host(data_ep, self.advertise)
             self.data_endpoint = data_ep

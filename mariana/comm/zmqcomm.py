@@ -142,12 +142,15 @@ class Transport:
         """Where a worker on ``host`` binds its data socket, in this transport's scheme."""
         return "inproc://*" if self.inproc else f"tcp://{f'[{host}]' if ':' in host else host}:0"
 
-    def router(self, bind: str, mandatory: bool = True) -> tuple[zmq.Socket, str]:
+    def router(self, bind: str, mandatory: bool = True, handover: bool = False) -> tuple[zmq.Socket, str]:
         """A bound ROUTER; returns it and the actual endpoint (random port when 0 or *, a fresh
-        name for ``inproc://*``)."""
+        name for ``inproc://*``). ``handover``: a new connection with an identity already
+        connected takes it over (``ROUTER_HANDOVER``)."""
         m = _INPROC.match(bind)
         if m:
             s = self.socket(zmq.ROUTER, mandatory=mandatory)
+            if handover:
+                s.setsockopt(zmq.ROUTER_HANDOVER, 1)
             name = m["name"] if m["name"] != "*" else f"mariana-{next(_names)}"
             try:
                 s.bind(f"inproc://{name}")
@@ -156,6 +159,8 @@ class Transport:
             return s, f"inproc://{name}"
         host, port = parse_endpoint(bind)
         s = self.socket(zmq.ROUTER, mandatory=mandatory)
+        if handover:
+            s.setsockopt(zmq.ROUTER_HANDOVER, 1)
         if self.security is not None:
             self.security.server(s)
         if ":" in host:

@@ -33,7 +33,7 @@ GRAPHALYTICS_KEYS = (
 
 def load_graph(config: dict[str, Any], nonnegative: bool = False) -> EdgeList:
     """The edge list of ``graph=`` over the vertices of ``vertices=`` (if set), as stored: the
-    caller applies ``directed`` (see ``follow``). ``nonnegative``: a negative weight is a bad line
+    caller applies ``directed`` (``vertices.graph.algorithm.follow``). ``nonnegative``: a negative weight is a bad line
     (``load_edges``)."""
     require(config.get("output"))  # (the output's format and place: said before the run, not after it)
     check_output(config.get("output"))

@@ -29,7 +29,7 @@ from ..vertices.graph.kernels import import_traversals
 from .graphalytics import GRAPHALYTICS_KEYS, load_graph, output_format, value_format, write_result
 from .schema import BuildContext, Job, Key
 
-__all__ = ["GRAPH_KEYS", "graph_job", "build_graph", "build_loaded_graph", "collect", "parted_results"]
+__all__ = ["GRAPH_KEYS", "graph_job", "build_graph", "build_loaded_graph", "collect"]
 
 GRAPH_KEYS = (
     Key("graph", None, "str", "edge list (path or fsspec URL; a file, directory or glob; .gz/.bz2/.xz/.zst read "
@@ -115,16 +115,6 @@ def build_loaded_graph(name: str, config: dict[str, Any], bctx: BuildContext,
     for agg, spec_name in LOAD_AGGREGATORS.items():
         g.add_aggregator(agg, spec_name)
     return g
-
-
-def parted_results(result: RunResult, config: dict[str, Any]) -> tuple[int, list[dict[str, Any]]] | None:
-    """Commit the parts the blocks wrote (``OUT/part-NNNNN.tsv`` or one merged ``OUT``): (rows,
-    each block's summary); None when the blocks returned their results instead."""
-    blocks = _written(result)
-    if not blocks:
-        return None
-    _commit(blocks, config)
-    return sum(int(b["rows"]) for b in blocks), [b["summary"] for b in blocks]
 
 
 def _written(result: RunResult) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from ...storage.edgelist import EdgeList
 from ...storage.ids import Ids
 from .block import GraphIO, LoadedBlock
 
-__all__ = ["Algorithm", "Param", "Names", "follow", "undirected_unless_directed"]
+__all__ = ["Algorithm", "Param", "Names", "follow", "undirected_unless_directed", "merged_top"]
 
 Adjacency = list[tuple[str, Any]]
 
@@ -60,6 +60,13 @@ def follow(edges: EdgeList, config: dict[str, Any]) -> EdgeList:
 def undirected_unless_directed(config: dict[str, Any]) -> bool:
     """Load each edge both ways when the input is undirected (``directed=false``)."""
     return not config.get("directed", True)
+
+
+def merged_top(summaries: list[dict[str, Any]], field: str, top: int, descending: bool = True) -> list[tuple[Any, ...]]:
+    """The ``top`` best ``[vertex, value]`` rows of every part's ``field``, by value (largest first
+    when ``descending``), ties by vertex id."""
+    rows = (tuple(r) for s in summaries for r in s[field])
+    return sorted(rows, key=(lambda r: (-r[1], r[0])) if descending else (lambda r: (r[1], r[0])))[:top]
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 
 from ...engine import Context, Message, Vertex
-from ...storage.edgelist import EdgeList
 from ...storage.graphalytics import UNREACHABLE
 from ...storage.ids import Ids
 from .algorithm import Algorithm
-from .sssp import SOURCE, SSSPLoaded, check_source, require_source, source_of
+from .sssp import SOURCE, SSSPLoaded, check_source, from_source, source_of
 
 __all__ = ["UNREACHABLE", "BFSVertex", "BFSLoaded", "ALGORITHM"]
 
@@ -77,12 +76,6 @@ class BFSLoaded(SSSPLoaded):
 # --------------------------------------------------------------------------------------------
 # The algorithm as the framework runs it
 # --------------------------------------------------------------------------------------------
-def _vertex(edges: EdgeList, config: dict[str, Any]) -> Any:
-    source = source_of(config)
-    require_source(edges, source)
-    return lambda vid, adj: BFSVertex(vid, adj, vid == source)
-
-
 def _summarize(config: dict[str, Any], ids: Ids, depth: np.ndarray) -> dict[str, Any]:
     reached = depth[depth != UNREACHABLE]
     levels, counts = np.unique(reached, return_counts=True)
@@ -110,7 +103,7 @@ ALGORITHM = Algorithm(
     params=(SOURCE,),
     check=check_source("bfs"),
     block=lambda bid, io, c: BFSLoaded(bid, io, source_of(c)),
-    vertex=_vertex,
+    vertex=from_source(BFSVertex),
     summarize=_summarize,
     report=_report,
     noun="depths",

@@ -53,7 +53,7 @@ from typing import Any
 from ...engine import Context, Message, Vertex
 from ...partitioner.fragment import BLOCK_TAG
 from ...storage.ids import Ids, pack_keys
-from .algorithm import Algorithm
+from .algorithm import Algorithm, merged_top
 from .block import GraphIO, LoadedBlock, _announce_in_edges, _concat, _neighbour_entries, _send_by_block
 from .kernels import have_scipy, row_ids
 from .triangles import oriented_triangles, triangle_credits
@@ -396,7 +396,7 @@ def _summarize(config: dict[str, Any], ids: Ids, lcc: np.ndarray) -> dict[str, A
 def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
             loading: int) -> tuple[list[str], dict[str, Any]]:
     total = sum(s["sum"] for s in summaries)
-    top = sorted((tuple(r) for s in summaries for r in s["top"]), key=lambda r: (-r[1], r[0]))[: config["top"]]
+    top = merged_top(summaries, "top", config["top"])
     mean = total / count if count else 0.0
     lines = [f"lcc: {count} vertices, mean clustering coefficient {mean:.6f}"]
     lines += [f"{vid:<24} {c:.6f}" for vid, c in top]

@@ -25,7 +25,7 @@ from ...engine import Context, Message, Vertex
 from ...memory import trim_heap
 from ...partitioner.fragment import BLOCK_TAG, LOAD_STEPS, LocalGraph
 from ...storage.ids import Ids, pack_keys, unpack_keys
-from .algorithm import Algorithm, Param
+from .algorithm import Algorithm, Param, merged_top
 from .block import GraphIO, LoadedBlock, _internal_csr, _look_up
 from .kernels import csr_sum, first_of_runs, group_by, transpose
 
@@ -339,7 +339,7 @@ def _summarize(config: dict[str, Any], ids: Ids, ranks: np.ndarray) -> dict[str,
 
 def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
             loading: int) -> tuple[list[str], dict[str, Any]]:
-    top = sorted((tuple(r) for s in summaries for r in s["top"]), key=lambda r: (-r[1], r[0]))[: config["top"]]
+    top = merged_top(summaries, "top", config["top"])
     updates = max(result.supersteps - 1 - loading, 0)
     lines = [f"pagerank: {count} vertices, {updates} update(s) ({result.halt_reason})"]
     lines += [f"{i + 1:>4}  {vid:<24} {rank:.10f}" for i, (vid, rank) in enumerate(top)]

@@ -20,7 +20,7 @@ from ...engine import Context, Message, Vertex
 from ...errors import UsageError
 from ...storage.edgelist import EdgeList
 from ...storage.ids import Ids
-from .algorithm import Algorithm, Param
+from .algorithm import Algorithm, Param, merged_top
 from .block import GraphIO, LoadedBlock, _concat, _send_min_of, _Split, group_min
 from .kernels import import_traversals, relax
 
@@ -245,10 +245,13 @@ def require_source(edges: EdgeList, source: str) -> None:
     raise UsageError(f"source vertex '{source}' is not in {edges.url} ({edges.n} vertices, e.g. {sample})")
 
 
-def _vertex(edges: EdgeList, config: dict[str, Any]) -> Any:
-    source = source_of(config)
-    require_source(edges, source)
-    return lambda vid, adj: SSSPVertex(vid, adj, vid == source)
+def from_source(vertex: Any) -> Any:
+    """Vertex mode's factory of ``vertex(id, edges, is_source)``, once the source is in the graph."""
+    def make(edges: EdgeList, config: dict[str, Any]) -> Any:
+        source = source_of(config)
+        require_source(edges, source)
+        return lambda vid, adj: vertex(vid, adj, vid == source)
+    return make
 
 
 def _summarize(config: dict[str, Any], ids: Ids, dist: np.ndarray) -> dict[str, Any]:
@@ -273,7 +276,7 @@ def _refuse_overflow(summaries: list[dict[str, Any]], config: dict[str, Any]) ->
 def _report(count: int, summaries: list[dict[str, Any]], config: dict[str, Any], result: Any,
             loading: int) -> tuple[list[str], dict[str, Any]]:
     reached = sum(s["reached"] for s in summaries)
-    nearest = sorted((tuple(r) for s in summaries for r in s["nearest"]), key=lambda r: (r[1], r[0]))[: config["top"]]
+    nearest = merged_top(summaries, "nearest", config["top"], descending=False)
     lines = [f"sssp from {source_of(config)}: {reached} of {count} vertices reachable, {result.supersteps} supersteps"]
     lines += [f"{vid:<24} {dist:g}" for vid, dist in nearest]
     return lines, {"vertices": count, "reachable": reached, "nearest": nearest}
@@ -285,7 +288,7 @@ ALGORITHM = Algorithm(
     params=(SOURCE,),
     check=check_source("sssp"),
     block=lambda bid, io, c: SSSPLoaded(bid, io, source_of(c)),
-    vertex=_vertex,
+    vertex=from_source(SSSPVertex),
     summarize=_summarize,
     refuse=_refuse_overflow,
     report=_report,

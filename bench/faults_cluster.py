@@ -145,6 +145,7 @@ class Proc:
     log: Path
     epoch: int
     stopped: bool = False  # stopped by the runner (a spare at the job's end, or of a failed-over master)
+    lost: bool = False  # cut off or paused past the timeout: it must leave by itself once it returns
 
 
 @dataclass
@@ -390,6 +391,7 @@ class Run:
                 os.kill(worker.popen.pid, signal.SIGCONT)
             if worker is not None:
                 rec["pid"] = worker.popen.pid
+                worker.lost = kind in ("partition_long", "sigstop_long")
         # caught up: a loss's recovery (or a new master) is in the trace, then a superstep past s0
         loss = kind in LOSSES
 
@@ -454,11 +456,16 @@ class Run:
         held = self.job_pids()
         deadline = time.monotonic() + WORKER_TIMEOUT + 15
         for p in self._live("worker"):
-            if p.popen.pid not in held:
+            if p.popen.pid not in held and not p.lost:
                 p.stopped = True
                 p.popen.terminate()
         while self._live() and time.monotonic() < deadline:
             time.sleep(0.05)
+        # a worker replaced while it was cut off or paused is refused when it returns: it must have
+        # left by itself (the master silent to it, or told to leave), never stopped by the runner
+        for p in self.procs:
+            if p.lost and p.popen.poll() is None:
+                out.failures.append(f"the worker lost on h{p.host} (pid {p.popen.pid}) did not leave by itself")
         left = [f"{p.role} pid {p.popen.pid} on h{p.host} ({p.log.name})" for p in self._live()]
         stray = [f"pid {pid} on h{h.index}" for h in self.c.hosts if h.alive for pid in h.pids()
                  if h.holder is not None and pid != h.holder.pid and pid not in {p.popen.pid for p in self.procs}]

@@ -55,8 +55,6 @@ def test_a_partition_shorter_than_the_timeout_is_ridden_through_without_a_rollba
     assert [e["host"] for e in events if e["event"] == "silence"] == [host]
 
 
-@pytest.mark.xfail(reason="issue 50, open: the worker cut off past the timeout is replaced (checked above the "
-                   "last assert), but it does not leave by itself: the runner's cleanup has to terminate it", strict=False)
 def test_a_longer_partition_loses_the_worker_and_the_one_that_returns_exits_by_itself(cluster, refs, tmp_path):
     out = _run(cluster, refs, tmp_path, fc.Fault(0, "partition_long", 0.4, 1.8 * fc.WORKER_TIMEOUT))
     f = out.faults[0]

@@ -701,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     report.update(hosts=args.hosts, seed=args.seed, wall_s=round(time.monotonic() - t0, 1),
                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load=os.getloadavg()[0])
     print(json.dumps(report, indent=2))
-    if args.out:
+    if getattr(args, "out", None):
         args.out.write_text(json.dumps(report, indent=2))
     return 0 if not report["failed"] else 1
 

@@ -40,18 +40,21 @@ def runtime(request) -> str:
     return request.param
 
 
-@pytest.fixture(params=["scipy", "numpy"])
-def form(request, monkeypatch) -> str:
-    """The vertex kernels (``vertices.graph.kernels``, ``vertices.graph.triangles``) in their scipy form
-    and their numpy form (``MARIANA_NO_SCIPY=1``): each test that takes ``form`` runs in both."""
-    from mariana.vertices.graph.kernels import have_scipy
+#: ``form`` "int64": ``partitioner.csr.INT32_ENTRIES`` lowered to this, so that every non-empty
+#: size takes int64 index arrays on the tests' small graphs
+INT64_FROM = 1
 
-    if request.param == "numpy":
-        monkeypatch.setenv("MARIANA_NO_SCIPY", "1")
-    else:
-        monkeypatch.delenv("MARIANA_NO_SCIPY", raising=False)
-        if not have_scipy():
-            pytest.skip("scipy is not installed")
+
+@pytest.fixture(params=["int32", "int64"])
+def form(request, monkeypatch) -> str:
+    """The graph kernels (``partitioner.csr``, ``vertices.graph.kernels``, ``cdlp``,
+    ``triangles``) with int32 index arrays, as on any graph below 2^31 entries, and with int64
+    ones (``INT32_ENTRIES`` lowered to ``INT64_FROM``), as past it: each test that takes ``form``
+    runs in both."""
+    from mariana.partitioner import csr
+
+    if request.param == "int64":
+        monkeypatch.setattr(csr, "INT32_ENTRIES", INT64_FROM)
     return request.param
 
 

@@ -1,6 +1,7 @@
 """CDLP in block mode (``vertices.graph.cdlp``): the per-row mode and grouping kernels give the
-same result in their scipy and numpy forms, and the rounds that recompute only the rows next to
-a changed label (and the remote transpose behind them) give vertex mode's labels."""
+same result with int32 and int64 index arrays (``partitioner.csr.INT32_ENTRIES`` lowered), by
+scipy's loops (short rows) and as sorted keys, and the rounds that recompute only the rows next
+to a changed label (and the remote transpose behind them) give vertex mode's labels."""
 
 from __future__ import annotations
 
@@ -12,12 +13,33 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
+from mariana.partitioner import csr
 from mariana.vertices.graph import cdlp as cdlp_mod
 from mariana.vertices.graph.cdlp import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
                                           group_by_row, row_modes, sort_rows)
 from test_graph_jobs import cli_run
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def _in_both_forms(monkeypatch, call):
+    """``call()`` with int32 index arrays (the limit as shipped) and with int64 ones (lowered to 1)."""
+    narrow = call()
+    monkeypatch.setattr(csr, "INT32_ENTRIES", 1)
+    try:
+        return narrow, call()
+    finally:
+        monkeypatch.setattr(csr, "INT32_ENTRIES", 2 ** 31)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same values in the same order, whatever the width of their integer type."""
+    return a.shape == b.shape and a.astype(np.int64).tobytes() == b.astype(np.int64).tobytes()
+
+
+#: how ``row_modes`` and ``sort_rows`` order rows: scipy's loops (rows shorter than ``SHORT_ROWS``
+#: on average, as in these tests) or sorted keys (``SHORT_ROWS`` 0)
+ROWS_BY = {"scipy": 16, "keys": 0}
 
 
 def _modes_by_hand(ptr: np.ndarray, lab: np.ndarray) -> dict[int, int]:
@@ -29,13 +51,14 @@ def _modes_by_hand(ptr: np.ndarray, lab: np.ndarray) -> dict[int, int]:
     return out
 
 
-@pytest.mark.parametrize("no_scipy", ("0", "1"))
+@pytest.mark.parametrize("rows_by", tuple(ROWS_BY))
 @pytest.mark.parametrize("u", (17, 200000, 2 ** 33))
 @pytest.mark.parametrize("piece", (1 << 20, 50))
-def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u, piece):
+def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, rows_by, u, piece):
     """u = 17: many repeats and ties in every row; 200000: a value repeats in a few rows only (16
-    rows' keys fit 32 bits at a time: pieces); 2^33: 64-bit keys. ``piece``: entries sorted at once."""
-    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+    rows' keys fit 32 bits at a time: pieces); 2^33: 64-bit keys (scipy: int64 columns whatever
+    the limit). ``piece``: entries sorted at once. int64 index arrays give int32's results."""
+    monkeypatch.setattr(cdlp_mod, "SHORT_ROWS", ROWS_BY[rows_by])
     monkeypatch.setattr(cdlp_mod, "MODE_PIECE", piece)
     rng = np.random.default_rng(5)
     n = 300
@@ -43,11 +66,13 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     vals = rng.integers(0, u, rows.size).astype(np.int32 if u < 2 ** 31 else np.int64)
     if u > 2 ** 32:  # values near the top of the range, some repeating
         vals[::7] = u - 1 - vals[::7] % 3
-    ptr, grouped = group_by_row(rows, vals, n)
+    (ptr, grouped), (ptr64, grouped64) = _in_both_forms(monkeypatch, lambda: group_by_row(rows, vals, n))
+    assert _same(ptr, ptr64) and _same(grouped, grouped64) and grouped.dtype == grouped64.dtype == vals.dtype
     order = np.argsort(rows, kind="stable")
     assert np.array_equal(ptr, np.searchsorted(rows[order], np.arange(n + 1)))
     assert np.array_equal(grouped, vals[order])  # stable: each row's values in their first order
-    got_rows, best = row_modes(ptr, grouped.copy(), u)  # (it overwrites its values)
+    (got_rows, best), wide = _in_both_forms(monkeypatch, lambda: row_modes(ptr, grouped.copy(), u))  # (it overwrites its values)
+    assert _same(got_rows, wide[0]) and _same(best, wide[1])
     want = _modes_by_hand(ptr, grouped)
     repeats = sum(len(set(grouped[ptr[r]:ptr[r + 1]].tolist())) < ptr[r + 1] - ptr[r] for r in range(n))
     assert (repeats > n // 2) if u == 17 else (0 < repeats < n // 8) if u < 2 ** 32 else repeats > n // 8
@@ -56,14 +81,14 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, no_scipy, u
     assert empty_rows.size == 0 and empty_best.size == 0
 
 
-@pytest.mark.parametrize("no_scipy", ("0", "1"))
+@pytest.mark.parametrize("rows_by", tuple(ROWS_BY))
 @pytest.mark.parametrize("width", (50, 300, 2 ** 32 + 5))
 @pytest.mark.parametrize("piece", (1 << 20, 40))
-def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, no_scipy, width, piece):
-    """Rows sorted by scipy (short rows) or as keys in pieces (no scipy; of 40 entries; width 300:
-    14 million rows' keys fit 32 bits, 2^32 + 5: 64-bit keys), empty rows anywhere; a single
-    repeated value in one row is found."""
-    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, rows_by, width, piece):
+    """Rows sorted by scipy (short rows) or as keys in pieces (of 40 entries; width 300: 14
+    million rows' keys fit 32 bits, 2^32 + 5: 64-bit keys), empty rows anywhere; a single
+    repeated value in one row is found; int64 index arrays give int32's results."""
+    monkeypatch.setattr(cdlp_mod, "SHORT_ROWS", ROWS_BY[rows_by])
     monkeypatch.setattr(cdlp_mod, "MODE_PIECE", piece)
     rng = np.random.default_rng(7)
     n = 200
@@ -73,14 +98,15 @@ def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, no_scipy, widt
     ptr = np.concatenate(([0], np.cumsum(counts)))
     spread = max(width // 10 ** 6, 1)  # values up to near the top of a wide range
     vals = np.concatenate([rng.choice(min(width, 10 ** 6), c, replace=False) * spread for c in counts])
-    got, distinct = sort_rows(ptr, vals, width)
+    (got, distinct), wide = _in_both_forms(monkeypatch, lambda: sort_rows(ptr, vals, width))
+    assert got.tobytes() == wide[0].tobytes() and wide[0].dtype == vals.dtype and wide[1] is distinct
     want = np.concatenate([np.sort(vals[ptr[r]:ptr[r + 1]]) for r in range(n)])
     assert np.array_equal(got, want) and got.dtype == vals.dtype
     assert distinct is True
     twice = vals.copy()
     twice[ptr[5] + 1] = twice[ptr[5] + 30]  # one value twice in row 5
-    got, distinct = sort_rows(ptr, twice, width)
-    assert distinct is False
+    (got, distinct), wide = _in_both_forms(monkeypatch, lambda: sort_rows(ptr, twice, width))
+    assert distinct is False and wide[1] is False and got.tobytes() == wide[0].tobytes()
     assert np.array_equal(got[ptr[5]:ptr[6]], np.sort(twice[ptr[5]:ptr[6]]))
 
 
@@ -122,9 +148,10 @@ def test_grid_rows_take_the_column_form_and_give_vertex_mode_labels(capsys, tmp_
         assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "iterations=6", workers=workers)[0] == want
 
 
-def test_one_blocks_layout_by_its_transpose_is_group_by_rows():
+def test_one_blocks_layout_by_its_transpose_is_group_by_rows(form):
     """One block's entries (out-edges grouped by row, then the in-edges from a transpose) are laid
-    out as ``group_by_row`` lays out the out- and in-entries together, to the element."""
+    out as ``group_by_row`` lays out the out- and in-entries together, to the element (int32 or
+    int64 index arrays)."""
     rng = np.random.default_rng(1)
     for n, m in ((1, 0), (5, 7), (300, 2000)):
         src = np.sort(rng.integers(0, n, m)).astype(np.int32)
@@ -135,12 +162,11 @@ def test_one_blocks_layout_by_its_transpose_is_group_by_rows():
         assert np.array_equal(ptr, want_ptr) and np.array_equal(nb, want_nb)
 
 
-def test_no_repeats_finds_loops_repeated_edges_and_edges_listed_both_ways(monkeypatch):
+def test_no_repeats_finds_loops_repeated_edges_and_edges_listed_both_ways(form):
     """One block's first round takes each row's smallest label only where no row lists a neighbour
-    twice (found with scipy; the numpy form never claims it)."""
-    monkeypatch.setenv("MARIANA_NO_SCIPY", "1")
-    assert not _no_repeats(np.array([0, 1, 1]), np.array([1]), 2)
-    monkeypatch.setenv("MARIANA_NO_SCIPY", "0")
+    twice (found by scipy's sparse loops, with int32 or int64 index arrays); no entries: no claim."""
+    assert not _no_repeats(np.array([0, 0, 0]), np.array([], np.int64), 2)
+    assert _no_repeats(np.array([0, 1, 1]), np.array([1]), 2)
 
     def check(rows, dst, n=5):
         indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=n))))
@@ -181,11 +207,10 @@ def _communities(tmp_path: Path, text_ids: bool) -> Path:
     return path
 
 
-@pytest.mark.parametrize("no_scipy", ("0", "1"))
 @pytest.mark.parametrize("text_ids,directed", ((False, "true"), (True, "true"), (False, "false")))
-def test_partial_rounds_give_vertex_mode_labels(monkeypatch, capsys, tmp_path, text_ids, directed, no_scipy):
-    """directed=false: loaded both ways, the out-edges are the entries (no in-edges announced)."""
-    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
+def test_partial_rounds_give_vertex_mode_labels(capsys, tmp_path, text_ids, directed, form):
+    """directed=false: loaded both ways, the out-edges are the entries (no in-edges announced);
+    with int32 and int64 index arrays alike."""
     path = _communities(tmp_path, text_ids)
     sets = ("iterations=10", f"directed={directed}")
     want = cli_run(capsys, tmp_path, "cdlp", path, "mode=vertex", *sets)[0]
@@ -217,12 +242,10 @@ def test_loops_duplicates_and_more_workers_than_vertices_give_vertex_mode_labels
         assert cli_run(capsys, tmp_path, "cdlp", path, "mode=block", "split_mb=0.0002", *sets, workers=workers)[0] == want
 
 
-@pytest.mark.parametrize("no_scipy", ("0", "1"))
-def test_an_undirected_edge_listed_twice_counts_twice_in_the_first_round(monkeypatch, capsys, tmp_path, no_scipy):
+def test_an_undirected_edge_listed_twice_counts_twice_in_the_first_round(capsys, tmp_path, form):
     """One block, no self-loop, one edge listed both ways: vertex 1's first round sees 2, 3, 3 and
     takes 3, not its smallest neighbour (the row repeats a neighbour, so no min-only round); the
     same graph without the repeat takes 2."""
-    monkeypatch.setenv("MARIANA_NO_SCIPY", no_scipy)
     for text, want in (("1 2\n1 3\n3 1\n", "1\t3\n2\t1\n3\t1\n"), ("1 2\n1 3\n", "1\t2\n2\t1\n3\t1\n")):
         path = tmp_path / "g.e"
         path.write_text(text)

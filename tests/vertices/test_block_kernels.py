@@ -1,17 +1,19 @@
-"""The whole-block kernels: scipy and numpy forms give the same bits, and the bits of the
-per-vertex algorithms (Bellman-Ford sums, ascending-source PageRank sums, min-id components)."""
+"""The whole-block kernels: with int32 and with int64 index arrays (``form``) they give the same
+bits, and the bits of the per-vertex algorithms (Bellman-Ford sums, ascending-source PageRank
+sums, min-id components)."""
 
 from __future__ import annotations
 
 import heapq
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from mariana.partitioner import csr
 from mariana.vertices.graph import kernels as bk
+from mariana.vertices.graph import triangles as tr
 
 def _csr(k: int, src: np.ndarray, dst: np.ndarray, *extra: np.ndarray):
     order = np.argsort(src, kind="stable")
@@ -78,8 +80,6 @@ def _with_room(indices: np.ndarray, weight: np.ndarray | None, room: int):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("method", [None, "dijkstra", "frontier"])
 def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, room, monkeypatch):
-    if form == "numpy" and method == "dijkstra":
-        pytest.skip("Dijkstra is the scipy form")
     monkeypatch.setattr(bk.Relaxer, "ROUNDS", 2)  # the default mix: 2 frontier rounds, then Dijkstra
     k = 300
     src, dst, w = _random_graph(seed, k, 900)
@@ -108,6 +108,61 @@ def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, roo
     np.testing.assert_array_equal(relax.weight, weight)
 
 
+def _in_both_forms(monkeypatch, call):
+    """``call()`` with the limit as shipped (int32 index arrays) and lowered to 1 (int64 ones)."""
+    narrow = call()
+    monkeypatch.setattr(csr, "INT32_ENTRIES", 1)
+    try:
+        return narrow, call()
+    finally:
+        monkeypatch.setattr(csr, "INT32_ENTRIES", 2 ** 31)
+
+
+def _bits(*arrays: np.ndarray) -> list[bytes]:
+    """Values in order, whatever the width of their integer type (floats: their own bits)."""
+    return [(a if a.dtype.kind == "f" else a.astype(np.int64)).tobytes() for a in arrays]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_int64_form_gives_the_int32_forms_bits(seed, monkeypatch):
+    """Every kernel with int64 index arrays (the limit lowered to 1) against the same with int32:
+    the same values in the same order, floats to the bit, and the rows that went down in the
+    same order; the int64 form runs with int64 arrays (the pieces a sum reads)."""
+    monkeypatch.setattr(bk.Relaxer, "ROUNDS", 2)
+    k = 300
+    src, dst, w = _random_graph(seed, k, 1200)
+    indptr, indices, weight = _csr(k, src, dst, w)
+    both_s, both_d = np.concatenate((src, dst)), np.concatenate((dst, src))
+    sptr, sind = _csr(k, both_s, both_d)
+    perm = np.random.default_rng(seed).permutation(k)
+    slots = np.argsort(perm)[sind].astype(np.int32)
+    x = np.random.default_rng(seed).random(k) * 10.0 ** np.arange(-6, 6).repeat(25)
+
+    def run():
+        out = []
+        f = bk.csr_sum(indptr, indices)
+        out.append(f(x))
+        out.append(np.array([p[2].dtype.itemsize for p in f._pieces]))  # (the form itself: int32 or int64)
+        out += [bk.components(indptr, indices), bk.components(sptr, sind, symmetric=True),
+                bk.components(sptr, slots, symmetric=True, cols=perm)]
+        for method in (None, "dijkstra", "frontier"):
+            for wt in (weight, None):
+                relax = bk.relax(indptr, *_with_room(indices, wt, 50))
+                for start in ({0: 0.0}, {3: 1.5, 17: 1.5, 40: 1.5}, {3: 0.25, 17: 0.125, 40: 2.0}):
+                    dist = np.full(k, np.inf)
+                    seeds = np.array(sorted(start))
+                    dist[seeds] = [start[v] for v in seeds.tolist()]
+                    out += [relax(dist, seeds, method), dist]
+        for symmetric, (p, i) in ((False, (indptr, indices)), (True, (sptr, sind))):
+            out += list(tr.triangle_credits(p, i, symmetric=symmetric))
+        return out
+
+    narrow, wide = _in_both_forms(monkeypatch, run)
+    assert narrow[1].tolist() == [4] and wide[1].tolist() == [8]
+    assert _bits(*narrow[:1] + narrow[2:]) == _bits(*wide[:1] + wide[2:])
+    assert narrow[0].any() and narrow[-1].any()  # (sums and triangles there to compare)
+
+
 @pytest.mark.parametrize("room", [0, 400])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed, room):
@@ -128,11 +183,11 @@ def test_unit_weights_give_hop_counts_from_one_or_several_seeds(form, seed, room
         assert set(down.tolist()) == set(np.flatnonzero(dist < before).tolist()) and down.size > 50
 
 
-@pytest.mark.skipif(not bk.have_scipy(), reason="the breadth-first search is scipy's")
 def test_breadth_first_search_without_a_matrix_is_scipys_public_one(monkeypatch):
     """The search over the pattern alone gives the order and predecessors of scipy's public call
     (which wants a matrix with data), and a unit-weight relaxation that only searches breadth
-    first makes no array of weights; where the internal function is missing, the public call."""
+    first makes no array of weights; where the internal function is missing, or past
+    ``INT32_ENTRIES`` (it takes int32 only), the public call."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import breadth_first_order
 
@@ -159,6 +214,8 @@ def test_breadth_first_search_without_a_matrix_is_scipys_public_one(monkeypatch)
             assert (relax._room_weight is None) == internal
     for a, b in zip(results[:2], results[2:]):
         np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(csr, "INT32_ENTRIES", len(indices))
+    assert bk._breadth_first(0, indptr, indices) is None
 
 
 @pytest.mark.parametrize("sample_degree", (0, 10 ** 9))
@@ -299,13 +356,12 @@ def test_entry_value_pieces_pair_each_entry_with_its_rows_value(seed):
 
 def test_the_sparse_loops_come_without_the_scipy_sparse_package():
     """PageRank's kernels call scipy's compiled loops without importing ``scipy.sparse`` (~19 MB
-    and ~0.1 s of every process), with the numpy forms' results; nothing on PageRank's path
+    and ~0.1 s of every process), with the results by definition; nothing on PageRank's path
     imports the package."""
     code = "\n".join([
         "import sys, numpy as np",
         "import mariana.cli, mariana.jobs.graphjob, mariana.vertices.graph.pagerank, mariana.cluster.master, mariana.cluster.worker",
         "from mariana.vertices.graph import kernels as bk",
-        "assert bk.have_scipy()",
         "ptr, order = bk.group_by(np.array([2, 0, 1, 2, 0], np.int32), 3)",
         "assert ptr.tolist() == [0, 2, 3, 5] and order.tolist() == [1, 4, 2, 0, 3], (ptr, order)",
         "tp, rows = bk.transpose(np.array([0, 2, 3]), np.array([1, 0, 1], np.int32), 2)",
@@ -317,13 +373,11 @@ def test_the_sparse_loops_come_without_the_scipy_sparse_package():
 
 
 def _fresh_interpreter(code: str) -> None:
-    """Run ``code`` in a new interpreter, scipy's kernels on (what it imports is what it checks)."""
-    env = {k: v for k, v in os.environ.items() if k != "MARIANA_NO_SCIPY"}
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)
+    """Run ``code`` in a new interpreter (what it imports is what it checks)."""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(not bk.have_scipy(), reason="scipy's traversals")
 def test_the_traversals_come_without_the_csgraph_package_init():
     """WCC, BFS and SSSP import scipy's two compiled graph modules, not ``scipy.sparse.csgraph``'s
     ``__init__`` (it imports ``scipy.sparse.linalg``: ~11 MiB of every process); code that imports
@@ -346,7 +400,6 @@ def test_the_traversals_come_without_the_csgraph_package_init():
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(not bk.have_scipy(), reason="scipy's traversals")
 def test_the_traversals_leave_numpys_unused_subpackages_unimported():
     """Importing ``scipy.sparse`` for the traversals does not load numpy's f2py, testing, ma,
     polynomial or ctypeslib (~8 MiB, ~60 ms); numpy keeps every one of them as it was (its own

@@ -40,13 +40,14 @@ import numpy as np
 from collections import Counter
 
 from ...engine import Context, Message, Vertex
+from ...partitioner.csr import fits_int32, index_type
 from ...partitioner.fragment import BLOCK_TAG, LocalGraph
 from ...storage.edgelist import EdgeList
 from ...storage.graphalytics import label_ranks
 from ...storage.ids import Ids, label_counts, pack_keys, unpack_keys
 from .algorithm import Algorithm, Param
 from .block import GraphIO, LoadedBlock, _by_sender, _concat, _integer_ids
-from .kernels import _csr_matrix, first_of_runs, group_by, have_scipy, row_ids, row_pieces
+from .kernels import _csr_matrix, first_of_runs, group_by, row_ids, row_pieces
 
 __all__ = ["CDLPVertex", "CDLPLoaded", "both_ways", "ALGORITHM"]
 
@@ -222,8 +223,8 @@ class CDLPLoaded(LoadedBlock):
             keys.append(sk)
             at += len(sk)
             by_block.setdefault(index[m.src], []).append(rows_m)
-        it = np.int32 if at < 2 ** 31 and len(src) + len(near) + sum(len(r) for r in in_rows) < 2 ** 31 else np.int64
-        if not far_t.size and not msgs and have_scipy() and len(dst) < 2 ** 31 and n < 2 ** 31:
+        it = index_type(at, len(src) + len(near) + sum(len(r) for r in in_rows))
+        if not far_t.size and not msgs:
             # one block: the out-entries are grouped by row already; only the in-entries need the
             # counting sort (the transpose), then each row is its out-entries and its in-entries
             self.ptr, self.nb, transpose = _with_transpose(g.indptr, dst.astype(it), n)
@@ -246,7 +247,7 @@ class CDLPLoaded(LoadedBlock):
         holds a loop."""
         n = len(g.own)
         src, dst, far_t, by_block = self._out_entries(g)  # (before the sort below, which reorders dst)
-        it = dst.dtype.type if len(g.slot) < 2 ** 31 else np.int64
+        it = dst.dtype.type if fits_int32(len(g.slot)) else np.int64
         if far_t.size:
             self.rk = g.targets[far_t]
         loops = np.flatnonzero(dst == src)
@@ -266,7 +267,7 @@ class CDLPLoaded(LoadedBlock):
         me, n = g.blocks.index(self.id), len(g.own)
         src = g.src_rows()
         far_t = np.flatnonzero(g.target_block != me)
-        tmap = np.empty(len(g.targets), dtype=np.int32 if n + far_t.size < 2 ** 31 else np.int64)
+        tmap = np.empty(len(g.targets), dtype=index_type(n + far_t.size))
         near_t = np.flatnonzero(g.target_block == me)
         tmap[near_t] = g.local(g.targets[near_t])
         tmap[far_t] = n + np.arange(far_t.size)
@@ -371,9 +372,9 @@ class CDLPLoaded(LoadedBlock):
 
 def _transpose(indptr: np.ndarray, dst: np.ndarray, n: int) -> Any:
     """The transpose of the CSR (rows ``indptr``, columns ``dst``, n x n) as a CSR with sorted
-    rows: one counting sort (scipy's ``tocsc``)."""
-    t = _csr_matrix((np.ones(len(dst), np.int8), dst.astype(np.int32, copy=False), indptr.astype(np.int32)),
-                    shape=(n, n)).tocsc()
+    rows: one counting sort (scipy's ``tocsc``), index arrays as ``index_type``."""
+    it = index_type(len(dst), n)
+    t = _csr_matrix((np.ones(len(dst), np.int8), dst.astype(it, copy=False), indptr.astype(it)), shape=(n, n)).tocsc()
     return _csr_matrix((t.data, t.indices, t.indptr), shape=(n, n))
 
 
@@ -397,8 +398,8 @@ def _no_repeats(indptr: np.ndarray, dst: np.ndarray, n: int, transpose: Any = No
     A^T their ``transpose`` (made here if not given): the transpose of A^T is A with sorted rows
     (a second counting sort), canonical unless an edge repeats; no loop is an empty diagonal, and
     no edge both ways an empty elementwise product of A and A^T (a merge of sorted rows): linear
-    passes, no sort. Without scipy: False (rounds as usual)."""
-    if not have_scipy() or not len(dst) or len(dst) >= 2 ** 31 or n >= 2 ** 31:
+    passes, no sort. No entries: False (rounds as usual)."""
+    if not len(dst):
         return False
     at = transpose if transpose is not None else _transpose(indptr, dst, n)
     t = at.tocsc()
@@ -473,10 +474,10 @@ def row_modes(ptr: np.ndarray, lab: np.ndarray, u: int) -> tuple[np.ndarray, np.
     k = len(ptr) - 1
     if not lab.size:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    if have_scipy() and u < 2 ** 31 and lab.size < min(2 ** 31, SHORT_ROWS * k):
+    if lab.size < SHORT_ROWS * k:
         # sum_duplicates rewrites its arrays in place: ptr as a copy, lab as it is
-        m = _csr_matrix((np.ones(lab.size, np.int32), lab.astype(np.int32, copy=False), ptr.astype(np.int32)),
-                        shape=(k, u))
+        it = index_type(lab.size, u, k)
+        m = _csr_matrix((np.ones(lab.size, np.int32), lab.astype(it, copy=False), ptr.astype(it)), shape=(k, u))
         m.sum_duplicates()
         return _counted_modes(m.indptr, m.indices, m.data, u)
     rows_out: list[np.ndarray] = []
@@ -516,8 +517,9 @@ def sort_rows(ptr: np.ndarray, vals: np.ndarray, width: int) -> tuple[np.ndarray
     short rows by scipy (``sort_indices``), longer ones as keys (``_sorted_row_keys``). R-MAT-18's
     7.6M neighbour entries: 118-126 ms as keys, 215-270 by scipy."""
     k = len(ptr) - 1
-    if have_scipy() and len(vals) < min(2 ** 31, SHORT_ROWS * k) and width < 2 ** 31:
-        a = _csr_matrix((np.ones(len(vals), np.int8), vals.astype(np.int32), ptr.astype(np.int32)), shape=(k, width))
+    if len(vals) < SHORT_ROWS * k:
+        it = index_type(len(vals), width, k)
+        a = _csr_matrix((np.ones(len(vals), np.int8), vals.astype(it), ptr.astype(it)), shape=(k, width))
         a.sort_indices()  # (in place; a no-op when the rows are sorted already)
         return a.indices.astype(vals.dtype, copy=False), bool(a.has_canonical_format)
     out = np.empty_like(vals)

@@ -1,14 +1,16 @@
 """Whole-block kernels of the block-centric graph algorithms: one call does what would take one
 superstep per hop or one Python-level pass per edge.
 
-Each kernel has a scipy form (compiled loops: ``scipy.sparse`` CSR matvec, ``csgraph``
-components and Dijkstra) and a numpy form with the same results bit for bit; the numpy form runs
-when scipy is missing or ``MARIANA_NO_SCIPY=1`` is set (tests compare the two).
+The kernels run scipy's compiled loops (``scipy.sparse``'s CSR matvec and counting sorts,
+``csgraph``'s components, breadth-first search and Dijkstra). Their index arrays are int32 while
+every size involved is below ``partitioner.csr.INT32_ENTRIES`` and int64 above (``index_type``),
+with the same results bit for bit; csgraph's own loops are int32 only, so above the limit its
+public calls run (which take int64 index arrays).
 
 - ``csr_sum``: per row, the sum of ``x[indices]`` over the row's entries *in stored order*,
-  sequentially from 0.0: scipy's ``csr_matvec`` with unit data (``1.0 * x`` is exact) and
-  ``np.bincount`` with weights both add in that order, so PageRank keeps its ascending-source
-  summation (bit-identical to ``PageRankVertex``); the matvec is ~5x faster than gather+bincount.
+  sequentially from 0.0: scipy's ``csr_matvec`` with unit data (``1.0 * x`` is exact) adds in
+  that order, so PageRank keeps its ascending-source summation (bit-identical to
+  ``PageRankVertex``); ~5x faster than a gather and ``np.bincount`` (which adds the same way).
   It runs over row pieces that share one small array of ones (no unit data per entry).
 - ``transpose``: a CSR's entries by column, rows ascending within a column (duplicates kept):
   scipy's ``tocsc``, one counting sort in C, where a stable argsort of the columns took ~5x longer.
@@ -40,10 +42,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ...partitioner.csr import (_ST, first_of_runs, group_by, have_scipy, row_ids,
+from ...partitioner.csr import (_ST, first_of_runs, fits_int32, group_by, index_type, row_ids,
                                 stable_argsort, transpose)
 
-_matvec = getattr(_ST, "csr_matvec", None)  # the CSR matvec (``csr_matrix @ x``): ``csr_sum`` by row pieces
+_matvec = _ST.csr_matvec  # the CSR matvec (``csr_matrix @ x``): ``csr_sum`` by row pieces
 
 
 def _csr_matrix(*args: Any, **kwargs: Any) -> Any:
@@ -54,7 +56,7 @@ def _csr_matrix(*args: Any, **kwargs: Any) -> Any:
     return csr_matrix(*args, **kwargs)
 
 
-__all__ = ["have_scipy", "import_traversals", "row_ids", "row_pieces", "row_edges", "row_edge_pieces", "first_of_runs",
+__all__ = ["import_traversals", "row_ids", "row_pieces", "row_edges", "row_edge_pieces", "first_of_runs",
            "select", "csr_sum", "transpose", "group_by", "stable_argsort", "components", "relax"]
 
 
@@ -146,8 +148,7 @@ def _load_csgraph() -> Any:
 def import_traversals() -> None:
     """Import scipy's graph traversals now: WCC, BFS and SSSP call this as their blocks are made,
     so that the first processing superstep does not pay the import (~0.1-0.2 s)."""
-    if have_scipy():
-        _csgraph()
+    _csgraph()
 
 
 def row_pieces(ptr: np.ndarray, size: int, max_rows: int | None = None) -> list[tuple[int, int]]:
@@ -236,41 +237,38 @@ SUM_PIECE = 1 << 18
 class CSRSum:
     """A fixed sparse pattern (rows ``indptr``, columns ``indices``) to sum vectors over, many times.
 
-    With scipy: its C matvec over row pieces of ~``SUM_PIECE`` entries, every piece reading the
-    same array of ones (a piece's row pointers rebased, 4 bytes a row). A ``csr_matrix`` with unit
-    data held 8 bytes an entry more: 33 MB of each scale-19 PageRank worker on two. As fast."""
+    scipy's C matvec over row pieces of ~``SUM_PIECE`` entries, every piece reading the same
+    array of ones (a piece's row pointers rebased, 4 bytes a row). A ``csr_matrix`` with unit
+    data held 8 bytes an entry more: 33 MB of each scale-19 PageRank worker on two. As fast.
+    A piece's index arrays are int32 where ``indices`` are and the piece and the columns fit
+    (``fits_int32``), else int64 (int64 ``indices``: slices of them, no copy)."""
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray) -> None:
         self.indptr, self.indices = indptr, indices
         self._pieces: list[tuple[int, int, np.ndarray, np.ndarray]] | None = None
         self._ones: np.ndarray | None = None
-        self._m: Any = None
+        self._cols = -1  # the number of columns the pieces were cut for
 
-    def _cut(self) -> None:
+    def _cut(self, ncols: int) -> None:
         """Row pieces of at most ``SUM_PIECE`` entries (a longer row is a piece of its own)."""
-        indptr = self.indptr
+        indptr, narrow = self.indptr, self.indices.dtype == np.int32
         self._pieces = []
         for r0, r1 in row_pieces(indptr, SUM_PIECE):
             e0, e1 = int(indptr[r0]), int(indptr[r1])
-            self._pieces.append((r0, r1, (indptr[r0:r1 + 1] - e0).astype(np.int32), self.indices[e0:e1]))
+            it = np.int32 if narrow and fits_int32(e1 - e0, ncols) else np.int64
+            self._pieces.append((r0, r1, (indptr[r0:r1 + 1] - e0).astype(it),
+                                 self.indices[e0:e1].astype(it, copy=False)))
         self._ones = np.ones(max((len(p[3]) for p in self._pieces), default=0))
+        self._cols = ncols
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        rows = len(self.indptr) - 1
-        if have_scipy():
-            if _matvec is not None and len(x) < 2 ** 31 and self.indices.dtype == np.int32:
-                if self._pieces is None:
-                    self._cut()
-                x = np.ascontiguousarray(x, dtype=np.float64)
-                y = np.zeros(rows)
-                for r0, r1, ptr, cols in self._pieces:  # type: ignore[union-attr]
-                    _matvec(r1 - r0, len(x), ptr, cols, self._ones, x, y[r0:r1])
-                return y
-            if self._m is None or self._m.shape[1] != len(x):
-                self._m = _csr_matrix((np.ones(len(self.indices)), self.indices, self.indptr), shape=(rows, len(x)))
-            return self._m @ x
-        dpos = np.repeat(np.arange(rows), np.diff(self.indptr))
-        return np.bincount(dpos, weights=x[self.indices], minlength=rows)
+        if self._pieces is None or self._cols != len(x):
+            self._cut(len(x))
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        y = np.zeros(len(self.indptr) - 1)
+        for r0, r1, ptr, cols in self._pieces:  # type: ignore[union-attr]
+            _matvec(r1 - r0, len(x), ptr, cols, self._ones, x, y[r0:r1])
+        return y
 
 
 def csr_sum(indptr: np.ndarray, indices: np.ndarray) -> CSRSum:
@@ -292,22 +290,20 @@ def components(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = False,
     k = len(indptr) - 1
     if not indices.size:
         return np.arange(k)
-    if have_scipy():
-        labels = None
-        if symmetric and indices.size >= SAMPLE_DEGREE * k:
-            labels = _sampled_labels(k, indptr, indices, cols)
-        if cols is not None and labels is None:
-            indices = cols[indices]
-        if symmetric and labels is None:
-            labels = _undirected_labels(indptr, indices)
-        if labels is None:
-            m = _csr_matrix((np.ones(indices.size), indices, indptr), shape=(k, k))  # float64: no copy
-            # (connection="strong" would skip the transpose, but takes minutes on a grid)
-            _, labels = _csgraph().connected_components(m, directed=True, connection="weak")
-        first = np.full(int(labels.max()) + 1, k, dtype=np.int64)
-        np.minimum.at(first, labels, np.arange(k))
-        return first[labels]
-    return _hook_components(k, np.repeat(np.arange(k), np.diff(indptr)), indices if cols is None else cols[indices])
+    labels = None
+    if symmetric and indices.size >= SAMPLE_DEGREE * k:
+        labels = _sampled_labels(k, indptr, indices, cols)
+    if cols is not None and labels is None:
+        indices = cols[indices]
+    if symmetric and labels is None:
+        labels = _undirected_labels(indptr, indices)
+    if labels is None:
+        m = _csr_matrix((np.ones(indices.size), indices, indptr), shape=(k, k))  # float64: no copy
+        # (connection="strong" would skip the transpose, but takes minutes on a grid)
+        _, labels = _csgraph().connected_components(m, directed=True, connection="weak")
+    first = np.full(int(labels.max()) + 1, k, dtype=np.int64)
+    np.minimum.at(first, labels, np.arange(k))
+    return first[labels]
 
 
 def _sampled_labels(k: int, indptr: np.ndarray, indices: np.ndarray, cols: np.ndarray | None) -> np.ndarray | None:
@@ -319,8 +315,6 @@ def _sampled_labels(k: int, indptr: np.ndarray, indices: np.ndarray, cols: np.nd
     and if v is not, v's own row adds v -> u. A dense graph with a giant
     component (R-MAT) is then labelled from a fraction of its entries; None where the rows to add
     hold over half the entries (then the whole graph is labelled instead)."""
-    if len(indices) >= 2 ** 31 or k >= 2 ** 31:
-        return None
     ip = indptr.astype(np.int64, copy=False)
     deg = np.diff(ip)
     s_src, s_pos = [], []
@@ -346,7 +340,8 @@ def _sampled_labels(k: int, indptr: np.ndarray, indices: np.ndarray, cols: np.nd
 
 def _labels_of(k: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """scipy's component labels of the undirected graph of the edges (src, dst)."""
-    src, dst = src.astype(np.int32, copy=False), dst.astype(np.int32, copy=False)
+    it = index_type(len(src), k)
+    src, dst = src.astype(it, copy=False), dst.astype(it, copy=False)
     ptr, idx = group_by(src, k, dst)
     t_ptr, t_idx = group_by(dst, k, src)  # the transpose
     labels = _undirected_labels(ptr, idx, t_ptr, t_idx)
@@ -360,8 +355,9 @@ def _undirected_labels(indptr: np.ndarray, indices: np.ndarray, t_indptr: np.nda
     """Component labels of a symmetric CSR by scipy's own undirected labelling, which follows
     the rows of a CSR and of its transpose: given the rows only (they hold both directions), half
     the visits; the public call builds the transpose first (~4x the time on R-MAT).
-    None where that internal function is not there as expected (other scipy versions)."""
-    if len(indptr) > 2**31 or len(indices) >= 2**31:
+    None where that internal function is not there as expected (other scipy versions), or past
+    ``INT32_ENTRIES`` (it takes int32 indices only; the public call then runs)."""
+    if not fits_int32(len(indptr) - 1, len(indices)):
         return None
     try:
         from scipy.sparse.csgraph._traversal import _connected_components_undirected as undirected
@@ -378,23 +374,6 @@ def _undirected_labels(indptr: np.ndarray, indices: np.ndarray, t_indptr: np.nda
     except (TypeError, ValueError):
         return None
     return labels
-
-
-def _hook_components(k: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``components`` in numpy: hook every edge's larger root under the smaller, then jump
-    pointers, until nothing moves (O(log n) vectorised rounds)."""
-    parent = np.arange(k)
-    while True:
-        pu, pv = parent[u], parent[v]
-        lo, hi = np.minimum(pu, pv), np.maximum(pu, pv)
-        if np.array_equal(lo, hi):
-            return parent
-        np.minimum.at(parent, hi, lo)
-        while True:
-            pp = parent[parent]
-            if np.array_equal(pp, parent):
-                break
-            parent = pp
 
 
 class Relaxer:
@@ -436,7 +415,7 @@ class Relaxer:
         if not seeds.size or not self.indices.size:
             return seeds[:0]
         if method is None:
-            method = "auto" if have_scipy() else "frontier"
+            method = "auto"
         start = dist[seeds]
         if method == "auto" and self.unit and (start == start[0]).all():
             cand = self._bfs(dist, seeds, float(start[0]))
@@ -538,9 +517,10 @@ def _breadth_first(root: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[
     """``csgraph.breadth_first_order(csr, root, directed=True, return_predecessors=True)`` of the
     pattern (``indptr``, ``indices``) by scipy's own loop, with no matrix: the public call wants
     one with data (unit weights: 8 bytes an edge) and checks and converts it on every call. None
-    where that internal function is not there as expected (other scipy versions)."""
+    where that internal function is not there as expected (other scipy versions), or past
+    ``INT32_ENTRIES`` (it takes int32 indices only; the public call then runs)."""
     n = len(indptr) - 1
-    if not have_scipy() or n >= 2 ** 31 or len(indices) >= 2 ** 31:
+    if not fits_int32(n, len(indices)):
         return None
     try:
         from scipy.sparse.csgraph._traversal import _breadth_first_directed as search
@@ -561,7 +541,7 @@ def _levels(order: np.ndarray, pred: np.ndarray) -> np.ndarray:
     goes down along ``order`` and each level ends where the previous one's children do: one
     ``searchsorted`` per level (pointer jumping measured 1.3x slower on a grid)."""
     n = len(order)
-    it: Any = np.int32 if len(pred) < 2 ** 31 else np.int64  # (32 bits: the scatter takes a third of the time)
+    it: Any = index_type(len(pred))  # (32 bits: the scatter takes a third of the time)
     pos = np.empty(len(pred), dtype=it)
     pos[order] = np.arange(n, dtype=it)
     parent = pos[pred[order[1:]]]  # for positions 1..n-1

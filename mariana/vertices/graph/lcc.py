@@ -15,9 +15,8 @@ program over a graph loaded in parts (``block.LoadedBlock``); its values are tho
   both ways, so the out-edges are N(v) already). With one block (one worker) every neighbour is local:
   step 0 does it all with ``triangles.triangle_credits`` (the same ranking, as two masked
   sparse products over the rank-oriented adjacency; on a bounded-degree graph, a grid, wedges
-  oriented by row number and checked one by one; numpy form without scipy; the same integers
-  whichever runs) and sends nothing.
-  With several blocks (and scipy), step 2 does the same products for the wedges whose lower end
+  oriented by row number and checked one by one; the same integers whichever runs) and sends
+  nothing. With several blocks, step 2 does the same products for the wedges whose lower end
   x is in v's block (``oriented_triangles``: both lower corners here, w anywhere; w's credits
   join step 3's), and only the wedges whose x lives in another block travel.
 
@@ -55,7 +54,7 @@ from ...partitioner.fragment import BLOCK_TAG
 from ...storage.ids import Ids, pack_keys
 from .algorithm import Algorithm, merged_top
 from .block import GraphIO, LoadedBlock, _announce_in_edges, _concat, _neighbour_entries, _send_by_block
-from .kernels import have_scipy, row_ids
+from .kernels import row_ids
 from .triangles import oriented_triangles, triangle_credits
 
 __all__ = ["LCCVertex", "LCCLoaded", "WEDGE_CHUNK", "ALGORITHM"]
@@ -304,7 +303,7 @@ class LCCLoaded(LoadedBlock):
         counts = np.bincount(hrow, minlength=rows_n)
         row_start = np.concatenate(([0], np.cumsum(counts)))
         lower_end = np.ones(hslot.size, dtype=bool)  # entries whose wedges (as x) travel
-        if have_scipy() and hslot.size:
+        if hslot.size:
             local = hslot % w_n == me
             if local.any():
                 self._local_triangles(hrow, hslot, hmult, row_start, local)

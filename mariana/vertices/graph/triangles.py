@@ -5,8 +5,9 @@ that the work follows the low end of each edge, not the square of the largest de
 Forms, the same integers whichever runs: scipy's masked sparse products over the rank-oriented
 adjacency; the wedges of that adjacency checked one by one where they are few (scipy's lookup of
 given entries, ``csr_sample_values``); on a bounded-degree symmetric graph (a grid) the wedges
-oriented by row number, with no sort or transpose; numpy, without scipy: the wedges enumerated
-and the closing edge found by binary search. ``vertices.graph.lcc`` says what each costs with the
+oriented by row number, with no sort or transpose. Index arrays are int32 below
+``partitioner.csr.INT32_ENTRIES`` (``index_type``); above it the two symmetric shortcuts decline
+and the general path runs with int64 ones. ``vertices.graph.lcc`` says what each costs with the
 degree distribution.
 """
 
@@ -16,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .kernels import _ST, _csr_matrix, have_scipy, row_ids, row_pieces
+from ...partitioner.csr import fits_int32, index_type
+from .kernels import _ST, _csr_matrix, row_ids, row_pieces
 
 #: scipy's C lookup of given (row, column) entries of a CSR (private; the wedge form needs it;
 #: other scipy versions: the masked products instead)
@@ -24,7 +26,7 @@ _sample = getattr(_ST, "csr_sample_values", None)
 
 __all__ = ["triangle_credits", "oriented_triangles", "TRIANGLE_CHUNK"]
 
-#: at most about this many length-2 paths (scipy) or wedges (numpy) per chunk of rows: bounds
+#: at most about this many length-2 paths (products) or wedges (one by one) per chunk of rows: bounds
 #: the memory of ``triangle_credits`` whatever the degrees
 TRIANGLE_CHUNK = 1 << 22
 
@@ -44,34 +46,11 @@ def triangle_credits(indptr: np.ndarray, indices: np.ndarray, symmetric: bool = 
     M[v, w] over the pairs of higher neighbours of each v (sum over v of out_U(v)^2 terms),
     which credits x. out_U(v) <= sqrt(2m) (every higher-ranked neighbour has degree >= v's), so
     both are O(m sqrt(m)) whatever the largest degree (unranked, a hub of degree d costs d^2);
-    rows go in chunks of about ``TRIANGLE_CHUNK`` terms. numpy form: the same wedges of each v
-    enumerated, the closing edge looked up by binary search; the same integers.
+    rows go in chunks of about ``TRIANGLE_CHUNK`` terms; where there are few wedges, each wedge
+    of U checked one by one instead (``_wedge_triangles``); the same integers.
     ``symmetric``: every edge is stored both ways (an undirected graph as loaded), so M is 2 on
     every neighbour pair and needs no transpose."""
     k = len(indptr) - 1
-    if have_scipy():
-        return _triangles_scipy(k, indptr, indices, symmetric)
-    rows = np.repeat(np.arange(k, dtype=np.int64), np.diff(indptr))
-    cols = indices.astype(np.int64)
-    keep = rows != cols
-    return _triangles_numpy(k, rows[keep], cols[keep])
-
-
-def _rank_up(k: int, deg: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Which entries (row, col) go up in rank (degree, row)."""
-    return (deg[cols] > deg[rows]) | ((deg[cols] == deg[rows]) & (cols > rows))
-
-
-def _row_chunks(work: np.ndarray) -> list[tuple[int, int]]:
-    """Consecutive row ranges of about ``TRIANGLE_CHUNK`` work each (at least one row)."""
-    return row_pieces(np.concatenate(([0], np.cumsum(work, dtype=np.int64))), TRIANGLE_CHUNK)
-
-
-#: the packing of two sums in one int64 product term: (a * _PACK + 1) * (_PACK + b)
-_PACK = 1 << 20
-
-
-def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
     few = _few_symmetric(k, indptr, indices) if symmetric and _sample is not None else None
     if few is not None:
         return few
@@ -94,9 +73,18 @@ def _triangles_scipy(k: int, indptr: np.ndarray, indices: np.ndarray, symmetric:
     return deg.astype(np.int64), low + high + mid
 
 
+def _row_chunks(work: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive row ranges of about ``TRIANGLE_CHUNK`` work each (at least one row)."""
+    return row_pieces(np.concatenate(([0], np.cumsum(work, dtype=np.int64))), TRIANGLE_CHUNK)
+
+
+#: the packing of two sums in one int64 product term: (a * _PACK + 1) * (_PACK + b)
+_PACK = 1 << 20
+
+
 def _rank(k: int, deg: np.ndarray) -> np.ndarray:
     """The rank (degree, row) of every row as one integer (int32 where it fits)."""
-    it: Any = np.int32 if k * (int(deg.max(initial=0)) + 1) < 2 ** 31 else np.int64
+    it: Any = index_type(k * (int(deg.max(initial=0)) + 1))  # (ranks are column indices of a matrix)
     rank = deg.astype(it)
     rank *= it(k)
     rank += np.arange(k, dtype=it)
@@ -108,12 +96,12 @@ def _few_symmetric(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[np.
     network), its rows in any order: U is each row's entries above its row number, compacted in
     place (no sort, no transpose: at such degrees any order keeps the wedges few), and its wedges
     are checked one by one (``_wedge_triangles``; scipy's lookup scans an unsorted row). None
-    where it does not apply: larger degrees, indices past 32 bits, more than ``WEDGE_FACTOR``
+    where it does not apply: larger degrees, sizes past ``INT32_ENTRIES``, more than ``WEDGE_FACTOR``
     wedges an entry of U, or a repeated entry (then the general path sums repeats). A repeat
     shows as a wedge whose two ends are one vertex, in the row of its lower end, as the matrix is
     symmetric. Grid-18 as the LCC job loads it: ~0.75x the general path's time."""
     n = len(indices)
-    if not n or n >= 2 ** 31 or k >= 2 ** 31:
+    if not n or not fits_int32(n, k):
         return None
     ip = indptr.astype(np.int32)  # (a copy: compacted in place below)
     deg = np.diff(ip)  # |N(v)|: the row's entries but its self-loops (a repeat sends it away)
@@ -142,9 +130,9 @@ def _orient_symmetric(k: int, indptr: np.ndarray, indices: np.ndarray) -> tuple[
     ``_few_symmetric`` first): the entries going *down* in rank are compacted in place (scipy's
     ``eliminate_zeros``), and their transpose (a counting sort, ``tocsc``) is U with sorted rows,
     since A is its own transpose; self-loops go neither way and |N(v)| = out_U(v) + out_D(v).
-    None when there are repeated entries (then U has them too) or the indices do not fit 32 bits:
+    None when there are repeated entries (then U has them too) or the sizes reach ``INT32_ENTRIES``:
     the general path (which sorts) runs."""
-    if len(indices) >= 2 ** 31 or k >= 2 ** 31 or not len(indices):
+    if not len(indices) or not fits_int32(len(indices), k):
         return None
     ip = indptr.astype(np.int32)  # (a copy: compacted in place below)
     raw = np.diff(ip)
@@ -203,7 +191,7 @@ def _wedge_triangles(k: int, uptr: np.ndarray, ucol: np.ndarray, umult: np.ndarr
     C(out_U(v), 2) (few where degrees are bounded: one per vertex on a grid), in chunks of about
     ``TRIANGLE_CHUNK``; 32-bit indices where they fit (fresh pages are a good part of the time).
     None (by row number only) when a row of U repeats an entry."""
-    it: Any = np.int32 if ucol.size < 2 ** 31 and k < 2 ** 31 else np.int64
+    it: Any = index_type(ucol.size, k)
     uptr, ucol = uptr.astype(it, copy=False), ucol.astype(it, copy=False)
     mult = np.full(ucol.size, 2, dtype=np.int8) if umult is None else umult.astype(np.int8)  # M: 1 or 2
     tri = np.zeros(k, dtype=np.int64)
@@ -368,39 +356,3 @@ def _positions(mask: Any, lo: int, hi: int, p: Any) -> np.ndarray:
 def _row_sums(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Per-row sums of a CSR's values (int64, exact)."""
     return np.diff(np.concatenate(([0], np.cumsum(values)))[indptr])
-
-
-def _triangles_numpy(k: int, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    key = np.unique(np.concatenate((rows * k + cols, cols * k + rows)))  # M's pattern, by (row, col)
-    fwd = np.zeros(key.size, dtype=np.int64)
-    fwd[np.searchsorted(key, np.unique(rows * k + cols))] = 1
-    back = np.zeros(key.size, dtype=np.int64)
-    back[np.searchsorted(key, np.unique(cols * k + rows))] = 1
-    mult = fwd + back
-    mrow, mcol = key // k, key % k
-    deg = np.bincount(mrow, minlength=k).astype(np.int64)
-    tri = np.zeros(k, dtype=np.float64)  # exact: integer sums < 2^53
-    up = np.flatnonzero(_rank_up(k, deg, mrow, mcol))
-    urow, ucol, umult = mrow[up], mcol[up], mult[up]
-    ukey = urow * k + ucol  # ascending: U's entries by (row, col)
-    out_u = np.bincount(urow, minlength=k)
-    start = np.concatenate(([0], np.cumsum(out_u)))
-    for lo, hi in _row_chunks(out_u * (out_u - 1) // 2):
-        e = np.arange(start[lo], start[hi])
-        per = start[urow[e] + 1] - e - 1  # pairs (i, j > i) within the row
-        i = np.repeat(e, per)
-        if not i.size:
-            continue
-        j = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per) + i + 1
-        a, b = np.take(ucol, i), np.take(ucol, j)  # (take: a third less time than ucol[i] with int32 indices)
-        a_up = (deg[b] > deg[a]) | ((deg[b] == deg[a]) & (b > a))
-        x, w = np.where(a_up, a, b), np.where(a_up, b, a)  # x ranks below w
-        mvx, mvw = np.where(a_up, umult[i], umult[j]), np.where(a_up, umult[j], umult[i])
-        probe = x * k + w
-        at = np.minimum(np.searchsorted(ukey, probe), max(ukey.size - 1, 0))
-        found = np.flatnonzero(ukey[at] == probe)
-        mxw = umult[at[found]]
-        tri += np.bincount(urow[i[found]], weights=mxw, minlength=k)
-        tri += np.bincount(x[found], weights=mvw[found], minlength=k)
-        tri += np.bincount(w[found], weights=mvx[found], minlength=k)
-    return deg, tri.astype(np.int64)

@@ -171,6 +171,9 @@ class MasterState:
         #: partition or a pause ridden through) is recorded in ``silences`` for the run's trace
         self.silent_after = max(2.5 * heartbeat_interval, worker_timeout / 6)
         self.silences: list[dict[str, Any]] = []
+        #: control identities of workers lost and replaced: one that is heard from again (a
+        #: partition healed, a pause ended) is told ABORT, so it leaves at once and says why
+        self.retired: dict[bytes, str] = {}
         #: the kernel's OOM-kill counts from now: a worker killed by SIGKILL is reported as the
         #: OOM killer's victim where the kernel says so
         self.oom = OomWatch()
@@ -250,6 +253,7 @@ class MasterState:
                 continue
             self.joined.pop(dead.identity, None)
             self.by_index[index] = None
+            self.retired[dead.identity] = f"{dead.describe()} was lost at superstep {self.current} and replaced"
             gone.append(dead)
         self.gen += 1
         self.checkpoint_ss, self.parts = None, {}
@@ -280,6 +284,8 @@ class MasterState:
             return self._hello(Arrived(identity, header, now, wall))
         w = self.joined.get(identity)
         if w is None:
+            if identity in self.retired:
+                return self._refuse_retired(identity)
             self.drops.drop("sender", f"message from unknown identity {identity[:40]!r}")
             return []
         if header.get("job") != self.job_id:
@@ -314,6 +320,13 @@ class MasterState:
         elif not isinstance(msg, wire.Heartbeat):
             self.drops.drop("kind", f"unexpected {header.get('kind')} from {w.describe()} in phase {self.phase.value}")
         return []
+
+    def _refuse_retired(self, identity: bytes) -> list[Instruction]:
+        """A worker that was lost and replaced is back: ABORT it, once (it must not rejoin)."""
+        why = self.retired.pop(identity)
+        self.drops.counts["retired"] = self.drops.counts.get("retired", 0) + 1
+        log.warning("%s, and is back: told to leave", why)
+        return [Send(identity, wire.Abort(f"{why}; it must not rejoin"))]
 
     def _hello(self, ev: Arrived) -> list[Instruction]:
         identity, h = ev.identity, ev.header
@@ -387,6 +400,8 @@ class MasterState:
     def _beat(self, ev: Beat) -> list[Instruction]:
         """A worker's heartbeat socket: liveness, what it is doing, and our clock for its offset."""
         w = self.joined.get(ev.of)
+        if w is None and ev.of in self.retired and ev.header.get("job") == self.job_id:
+            return self._refuse_retired(ev.of)
         if w is None or ev.header.get("job") != self.job_id:
             self.drops.drop("sender", f"heartbeat from unknown identity {ev.identity[:40]!r}")
             return []

@@ -187,3 +187,18 @@ def test_every_worker_lost_at_once_is_retired_in_one_generation():
     assert st.also_lost(now=9.5, exited={102}) == {0, 2}  # 0 silent since 1.0, 2's process ended
     gone = st.lose({0, 2})
     assert [w.index for w in gone] == [0, 2] and st.gen == 1 and [w is None for w in st.by_index] == [True, False, True]
+
+
+def test_a_lost_worker_heard_from_again_is_told_to_leave_once_naming_why():
+    st = running(2)
+    st.current = 7
+    st.lose(1)
+    [abort] = st.handle(arrive(1, wire.Heartbeat(), now=9.0))  # a partition healed: its control socket
+    assert isinstance(abort.msg, wire.Abort) and abort.identity == b"w1" and abort.to is None
+    assert "worker 1 (host h1, pid 101) was lost at superstep 7 and replaced" in abort.msg.reason
+    assert st.handle(arrive(1, done(7), now=9.5)) == [] and st.drops.counts == {"retired": 1, "sender": 1}
+    st.lose(0)  # its heartbeat socket, of a foreign job first (dropped), then of this job
+    beat = header(wire.Heartbeat(t=1.0))
+    assert st.handle(Beat(b"hb-w0", b"w0", header(wire.Heartbeat(t=1.0), "another-job"), 9.0, 9.0)) == []
+    [abort] = st.handle(Beat(b"hb-w0", b"w0", beat, 9.0, 9.0))
+    assert abort.identity == b"w0" and isinstance(abort.msg, wire.Abort) and not st.joined

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -56,6 +56,23 @@ def form(request, monkeypatch) -> str:
     if request.param == "int64":
         monkeypatch.setattr(csr, "INT32_ENTRIES", INT64_FROM)
     return request.param
+
+
+@pytest.fixture
+def in_both_forms(monkeypatch) -> Callable[[Callable[[], Any]], tuple[Any, Any]]:
+    """``run(call)``: ``call()`` with int32 index arrays (the limit as shipped), then with int64
+    ones (the limit lowered to ``INT64_FROM``); both results, to be compared bit for bit."""
+    from mariana.partitioner import csr
+
+    def run(call: Callable[[], Any]) -> tuple[Any, Any]:
+        narrow = call()
+        monkeypatch.setattr(csr, "INT32_ENTRIES", INT64_FROM)
+        try:
+            return narrow, call()
+        finally:
+            monkeypatch.setattr(csr, "INT32_ENTRIES", 2 ** 31)
+
+    return run
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from ..errors import UsageError
 from .ids import decimal_len
 
 __all__ = ["EdgeList", "InputError", "load_edges", "parse_edges", "example_graph_url", "table_ids", "table_weights",
-           "table_columns"]
+           "table_columns", "text_fields"]
 
 
 class InputError(UsageError):
@@ -418,19 +418,25 @@ def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique + lo, table[at]
 
 
+def text_fields(text: str) -> Iterator[tuple[int, str, list[str]]]:
+    """``(line number, line without its comment, whitespace-split fields)`` of each line of a
+    text graph file that holds any: ``#`` starts a comment, blank lines are skipped."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        hash_at = line.find("#")
+        if hash_at >= 0:
+            line = line[:hash_at]
+        parts = line.split()
+        if parts:
+            yield lineno, line, parts
+
+
 def _parse_lines(text: str, url: str) -> EdgeList:
     """The line-by-line parser: any input, and the error message for a malformed line."""
     srcs: list[str] = []
     dsts: list[str] = []
     weights: list[float] = []
     linenos: list[int] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        hash_at = line.find("#")
-        if hash_at >= 0:
-            line = line[:hash_at]
-        parts = line.split()
-        if not parts:
-            continue
+    for lineno, line, parts in text_fields(text):
         if len(parts) == 2:
             w = 1.0
         elif len(parts) == 3:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import StorageError, UsageError
-from .edgelist import BOM, EdgeList
+from .edgelist import BOM, EdgeList, text_fields
 from .rundir import read_text, write_text
 
 __all__ = ["UNREACHABLE", "output_format", "read_vertices", "with_vertices", "id_order", "label_ranks", "value_format", "write_rows"]
@@ -35,13 +35,7 @@ def read_vertices(url: str) -> list[str]:
     text = text.removeprefix(BOM)  # (a byte-order mark is no part of the first id)
     ids: list[str] = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        hash_at = line.find("#")
-        if hash_at >= 0:
-            line = line[:hash_at]
-        parts = line.split()
-        if not parts:
-            continue
+    for lineno, line, parts in text_fields(text):
         if len(parts) > 1:
             raise UsageError(f"{url}:{lineno}: expected one vertex id per line, found {len(parts)} fields: {line.strip()!r}")
         vid = parts[0]

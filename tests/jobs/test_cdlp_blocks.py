@@ -13,7 +13,6 @@ import pytest
 
 from mariana.engine.local import LocalRuntime
 from mariana.jobs import BuildContext, get_job, resolve_config
-from mariana.partitioner import csr
 from mariana.vertices.graph import cdlp as cdlp_mod
 from mariana.vertices.graph.cdlp import (ELL_MAX, CDLPLoaded, _no_repeats, _with_transpose, ell_layout, ell_modes,
                                           group_by_row, row_modes, sort_rows)
@@ -21,15 +20,6 @@ from test_graph_jobs import cli_run
 
 pytestmark = pytest.mark.timeout(120)
 
-
-def _in_both_forms(monkeypatch, call):
-    """``call()`` with int32 index arrays (the limit as shipped) and with int64 ones (lowered to 1)."""
-    narrow = call()
-    monkeypatch.setattr(csr, "INT32_ENTRIES", 1)
-    try:
-        return narrow, call()
-    finally:
-        monkeypatch.setattr(csr, "INT32_ENTRIES", 2 ** 31)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -54,7 +44,7 @@ def _modes_by_hand(ptr: np.ndarray, lab: np.ndarray) -> dict[int, int]:
 @pytest.mark.parametrize("rows_by", tuple(ROWS_BY))
 @pytest.mark.parametrize("u", (17, 200000, 2 ** 33))
 @pytest.mark.parametrize("piece", (1 << 20, 50))
-def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, rows_by, u, piece):
+def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, in_both_forms, rows_by, u, piece):
     """u = 17: many repeats and ties in every row; 200000: a value repeats in a few rows only (16
     rows' keys fit 32 bits at a time: pieces); 2^33: 64-bit keys (scipy: int64 columns whatever
     the limit). ``piece``: entries sorted at once. int64 index arrays give int32's results."""
@@ -66,12 +56,12 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, rows_by, u,
     vals = rng.integers(0, u, rows.size).astype(np.int32 if u < 2 ** 31 else np.int64)
     if u > 2 ** 32:  # values near the top of the range, some repeating
         vals[::7] = u - 1 - vals[::7] % 3
-    (ptr, grouped), (ptr64, grouped64) = _in_both_forms(monkeypatch, lambda: group_by_row(rows, vals, n))
+    (ptr, grouped), (ptr64, grouped64) = in_both_forms(lambda: group_by_row(rows, vals, n))
     assert _same(ptr, ptr64) and _same(grouped, grouped64) and grouped.dtype == grouped64.dtype == vals.dtype
     order = np.argsort(rows, kind="stable")
     assert np.array_equal(ptr, np.searchsorted(rows[order], np.arange(n + 1)))
     assert np.array_equal(grouped, vals[order])  # stable: each row's values in their first order
-    (got_rows, best), wide = _in_both_forms(monkeypatch, lambda: row_modes(ptr, grouped.copy(), u))  # (it overwrites its values)
+    (got_rows, best), wide = in_both_forms(lambda: row_modes(ptr, grouped.copy(), u))  # (it overwrites its values)
     assert _same(got_rows, wide[0]) and _same(best, wide[1])
     want = _modes_by_hand(ptr, grouped)
     repeats = sum(len(set(grouped[ptr[r]:ptr[r + 1]].tolist())) < ptr[r + 1] - ptr[r] for r in range(n))
@@ -84,7 +74,7 @@ def test_row_modes_and_group_by_row_match_a_plain_count(monkeypatch, rows_by, u,
 @pytest.mark.parametrize("rows_by", tuple(ROWS_BY))
 @pytest.mark.parametrize("width", (50, 300, 2 ** 32 + 5))
 @pytest.mark.parametrize("piece", (1 << 20, 40))
-def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, rows_by, width, piece):
+def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, in_both_forms, rows_by, width, piece):
     """Rows sorted by scipy (short rows) or as keys in pieces (of 40 entries; width 300: 14
     million rows' keys fit 32 bits, 2^32 + 5: 64-bit keys), empty rows anywhere; a single
     repeated value in one row is found; int64 index arrays give int32's results."""
@@ -98,14 +88,14 @@ def test_sort_rows_sorts_each_row_and_finds_a_repeat(monkeypatch, rows_by, width
     ptr = np.concatenate(([0], np.cumsum(counts)))
     spread = max(width // 10 ** 6, 1)  # values up to near the top of a wide range
     vals = np.concatenate([rng.choice(min(width, 10 ** 6), c, replace=False) * spread for c in counts])
-    (got, distinct), wide = _in_both_forms(monkeypatch, lambda: sort_rows(ptr, vals, width))
+    (got, distinct), wide = in_both_forms(lambda: sort_rows(ptr, vals, width))
     assert got.tobytes() == wide[0].tobytes() and wide[0].dtype == vals.dtype and wide[1] is distinct
     want = np.concatenate([np.sort(vals[ptr[r]:ptr[r + 1]]) for r in range(n)])
     assert np.array_equal(got, want) and got.dtype == vals.dtype
     assert distinct is True
     twice = vals.copy()
     twice[ptr[5] + 1] = twice[ptr[5] + 30]  # one value twice in row 5
-    (got, distinct), wide = _in_both_forms(monkeypatch, lambda: sort_rows(ptr, twice, width))
+    (got, distinct), wide = in_both_forms(lambda: sort_rows(ptr, twice, width))
     assert distinct is False and wide[1] is False and got.tobytes() == wide[0].tobytes()
     assert np.array_equal(got[ptr[5]:ptr[6]], np.sort(twice[ptr[5]:ptr[6]]))
 

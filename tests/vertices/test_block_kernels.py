@@ -108,15 +108,6 @@ def test_relax_gives_bellman_ford_sums_from_offset_seeds(form, seed, method, roo
     np.testing.assert_array_equal(relax.weight, weight)
 
 
-def _in_both_forms(monkeypatch, call):
-    """``call()`` with the limit as shipped (int32 index arrays) and lowered to 1 (int64 ones)."""
-    narrow = call()
-    monkeypatch.setattr(csr, "INT32_ENTRIES", 1)
-    try:
-        return narrow, call()
-    finally:
-        monkeypatch.setattr(csr, "INT32_ENTRIES", 2 ** 31)
-
 
 def _bits(*arrays: np.ndarray) -> list[bytes]:
     """Values in order, whatever the width of their integer type (floats: their own bits)."""
@@ -124,7 +115,7 @@ def _bits(*arrays: np.ndarray) -> list[bytes]:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_the_int64_form_gives_the_int32_forms_bits(seed, monkeypatch):
+def test_the_int64_form_gives_the_int32_forms_bits(seed, monkeypatch, in_both_forms):
     """Every kernel with int64 index arrays (the limit lowered to 1) against the same with int32:
     the same values in the same order, floats to the bit, and the rows that went down in the
     same order; the int64 form runs with int64 arrays (the pieces a sum reads)."""
@@ -157,7 +148,7 @@ def test_the_int64_form_gives_the_int32_forms_bits(seed, monkeypatch):
             out += list(tr.triangle_credits(p, i, symmetric=symmetric))
         return out
 
-    narrow, wide = _in_both_forms(monkeypatch, run)
+    narrow, wide = in_both_forms(run)
     assert narrow[1].tolist() == [4] and wide[1].tolist() == [8]
     assert _bits(*narrow[:1] + narrow[2:]) == _bits(*wide[:1] + wide[2:])
     assert narrow[0].any() and narrow[-1].any()  # (sums and triangles there to compare)

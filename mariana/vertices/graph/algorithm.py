@@ -34,7 +34,7 @@ from ...storage.edgelist import EdgeList
 from ...storage.ids import Ids
 from .block import GraphIO, LoadedBlock
 
-__all__ = ["Algorithm", "Param", "Names", "follow", "undirected_unless_directed", "merged_top"]
+__all__ = ["Algorithm", "Param", "Names", "MIN_PROPAGATION", "follow", "undirected_unless_directed", "merged_top"]
 
 Adjacency = list[tuple[str, Any]]
 
@@ -67,6 +67,12 @@ def merged_top(summaries: list[dict[str, Any]], field: str, top: int, descending
     when ``descending``), ties by vertex id."""
     rows = (tuple(r) for s in summaries for r in s[field])
     return sorted(rows, key=(lambda r: (-r[1], r[0])) if descending else (lambda r: (r[1], r[0])))[:top]
+
+
+#: a traversal that propagates minima (distances, depths, labels): scipy's traversals in its
+#: blocks, a min combiner, and its count of vertices updated as its progress
+MIN_PROPAGATION: dict[str, Any] = {"traversals": True, "combiner": "min", "aggregators": (("updated", "sum"),),
+                                   "progress_metric": "updated"}
 
 
 @dataclass(frozen=True)

@@ -14,44 +14,27 @@ from typing import Any
 
 import numpy as np
 
-from ...engine import Context, Message, Vertex
+from ...engine import Context
 from ...storage.graphalytics import UNREACHABLE
 from ...storage.ids import Ids
-from .algorithm import Algorithm
-from .sssp import SOURCE, SSSPLoaded, check_source, from_source, source_of
+from .algorithm import Algorithm, MIN_PROPAGATION
+from .sssp import SOURCE, SSSPLoaded, SSSPVertex, check_source, from_source, source_of
 
 __all__ = ["UNREACHABLE", "BFSVertex", "BFSLoaded", "ALGORITHM"]
 
-#: BFS depth of an unreachable vertex (Graphalytics: Long.MAX_VALUE).
 
+class BFSVertex(SSSPVertex):
+    """Hop depth from the source: ``SSSPVertex`` offering ``depth + 1`` along every out-edge."""
 
-class BFSVertex(Vertex):
-    """Hop depth from the source; relax out-edges when the depth improves (min combiner)."""
+    __slots__ = ()
 
-    __slots__ = ("is_source",)
+    FAR = UNREACHABLE
+    START = 0
 
-    state_fields = (*Vertex.state_fields, "is_source")
-
-    def __init__(self, id: str, edges: list[tuple[str, Any]], is_source: bool = False) -> None:
-        super().__init__(id, UNREACHABLE, edges)
-        self.is_source = is_source
-
-    def compute(self, ctx: Context, messages: list[Message]) -> None:
-        if ctx.superstep == 0:
-            improved = self.is_source
-            if improved:
-                self.value = 0
-        else:
-            best = min(m.payload for m in messages) if messages else UNREACHABLE
-            improved = best < self.value
-            if improved:
-                self.value = best
-                ctx.aggregate("updated", 1)
-        if improved:
-            depth = self.value + 1
-            for dst, _ in self.edges:
-                ctx.send(dst, depth)
-        ctx.vote_to_halt()
+    def relax(self, ctx: Context) -> None:
+        depth = self.value + 1
+        for dst, _ in self.edges:
+            ctx.send(dst, depth)
 
 
 class BFSLoaded(SSSPLoaded):
@@ -108,8 +91,5 @@ ALGORITHM = Algorithm(
     report=_report,
     noun="depths",
     value="depth",
-    traversals=True,
-    combiner="min",
-    aggregators=(("updated", "sum"),),
-    progress_metric="updated",
+    **MIN_PROPAGATION,
 )

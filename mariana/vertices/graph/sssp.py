@@ -20,7 +20,7 @@ from ...engine import Context, Message, Vertex
 from ...errors import UsageError
 from ...storage.edgelist import EdgeList
 from ...storage.ids import Ids
-from .algorithm import Algorithm, Param, merged_top
+from .algorithm import Algorithm, MIN_PROPAGATION, Param, merged_top
 from .block import GraphIO, LoadedBlock, _concat, _send_min_of, _Split, group_min
 from .kernels import import_traversals, relax
 
@@ -35,32 +35,39 @@ OVERFLOW = float(np.finfo(np.float64).max)
 
 
 class SSSPVertex(Vertex):
-    """Bellman-Ford in supersteps: relax out-edges whenever the distance improves (min combiner)."""
+    """Bellman-Ford in supersteps: relax out-edges whenever the distance improves (min combiner).
+    ``FAR`` is the value of a vertex not reached, ``START`` the source's; ``relax`` sends the
+    offers along the out-edges (``BFSVertex`` counts hops instead)."""
 
     __slots__ = ("is_source",)
 
     state_fields = (*Vertex.state_fields, "is_source")
+    FAR: Any = INF
+    START: Any = 0.0
 
     def __init__(self, id: str, edges: list[tuple[str, Any]], is_source: bool = False) -> None:
-        super().__init__(id, INF, edges)
+        super().__init__(id, self.FAR, edges)
         self.is_source = is_source
 
     def compute(self, ctx: Context, messages: list[Message]) -> None:
         if ctx.superstep == 0:
             improved = self.is_source
             if improved:
-                self.value = 0.0
+                self.value = self.START
         else:
-            best = min(m.payload for m in messages) if messages else INF
+            best = min(m.payload for m in messages) if messages else self.FAR
             improved = best < self.value
             if improved:
                 self.value = best
                 ctx.aggregate("updated", 1)
         if improved:
-            for dst, w in self.edges:
-                d = self.value + w
-                ctx.send(dst, d if d != INF else OVERFLOW)  # (a finite sum past float64's range)
+            self.relax(ctx)
         ctx.vote_to_halt()
+
+    def relax(self, ctx: Context) -> None:
+        for dst, w in self.edges:
+            d = self.value + w
+            ctx.send(dst, d if d != INF else OVERFLOW)  # (a finite sum past float64's range)
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,8 +302,5 @@ ALGORITHM = Algorithm(
     noun="distances",
     weights=True,
     nonnegative=True,
-    traversals=True,
-    combiner="min",
-    aggregators=(("updated", "sum"),),
-    progress_metric="updated",
+    **MIN_PROPAGATION,
 )

@@ -16,7 +16,7 @@ import numpy as np
 from ...engine import Context, Message, Vertex
 from ...storage.graphalytics import output_format
 from ...storage.ids import Ids, label_counts
-from .algorithm import Algorithm
+from .algorithm import Algorithm, MIN_PROPAGATION
 from .block import GraphIO, LoadedBlock, _concat, _integer_ids, _send_min, _Split, group_min
 from .kernels import components, entry_value_pieces, import_traversals
 
@@ -154,8 +154,5 @@ ALGORITHM = Algorithm(
     report=_report,
     noun="labels",
     value="component",
-    traversals=True,
-    combiner="min",
-    aggregators=(("updated", "sum"),),
-    progress_metric="updated",
+    **MIN_PROPAGATION,
 )

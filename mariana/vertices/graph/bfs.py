@@ -28,6 +28,7 @@ class BFSVertex(SSSPVertex):
 
     __slots__ = ()
 
+    state_fields = SSSPVertex.state_fields
     FAR = UNREACHABLE
     START = 0
 

@@ -10,15 +10,21 @@ program over a graph loaded in parts (``block.LoadedBlock``); its values are tho
 
 - ``LCCLoaded``: ``N(v)`` = in- plus out-neighbours without ``v``; ``lcc(v)`` = directed edges
   among ``N(v)`` / (|N(v)| (|N(v)| - 1)). Steps: 0 out-edges announce themselves (in-neighbours),
-  1 ``N(v)`` with direction codes and degrees to neighbouring blocks, 2 wedges, 3 closing checks
-  and triangle credits, 4 the coefficient (``directed=false``: no step 0, every edge is loaded
-  both ways, so the out-edges are N(v) already). With one block (one worker) every neighbour is local:
+  1 ``N(v)`` with direction codes and degrees to neighbouring blocks, 2 wedges: the first round
+  of those that travel, 3 .. 2 + R one superstep a round: close the wedges that came, send
+  triangle credits and the next round, 3 + R the coefficient (``directed=false``: no step 0,
+  every edge is loaded both ways, so the out-edges are N(v) already). Rounds: a block sends at
+  most ``WEDGES_PER_STEP / (blocks - 1)`` wedges a superstep, so no block receives more than
+  ``WEDGES_PER_STEP`` at once whatever the graph (BSP holds a superstep's messages in the
+  receiver's inbox until the next); the ``wedges_left`` aggregator (the wedges sent or still to
+  send, summed) is 0 in the superstep after the last round everywhere at once, and the credits
+  of that round arrive with it. With one block (one worker) every neighbour is local:
   step 0 does it all with ``triangles.triangle_credits`` (the same ranking, as two masked
   sparse products over the rank-oriented adjacency; on a bounded-degree graph, a grid, wedges
   oriented by row number and checked one by one; the same integers whichever runs) and sends
   nothing. With several blocks, step 2 does the same products for the wedges whose lower end
   x is in v's block (``oriented_triangles``: both lower corners here, w anywhere; w's credits
-  join step 3's), and only the wedges whose x lives in another block travel.
+  sent at once to its block), and only the wedges whose x lives in another block travel.
 
 Message volume of LCC: neighbours are ranked by (degree, id) and a vertex sends each wedge of two
 *higher-ranked* neighbours (x, w) only to the lower end x, which checks the closing edge x-w in
@@ -31,8 +37,13 @@ Degrees travel once per (vertex, neighbouring block), with the vertex's *slot* (
 * blocks + owner), so a wedge is 13 bytes (three int32 slots and the direction counts) and its
 receiver finds x's row without a search; the closing test is a hash-set probe. Triangle credits
 of the receiving block's own vertices are summed in place, the others once per (vertex, block
-that closed a triangle of it); wedges go out in messages of at most ``WEDGE_CHUNK`` wedges.
-Memory per block: its neighbour entries (in + out, ~2x its out-edges) and one chunk of wedges.
+that closed a triangle of it, in that round); wedges go out in messages of at most
+``WEDGE_CHUNK`` wedges. Memory per block: its neighbour entries (in + out, ~2x its out-edges)
+until step 2, then its higher-ranked ones (5 bytes each, the CSR the rounds read, and the
+hash set of the closing edges built from them, 9 bytes a slot at a load of 1/4 to 1/8) and
+the cumulated wedge counts of the entries whose wedges travel (12 bytes each); in a round one
+round of wedges in (``WEDGES_PER_STEP`` x 13 bytes at most) and one out, and a chunk's
+temporaries: never all the wedges at once.
 
 Cost with the degree distribution: work and volume are O(sum over v of d+(v)^2) with d+(v) <=
 min(d(v), sqrt(2m)) the higher-ranked neighbours: ~m on bounded-degree graphs (a grid: d+ <= 2),
@@ -57,10 +68,14 @@ from .block import GraphIO, LoadedBlock, _announce_in_edges, _concat, _neighbour
 from .kernels import row_ids
 from .triangles import oriented_triangles, triangle_credits
 
-__all__ = ["LCCVertex", "LCCLoaded", "WEDGE_CHUNK", "ALGORITHM"]
+__all__ = ["LCCVertex", "LCCLoaded", "WEDGE_CHUNK", "WEDGES_PER_STEP", "ALGORITHM"]
 
-#: At most this many wedges per message (bounds the memory of LCC's steps 2 and 3).
+#: At most this many wedges per message (bounds the temporaries of sending and closing them).
 WEDGE_CHUNK = 1 << 21
+#: At most this many wedges reach a block in one superstep (each of the other blocks sends it at
+#: most its share, WEDGES_PER_STEP / (blocks - 1), or one vertex's wedges of one neighbour where
+#: more): the bound on a block's inbox of wedges, 13 bytes each, whatever the graph.
+WEDGES_PER_STEP = 1 << 25
 _POPCOUNT = np.array([0, 1, 1, 2], dtype=np.int8)  # code bit 1: v -> x exists, bit 2: x -> v exists
 _VERTEX_POPCOUNT = (0, 1, 1, 2)  # the same, as Python ints (LCCVertex)
 
@@ -177,12 +192,15 @@ class LCCLoaded(LoadedBlock):
     its owner, and the owner): slots travel with the degrees once, so wedges and credits carry
     4-byte slots instead of keys, and the receiver finds the row without a search."""
 
-    state_fields = (*LoadedBlock.state_fields, "closing_keys", "closing_mult", "code", "nb", "nb_blk", "nb_indptr",
-                    "pend_credit", "pend_slot", "symmetric", "tri")
+    state_fields = (*LoadedBlock.state_fields, "code", "nb", "nb_blk", "nb_indptr", "symmetric", "tri",
+                    "wedge_at", "wedge_cum", "wedge_ent", "wedge_mult", "wedge_slot", "wedge_start")
+    #: the closing-edge test of the wedges that arrive, built from ``wedge_start``/``wedge_slot``
+    derived_fields = {"_closing": None}
 
     def __init__(self, id: str, io: GraphIO, symmetric: bool = False) -> None:
         super().__init__(id, io)
         self.symmetric = symmetric  # loaded both ways (an undirected graph): no transpose on one block
+        self._closing: _KeySet | None
 
     def loaded(self, ctx: Context) -> None:
         g = self.g
@@ -192,11 +210,19 @@ class LCCLoaded(LoadedBlock):
         self.nb = g.own[:0]                        # N(v) of every own row (keys), by (row, key)
         self.nb_blk = np.empty(0, dtype=np.int16)  # the block of each entry
         self.code = np.empty(0, dtype=np.int8)     # direction code of each entry
-        self.closing_keys = np.empty(0, dtype=np.int64)  # step 2 -> 3: edges x - w, w ranked above x
-        self.closing_mult = np.empty(0, dtype=np.int8)   # (row of x << 32 | slot of w) and their edge counts
-        self.tri = np.zeros(len(g.own), dtype=np.int64)  # step 2 -> 3 -> 4: triangle credits summed here
-        self.pend_slot = np.empty(0, dtype=np.int64)  # step 2 -> 3: credits of other blocks' vertices (slots)
-        self.pend_credit = np.empty(0, dtype=np.int64)
+        self.tri = np.zeros(len(g.own), dtype=np.int64)  # step 2 on: triangle credits summed here
+        self._forget_wedges()
+
+    def _forget_wedges(self) -> None:
+        """Step 2 to the last round: each own row's higher-ranked neighbours (a CSR by row, then
+        rank: the closing edges x - w, and the wedges that travel) and the cursor of the rounds."""
+        self.wedge_start = np.zeros(1, dtype=np.int64)  # each row's first entry
+        self.wedge_slot = np.empty(0, dtype=np.int64)   # the slot of each entry's neighbour
+        self.wedge_mult = np.empty(0, dtype=np.int8)    # the edges between the row and it (1 or 2)
+        self.wedge_ent = np.empty(0, dtype=np.int64)    # the entries x whose wedges travel (x in another block)
+        self.wedge_cum = np.empty(0, dtype=np.int64)    # their wedges (x, w later in the row), cumulated
+        self.wedge_at = 0                               # the next of them to send
+        self._closing = None
 
     def _me(self) -> int:
         assert self.g is not None
@@ -214,12 +240,13 @@ class LCCLoaded(LoadedBlock):
             self._neighbours(ctx, messages)
         elif step == 2:
             self._wedges(ctx, messages)
-        elif step == 3:
+        elif ctx.aggregated("wedges_left", 0):  # a round: close the wedges that came, send the next
+            self._take_credits(messages)
             self._close(ctx, messages)
-        else:
-            tri = self.tri
-            for m in messages:
-                np.add.at(tri, m.payload["row"].astype(np.int64), m.payload["c"])
+            self._send_round(ctx)
+        else:  # every block sent its last round a superstep ago: every wedge closed, every credit here
+            self._take_credits(messages)
+            self._forget_wedges()
             self._coefficient(ctx)
 
     def _whole(self, ctx: Context) -> None:
@@ -280,7 +307,9 @@ class LCCLoaded(LoadedBlock):
 
     def _wedges(self, ctx: Context, messages: list[Message]) -> None:
         """Each pair of higher-ranked neighbours (x, w), rank x < rank w, to the block of x;
-        rank = (degree, slot): a total order every block computes alike."""
+        rank = (degree, slot): a total order every block computes alike. The pairs whose x is
+        here are counted at once (``_local_triangles``); the others travel in rounds, the first
+        one now (``_send_round``)."""
         g = self.g
         assert g is not None
         rows_n, w_n, me = len(g.own), len(g.blocks), self._me()
@@ -297,40 +326,59 @@ class LCCLoaded(LoadedBlock):
         higher = higher[np.lexsort((nb_rank[higher], row[higher]))]  # by row, then rank
         hrow, hslot = row[higher], nb_slot[higher]
         hmult = _POPCOUNT[self.code[higher]]
-        self.closing_keys, self.closing_mult = (hrow << 32) | hslot, hmult
         self.nb, self.nb_blk, self.code = self.nb[:0].copy(), self.nb_blk[:0].copy(), self.code[:0].copy()
-        own_slot = np.arange(rows_n, dtype=np.int64) * w_n + me
+        del row, nb_rank, nb_deg, nb_slot, higher, at, by_id, ids
         counts = np.bincount(hrow, minlength=rows_n)
-        row_start = np.concatenate(([0], np.cumsum(counts)))
+        row_start = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         lower_end = np.ones(hslot.size, dtype=bool)  # entries whose wedges (as x) travel
         if hslot.size:
             local = hslot % w_n == me
             if local.any():
-                self._local_triangles(hrow, hslot, hmult, row_start, local)
+                self._local_triangles(ctx, hrow, hslot, hmult, row_start, local)
                 lower_end = ~local
         ent = np.flatnonzero(lower_end)
-        per_all = row_start[hrow[ent] + 1] - ent - 1  # pairs (i, j > i) within the row
-        cum = np.cumsum(per_all)
-        lo = 0
-        while lo < ent.size:  # entries [lo, hi) with at most WEDGE_CHUNK wedges (or one entry)
-            base = cum[lo - 1] if lo else 0
-            hi = max(int(np.searchsorted(cum, base + WEDGE_CHUNK, side="right")), lo + 1)
-            per_entry, per = ent[lo:hi], per_all[lo:hi]
+        per = row_start[hrow[ent] + 1] - ent - 1  # pairs (i, j > i) within the row
+        ent = ent[per > 0]
+        self.wedge_start, self.wedge_slot, self.wedge_mult = row_start, _small(hslot), hmult
+        self.wedge_ent, self.wedge_cum, self.wedge_at = _small(ent), np.cumsum(per[per > 0]), 0
+        self._send_round(ctx)
+
+    def _send_round(self, ctx: Context) -> None:
+        """The next round of travelling wedges: the next entries x with at most
+        ``WEDGES_PER_STEP / (blocks - 1)`` wedges in all (or one entry's), each wedge to x's
+        block, in messages of at most ``WEDGE_CHUNK``. ``wedges_left`` counts the wedges sent
+        now or still to send, so every block sees the same superstep with none left."""
+        g = self.g
+        assert g is not None
+        w_n, me = len(g.blocks), self._me()
+        ent, cum, lo = self.wedge_ent, self.wedge_cum, self.wedge_at
+        if lo >= ent.size:
+            return
+        done = int(cum[lo - 1]) if lo else 0
+        ctx.aggregate("wedges_left", int(cum[-1]) - done)
+        share = max(1, WEDGES_PER_STEP // max(w_n - 1, 1))  # what each block receives stays <= WEDGES_PER_STEP
+        end = max(int(np.searchsorted(cum, done + share, side="right")), lo + 1)
+        start, slot, mult = self.wedge_start, self.wedge_slot, self.wedge_mult
+        while lo < end:  # entries [lo, hi) with at most WEDGE_CHUNK wedges (or one entry)
+            base = int(cum[lo - 1]) if lo else 0
+            hi = min(max(int(np.searchsorted(cum, base + WEDGE_CHUNK, side="right")), lo + 1), end)
+            per_entry = ent[lo:hi].astype(np.int64)
+            per = np.diff(cum[lo:hi], prepend=base)
             lo = hi
             i = np.repeat(per_entry, per)
-            if not i.size:
-                continue
             j = np.arange(i.size) - np.repeat(np.cumsum(per) - per, per) + i + 1  # i ranks below j
-            x = hslot[i]
+            v = np.repeat(np.searchsorted(start, per_entry, side="right") - 1, per) * w_n + me
+            x = slot[i]
             _send_by_block(ctx, g, (x % w_n).astype(np.int16),
-                           {"x": _small(x), "w": _small(hslot[j]), "v": _small(own_slot[hrow[i]]),
-                            "m": (hmult[i] * 4 + hmult[j]).astype(np.int8)})
+                           {"x": _small(x), "w": _small(slot[j]), "v": _small(v),
+                            "m": (mult[i] * 4 + mult[j]).astype(np.int8)})
+        self.wedge_at = end
 
-    def _local_triangles(self, hrow: np.ndarray, hslot: np.ndarray, hmult: np.ndarray, row_start: np.ndarray,
-                         local: np.ndarray) -> None:
+    def _local_triangles(self, ctx: Context, hrow: np.ndarray, hslot: np.ndarray, hmult: np.ndarray,
+                         row_start: np.ndarray, local: np.ndarray) -> None:
         """The triangles v < x < w whose two lower corners are this block's (w anywhere) by the
         kernel's masked products (``triangles.oriented_triangles``) instead of wedge
-        messages: v's and x's credits summed here, w's kept for step 3 (own rows summed here)."""
+        messages: v's and x's credits summed here, w's too where w is here, else sent."""
         g = self.g
         assert g is not None
         rows_n, w_n, me = len(g.own), len(g.blocks), self._me()
@@ -344,43 +392,59 @@ class LCCLoaded(LoadedBlock):
         tri[uniq[own] // w_n] += high[own]  # (distinct rows)
         self.tri = tri
         far = np.flatnonzero(~own & (high != 0))
-        self.pend_slot, self.pend_credit = uniq[far], high[far]
+        self._send_credits(ctx, uniq[far], high[far])
 
     def _close(self, ctx: Context, messages: list[Message]) -> None:
-        """Close the wedges x-w: credit v with the x-w edges, x with v-w, w with v-x. Credits of
-        this block's own vertices (every x) are summed here; the others per vertex, then sent."""
+        """Close the wedges x-w that came: credit v with the x-w edges, x with v-w, w with v-x.
+        Credits of this block's own vertices (every x) are summed here; the others per vertex,
+        then sent."""
         g = self.g
         assert g is not None
-        w_n, me, rows_n = len(g.blocks), self._me(), len(g.own)
-        closing = _KeySet(self.closing_keys, self.closing_mult)
-        self.closing_keys, self.closing_mult = self.closing_keys[:0].copy(), self.closing_mult[:0].copy()
-        tri = self.tri.astype(np.float64)  # exact: integer counts < 2^53 (step 2's local ones in it)
-        slots, credits = [self.pend_slot], [self.pend_credit]  # step 2's credits of other blocks' vertices
-        self.pend_slot, self.pend_credit = self.pend_slot[:0].copy(), self.pend_credit[:0].copy()
-        for msg in messages:
-            p = msg.payload
+        w_n, rows_n = len(g.blocks), len(g.own)
+        wedges = [m.payload for m in messages if "x" in m.payload]
+        if not wedges:
+            return
+        if self._closing is None:
+            keys = (row_ids(self.wedge_start, np.int64) << 32) | self.wedge_slot
+            self._closing = _KeySet(keys, self.wedge_mult)
+            del keys
+        closing = self._closing
+        slots, credits = [], []
+        for p in wedges:
             x_row = p["x"].astype(np.int64) // w_n  # (several blocks: one block never gets here)
             mxw = closing.get((x_row << 32) | p["w"])
             found = np.flatnonzero(mxw)
             m = p["m"][found]
-            tri += np.bincount(x_row[found], weights=m & 3, minlength=rows_n)
+            self.tri += np.bincount(x_row[found], weights=m & 3, minlength=rows_n).astype(np.int64)
             for slot, credit in ((p["v"][found], mxw[found]), (p["w"][found], m >> 2)):
                 slots.append(slot.astype(np.int64))
                 credits.append(credit)
-        self.tri = tri.astype(np.int64)
-        if not sum(len(x) for x in slots):
-            return
+        del wedges
         slot, credit = np.concatenate(slots), np.concatenate(credits).astype(np.int64)
         del slots, credits
+        self._send_credits(ctx, slot, credit)
+
+    def _send_credits(self, ctx: Context, slot: np.ndarray, credit: np.ndarray) -> None:
+        """Credit the vertices at ``slot``: this block's own rows here, the others summed per
+        vertex and sent to their blocks (``_take_credits`` there)."""
+        g = self.g
+        assert g is not None
+        w_n, me = len(g.blocks), self._me()
         blk = slot % w_n
         for b in np.flatnonzero(np.bincount(blk, minlength=w_n)).tolist():
             sel = np.flatnonzero(blk == b)
-            total = np.bincount(slot[sel] // w_n, weights=credit[sel])
+            total = np.bincount(slot[sel] // w_n, weights=credit[sel])  # exact: integer sums < 2^53
             if b == me:
                 self.tri[:len(total)] += total.astype(np.int64)
                 continue
             r = np.flatnonzero(total)
             ctx.send(g.blocks[b], {"row": _small(r), "c": total[r].astype(np.int64)}, tag=BLOCK_TAG)
+
+    def _take_credits(self, messages: list[Message]) -> None:
+        """Add the credits other blocks sent for this block's vertices."""
+        for m in messages:
+            if "c" in m.payload:
+                np.add.at(self.tri, m.payload["row"].astype(np.int64), m.payload["c"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,4 +476,5 @@ ALGORITHM = Algorithm(
     summarize=_summarize,
     report=_report,
     noun="coefficients",
+    aggregators=(("wedges_left", "sum"),),  # (several blocks: the wedges not closed yet, every round)
 )

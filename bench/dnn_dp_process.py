@@ -91,7 +91,8 @@ def run_engine(env: dict[str, str], data: str, hidden: list[int], steps: int, wo
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
     with open(os.path.join(run_dir, "trace", "master.jsonl" if workers > 1 else "worker-0.jsonl")) as f:
-        first = json.loads(f.readline())  # superstep 0: its start on the wall clock
+        # superstep 0's record (the first without "event": a master's trace starts with its own event)
+        first = next(r for r in map(json.loads, f) if "event" not in r)
     return {"process_s": process_s, "supersteps_s": out["wall_s"], "outside_s": process_s - out["wall_s"],
             "first_superstep_s": first["start"] - launched}
 

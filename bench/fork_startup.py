@@ -56,7 +56,7 @@ def run_once(env: dict[str, str], data: str, steps: int, fork: bool, tmp: str, w
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
     with open(os.path.join(run_dir, "trace", "master.jsonl")) as f:
-        first = json.loads(f.readline())["start"]
+        first = next(r for r in map(json.loads, f) if "event" not in r)["start"]  # (past the master's own event)
     return {"process_s": process_s, "first_s": first - t0, "outside_s": process_s - out["wall_s"]}
 
 

@@ -330,8 +330,9 @@ class MasterState:
 
     def _hello(self, ev: Arrived) -> list[Instruction]:
         identity, h = ev.identity, ev.header
-        if identity in self.joined:
-            return []  # a resent HELLO; the WELCOME is on its way
+        if identity in self.joined:  # a resent HELLO: alive, waiting for the others (no heartbeats before WELCOME)
+            self.joined[identity].last_seen = ev.now
+            return []
         host = str(h.get("host", "?"))
         # version and job first, on the raw header: a worker of another version may speak another HELLO
         if h.get("version") != __version__:

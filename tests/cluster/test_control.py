@@ -202,3 +202,14 @@ def test_a_lost_worker_heard_from_again_is_told_to_leave_once_naming_why():
     assert st.handle(Beat(b"hb-w0", b"w0", header(wire.Heartbeat(t=1.0), "another-job"), 9.0, 9.0)) == []
     [abort] = st.handle(Beat(b"hb-w0", b"w0", beat, 9.0, 9.0))
     assert abort.identity == b"w0" and isinstance(abort.msg, wire.Abort) and not st.joined
+
+
+def test_a_joined_worker_that_resends_hello_while_others_join_is_not_lost():
+    st = MasterState(3, "pagerank", JOB, worker_timeout=3.0)
+    assert st.handle(hello(0)) == [] and st.handle(hello(1)) == []  # at 0.0; worker 2 not there yet
+    for t in (2.0, 4.0, 6.0):  # their HELLOs again, every 2 s (the worker's longest wait between them)
+        for i in (0, 1):
+            st.handle(Arrived(f"w{i}".encode(), hello(i).header, now=t, wall=t))
+        assert not [i for i in st.handle(Tick(t + 0.5, t + 0.5)) if isinstance(i, Fail)]
+    [fail] = [i for i in st.handle(Tick(9.5, 9.5)) if isinstance(i, Fail)]  # silent since 6.0: lost
+    assert isinstance(fail.error, WorkerLost)

@@ -86,23 +86,27 @@ class JobSpec:
 
     name: str
     workers: int
-    sets: Callable[[Path, Path], list[str]]
+    sets: Callable[[Path, Path, int], list[str]]  # (graph, out, length: a multiple of the default run)
     checkpoint_every: int
     graph: bool = False
 
 
-def _dnn(graph: Path, out: Path) -> list[str]:
-    return ["steps=300", "batch_size=48", "exchange=linear", "checkpoint_every=10"]
+def _dnn(graph: Path, out: Path, length: int) -> list[str]:
+    return [f"steps={300 * length}", "batch_size=48", "exchange=linear", "checkpoint_every=10"]
 
 
-def _cpu(graph: Path, out: Path) -> list[str]:
-    return ['model=["dense:64:relu", "dense:32:relu", "dense:10"]', "steps=300", "groups=2", "workers_per_group=2",
-            "checkpoint_every=10"]
+def _cpu(graph: Path, out: Path, length: int) -> list[str]:
+    return ['model=["dense:64:relu", "dense:32:relu", "dense:10"]', f"steps={300 * length}", "groups=2",
+            "workers_per_group=2", "checkpoint_every=10"]
 
 
-def _pagerank(graph: Path, out: Path) -> list[str]:
-    return [f"graph={graph}", f"output={out}", "iterations=400", "tol=0.0", "checkpoint_every=20"]
+def _pagerank(graph: Path, out: Path, length: int) -> list[str]:
+    return [f"graph={graph}", f"output={out}", f"iterations={400 * length}", "tol=0.0", "checkpoint_every=20"]
 
+
+#: the soak's (and ``run``'s) job length, a multiple of the tests' runs: long enough that a schedule's
+#: 3-6 faults, each with its duration and recovery, are all injected before the job ends
+SOAK_LENGTH = 3
 
 JOBS = {"dnn-dp": JobSpec("dnn-dp", 3, _dnn, 10), "cpu-cluster": JobSpec("cpu-cluster", 4, _cpu, 10),
         "pagerank": JobSpec("pagerank", 3, _pagerank, 20, graph=True)}
@@ -190,11 +194,11 @@ class Run:
     """One job through one schedule on a cluster (host 0 starts as the master's host)."""
 
     def __init__(self, cluster: nc.Cluster, spec: JobSpec, faults: list[Fault], where: Path, graph: Path,
-                 total: int, log: Callable[[str], None] = print) -> None:
+                 total: int, log: Callable[[str], None] = print, length: int = 1) -> None:
         self.c, self.spec, self.faults, self.where = cluster, spec, faults, where
         self.graph, self.total, self.say = graph, total, log
         self.run_dir, self.out = where / "run", where / "out.txt"
-        self.sets = spec.sets(graph, self.out)
+        self.sets = spec.sets(graph, self.out, length)
         self.procs: list[Proc] = []
         self.epoch = 0
         self.master: Proc | None = None
@@ -507,14 +511,14 @@ def params(run: Path) -> dict[str, bytes]:
         return {k: npz[k].tobytes() for k in npz.files}
 
 
-def reference(spec: JobSpec, graph: Path, where: Path) -> dict[str, Any]:
+def reference(spec: JobSpec, graph: Path, where: Path, length: int = 1) -> dict[str, Any]:
     """The uninterrupted run (the local runtime, the same config and worker count): its parameters
     or output, and its superstep count."""
     where.mkdir(parents=True, exist_ok=True)
     run, out = where / "run", where / "out.txt"
     if run.exists():
         shutil.rmtree(run)
-    sets = spec.sets(graph, out)
+    sets = spec.sets(graph, out, length)
     done = subprocess.run(_mariana("run", spec.name, "--runtime", "local", "--workers", str(spec.workers), "--run-dir",
                                    str(run), *[a for s in sets for a in ("--set", s)]), capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
@@ -605,21 +609,23 @@ def make_graph(path: Path, vertices: int = 4000, edges: int = 24000, seed: int =
 
 
 def run_one(cluster: nc.Cluster, job: str, seed: int, where: Path, refs: dict[str, dict[str, Any]],
-            faults: list[Fault] | None = None, log: Callable[[str], None] = print) -> Outcome:
-    """One schedule (``faults``, else the seeded one) of ``job``, run and checked."""
+            faults: list[Fault] | None = None, log: Callable[[str], None] = print, length: int = 1) -> Outcome:
+    """One schedule (``faults``, else the seeded one) of ``job``, run and checked (``length``: a
+    multiple of the default run's steps or iterations)."""
     spec = JOBS[job]
     graph = where.parent / "graph.txt"
     if spec.graph and not graph.exists():
         make_graph(graph)
-    if job not in refs:
-        refs[job] = reference(spec, graph, where.parent / f"reference-{job}")
+    key = job if length == 1 else f"{job}x{length}"
+    if key not in refs:
+        refs[key] = reference(spec, graph, where.parent / f"reference-{key}", length)
     faults = schedule(seed, job) if faults is None else faults
     for f in faults:
         log(json.dumps({"job": job, "seed": seed, **asdict(f)}))
-    run = Run(cluster, spec, faults, where, graph, refs[job]["total"], log=log)
+    run = Run(cluster, spec, faults, where, graph, refs[key]["total"], log=log, length=length)
     out = run.go()
     out.seed = seed
-    check(run, out, refs[job])
+    check(run, out, refs[key])
     return out
 
 
@@ -636,6 +642,7 @@ def soak_report(outcomes: list[Outcome]) -> dict[str, Any]:
         "schedules": len(outcomes), "jobs": {j: sum(o.job == j for o in outcomes) for j in JOBS},
         "bit_identical": sum(o.identical for o in outcomes), "passed": sum(not o.failures for o in outcomes),
         "faults": sum(len(v) for v in by_kind.values()),
+        "not_injected": sum(not f.get("injected") for o in outcomes for f in o.faults),
         "by_kind": {k: {"n": len(v), "recover_median_s": round(statistics.median(v), 2), "recover_max_s": round(max(v), 2)}
                     for k, v in sorted(by_kind.items())},
         "failed": [{"job": o.job, "seed": o.seed, "failures": [x[:300] for x in o.failures]} for o in outcomes if o.failures],
@@ -660,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--out", type=Path, default=None, help="write the report (JSON) here too")
     for p in (r, k):
         p.add_argument("--hosts", type=int, default=8)
+        p.add_argument("--length", type=int, default=SOAK_LENGTH,
+                       help="the job's length, a multiple of the tests' runs (default %(default)s)")
         p.add_argument("--keep", action="store_true", help="keep the run directories (in --workdir)")
         p.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -690,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs = args.jobs.split(",")
             plan = [(jobs[i % len(jobs)], args.seed + i) for i in range(args.schedules)]
         for job, seed in plan:
-            o = run_one(c, job, seed, base / f"{job}-{seed}", refs)
+            o = run_one(c, job, seed, base / f"{job}-{seed}", refs, length=args.length)
             outcomes.append(o)
             kinds = ",".join(f["kind"] + ("" if f.get("injected") else "(skipped)") for f in o.faults)
             print(json.dumps({"job": job, "seed": seed, "passed": not o.failures, "identical": o.identical,
@@ -698,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                               "recover_s": [f.get("recover_s") for f in o.faults],
                               "failures": [x[:400] for x in o.failures]}), flush=True)
     report = soak_report(outcomes)
-    report.update(hosts=args.hosts, seed=args.seed, wall_s=round(time.monotonic() - t0, 1),
+    report.update(hosts=args.hosts, seed=args.seed, length=args.length, wall_s=round(time.monotonic() - t0, 1),
                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load=os.getloadavg()[0])
     print(json.dumps(report, indent=2))
     if getattr(args, "out", None):

@@ -382,8 +382,10 @@ class Run:
             elif kind == "kill_host":
                 self.dead.add(host)
                 self.c.kill(host)
-            elif worker is None:
-                rec["injected"], rec["error"] = False, f"no worker process on h{host}"
+            elif worker is None:  # its worker left: the job is ending (BYE), else the runner lost track
+                rec["injected"] = False
+                if not self._poll(self._ended, 5.0, "the job's end"):
+                    rec["error"] = f"no worker process on h{host}"
                 return rec
             elif kind == "kill9":
                 rec["pid"] = worker.popen.pid

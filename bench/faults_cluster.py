@@ -89,6 +89,10 @@ class JobSpec:
     sets: Callable[[Path, Path, int], list[str]]  # (graph, out, length: a multiple of the default run)
     checkpoint_every: int
     graph: bool = False
+    #: the soak's (and ``run``'s) length, a multiple of the tests' runs: long enough that a
+    #: schedule's 3-6 faults, each with its duration and recovery, are all injected before the
+    #: job ends (a PageRank superstep is far cheaper than a training step: more of them)
+    soak_length: int = 3
 
 
 def _dnn(graph: Path, out: Path, length: int) -> list[str]:
@@ -104,12 +108,8 @@ def _pagerank(graph: Path, out: Path, length: int) -> list[str]:
     return [f"graph={graph}", f"output={out}", f"iterations={400 * length}", "tol=0.0", "checkpoint_every=20"]
 
 
-#: the soak's (and ``run``'s) job length, a multiple of the tests' runs: long enough that a schedule's
-#: 3-6 faults, each with its duration and recovery, are all injected before the job ends
-SOAK_LENGTH = 3
-
 JOBS = {"dnn-dp": JobSpec("dnn-dp", 3, _dnn, 10), "cpu-cluster": JobSpec("cpu-cluster", 4, _cpu, 10),
-        "pagerank": JobSpec("pagerank", 3, _pagerank, 20, graph=True)}
+        "pagerank": JobSpec("pagerank", 3, _pagerank, 20, graph=True, soak_length=8)}
 
 
 @dataclass
@@ -669,8 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--out", type=Path, default=None, help="write the report (JSON) here too")
     for p in (r, k):
         p.add_argument("--hosts", type=int, default=8)
-        p.add_argument("--length", type=int, default=SOAK_LENGTH,
-                       help="the job's length, a multiple of the tests' runs (default %(default)s)")
+        p.add_argument("--length", type=int, default=None,
+                       help="the job's length, a multiple of the tests' runs (default: the job's soak_length)")
         p.add_argument("--keep", action="store_true", help="keep the run directories (in --workdir)")
         p.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -701,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs = args.jobs.split(",")
             plan = [(jobs[i % len(jobs)], args.seed + i) for i in range(args.schedules)]
         for job, seed in plan:
-            o = run_one(c, job, seed, base / f"{job}-{seed}", refs, length=args.length)
+            o = run_one(c, job, seed, base / f"{job}-{seed}", refs, length=args.length or JOBS[job].soak_length)
             outcomes.append(o)
             kinds = ",".join(f["kind"] + ("" if f.get("injected") else "(skipped)") for f in o.faults)
             print(json.dumps({"job": job, "seed": seed, "passed": not o.failures, "identical": o.identical,
@@ -709,7 +709,9 @@ def main(argv: list[str] | None = None) -> int:
                               "recover_s": [f.get("recover_s") for f in o.faults],
                               "failures": [x[:400] for x in o.failures]}), flush=True)
     report = soak_report(outcomes)
-    report.update(hosts=args.hosts, seed=args.seed, length=args.length, wall_s=round(time.monotonic() - t0, 1),
+    report.update(hosts=args.hosts, seed=args.seed,
+                  length={job: args.length or JOBS[job].soak_length for job in {j for j, _ in plan}},
+                  wall_s=round(time.monotonic() - t0, 1),
                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load=os.getloadavg()[0])
     print(json.dumps(report, indent=2))
     if getattr(args, "out", None):

@@ -332,8 +332,19 @@ class Run:
         return out
 
     def _wait_for(self, fraction: float) -> bool:
+        """Until the job is ``fraction`` through and the current master is in its supersteps (a
+        master joining or restoring its workers records no silences: a fault is injected into
+        a running job)."""
         at = max(int(fraction * self.total), 1)
-        return self._poll(lambda: self.superstep() >= at or self._ended(), RUN_TIMEOUT, f"superstep {at}")
+        return self._poll(lambda: (self.superstep() >= at and self._running()) or self._ended(), RUN_TIMEOUT,
+                          f"superstep {at}")
+
+    def _running(self) -> bool:
+        """The current master has begun its supersteps: its ``master`` event (one per master
+        started) is in the trace with a superstep record after it."""
+        lines = _jsonl(self.run_dir / "trace" / "master.jsonl")
+        starts = [i for i, r in enumerate(lines) if r.get("event") == "master"]
+        return len(starts) >= self.epoch and any("event" not in r for r in lines[starts[-1] + 1:])
 
     def _victim(self, fault: Fault) -> int | None:
         hosts = sorted(set(self.active().values()) - self.dead - self.cut - {self.master_host})

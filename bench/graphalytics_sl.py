@@ -139,6 +139,7 @@ def write_lines(f: Any, columns: list[np.ndarray], micro: np.ndarray | None = No
 def make_graph(scale: int, seed: int, cache: Path) -> dict[str, Any]:
     """The cached graph500-``scale`` files (made once): paths, V, E and the BFS/SSSP source."""
     name = f"graph500-{scale}-seed{seed}"
+    cache = cache.resolve()  # the paths it records are absolute (a run from another tree reads them)
     meta_path = cache / f"{name}.json"
     if meta_path.exists():
         return dict(json.loads(meta_path.read_text()))

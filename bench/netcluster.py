@@ -341,13 +341,17 @@ class Host:
 
     def _stop(self) -> None:
         _delete_netns(self.netns)
-        # the kernel destroys a deleted namespace's veths a moment later: wait for the bridge's end
-        deadline = time.monotonic() + 20
-        while (NETNS_DIR / self.cluster.bridge_ns).exists() and subprocess.run(
-                ["ip", "-n", self.cluster.bridge_ns, "link", "show", "dev", self.port], capture_output=True,
-                timeout=30).returncode == 0:
+        # the kernel destroys a deleted namespace's veths a moment later (its cleanup work queue,
+        # seconds behind under load): wait for the bridge's end, deleting it (and so the pair) if
+        # it lingers
+        br = self.cluster.bridge_ns
+        deadline, linger = time.monotonic() + 30, time.monotonic() + 2
+        while (NETNS_DIR / br).exists() and subprocess.run(
+                ["ip", "-n", br, "link", "show", "dev", self.port], capture_output=True, timeout=30).returncode == 0:
             if time.monotonic() > deadline:
                 raise ClusterError(f"{self.hostname}: the bridge's port {self.port} outlived its namespace")
+            if time.monotonic() > linger:
+                subprocess.run(["ip", "-n", br, "link", "del", "dev", self.port], capture_output=True, timeout=30)
             time.sleep(0.01)
         for p in [*self._procs, *([self.holder] if self.holder else [])]:
             p.wait()  # reaped: killed above with everything else in the namespace

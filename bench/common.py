@@ -48,3 +48,9 @@ def run_child(bench: str, spec: dict[str, Any], env: dict[str, str], timeout: fl
     out = json.loads(p.stdout.decode().strip().splitlines()[-1])
     out["child_s"] = time.perf_counter() - t
     return out
+
+
+def first_superstep(trace: str) -> dict[str, Any]:
+    """The first superstep record of a run's trace file (a master's trace starts with its own events)."""
+    with open(trace) as f:
+        return next(r for r in map(json.loads, f) if "event" not in r)

@@ -35,7 +35,7 @@ import tempfile
 import time
 from typing import Any
 
-from common import BLAS_VARS, THREAD_VARS, variant_envs
+from common import BLAS_VARS, THREAD_VARS, first_superstep, variant_envs
 
 NUMPY_LOOP = r"""
 import sys, time
@@ -90,9 +90,7 @@ def run_engine(env: dict[str, str], data: str, hidden: list[int], steps: int, wo
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    with open(os.path.join(run_dir, "trace", "master.jsonl" if workers > 1 else "worker-0.jsonl")) as f:
-        # superstep 0's record (the first without "event": a master's trace starts with its own event)
-        first = next(r for r in map(json.loads, f) if "event" not in r)
+    first = first_superstep(os.path.join(run_dir, "trace", "master.jsonl" if workers > 1 else "worker-0.jsonl"))
     return {"process_s": process_s, "supersteps_s": out["wall_s"], "outside_s": process_s - out["wall_s"],
             "first_superstep_s": first["start"] - launched}
 

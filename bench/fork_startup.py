@@ -29,7 +29,7 @@ import tempfile
 import time
 from typing import Any
 
-from common import THREAD_VARS, variant_envs
+from common import THREAD_VARS, first_superstep, variant_envs
 MODEL = '["dense:2048:relu","dense:2048:relu","dense:2048:relu","dense:10"]'
 SMOKE_MODEL = '["dense:64:relu","dense:64:relu","dense:64:relu","dense:10"]'
 
@@ -55,8 +55,7 @@ def run_once(env: dict[str, str], data: str, steps: int, fork: bool, tmp: str, w
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    with open(os.path.join(run_dir, "trace", "master.jsonl")) as f:
-        first = next(r for r in map(json.loads, f) if "event" not in r)["start"]  # (past the master's own event)
+    first = first_superstep(os.path.join(run_dir, "trace", "master.jsonl"))["start"]
     return {"process_s": process_s, "first_s": first - t0, "outside_s": process_s - out["wall_s"]}
 
 

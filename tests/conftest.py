@@ -64,13 +64,15 @@ def in_both_forms(monkeypatch) -> Callable[[Callable[[], Any]], tuple[Any, Any]]
     ones (the limit lowered to ``INT64_FROM``); both results, to be compared bit for bit."""
     from mariana.partitioner import csr
 
+    shipped = csr.INT32_ENTRIES
+
     def run(call: Callable[[], Any]) -> tuple[Any, Any]:
         narrow = call()
         monkeypatch.setattr(csr, "INT32_ENTRIES", INT64_FROM)
         try:
             return narrow, call()
         finally:
-            monkeypatch.setattr(csr, "INT32_ENTRIES", 2 ** 31)
+            monkeypatch.setattr(csr, "INT32_ENTRIES", shipped)
 
     return run
 
